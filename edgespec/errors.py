@@ -1,0 +1,66 @@
+"""Typed errors for everything a user can get wrong or run into.
+
+The library raises these and never prints or exits; ``cli.py`` turns each into one line
+on stderr and the exit code named on the class. Every message says what was wrong and
+what to do about it. This module knows nothing about llama.cpp or the terminal.
+"""
+
+from __future__ import annotations
+
+
+class EdgespecError(Exception):
+    """Base class: a problem the user can act on. ``exit_code`` is used by the CLI."""
+
+    exit_code = 1
+
+
+class ModelFileError(EdgespecError):
+    """A model file is missing, unreadable, truncated or not GGUF."""
+
+    exit_code = 3
+
+
+class ModelLoadError(ModelFileError):
+    """llama.cpp refused to load a model or create a context for it."""
+
+
+class IncompatibleVocabError(EdgespecError):
+    """The draft model's vocabulary cannot be used to draft for the target."""
+
+    exit_code = 4
+
+
+class ContextOverflowError(EdgespecError):
+    """The prompt does not fit in the context window."""
+
+    exit_code = 5
+
+
+class RollbackError(EdgespecError):
+    """The model's memory cannot remove part of a sequence (recurrent / hybrid models)."""
+
+    exit_code = 6
+
+
+class DecodeError(EdgespecError):
+    """llama_decode failed (out of KV slots, compute error)."""
+
+    exit_code = 6
+
+
+class ProfileError(EdgespecError):
+    """An unknown profile name or a malformed profile file."""
+
+    exit_code = 7
+
+
+class CatalogError(EdgespecError):
+    """An unknown model name, a source that cannot be reached, or a bad download."""
+
+    exit_code = 8
+
+
+class InputError(EdgespecError):
+    """Bad user input: an unreadable prompt file, a malformed JSONL line, a bad option."""
+
+    exit_code = 2

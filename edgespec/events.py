@@ -1,0 +1,142 @@
+"""The small frozen records that flow out of a generation.
+
+``Engine.stream()`` yields ``Token`` and ``Round`` events and ends with one ``Done``;
+the CLI, the live readout, the batch writer and the benchmarks all consume this same
+stream. ``Stats`` is the running account of one generation. Nothing here knows how
+tokens were produced or how they will be shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Token:
+    """One committed token of the answer.
+
+    ``text`` is the printable piece this token completed; it is ``""`` while a multi-byte
+    UTF-8 character is still incomplete, and text held back because it might be the
+    start of a stop string is released with a later token. ``from_draft`` is True when
+    the drafter proposed this token and the target accepted it; False when the target
+    produced it itself (the bonus token of a round, or a correction after a rejection).
+    """
+
+    id: int
+    text: str
+    from_draft: bool
+    round: int
+
+
+@dataclass(frozen=True)
+class Round:
+    """Summary of one speculation round, emitted after its tokens.
+
+    ``drafted`` tokens were proposed, ``accepted`` of them kept, ``rejected`` = the rest.
+    ``rejected_text`` is the detokenized text of the rejected draft tokens (for a
+    struck-through display). ``k`` is the draft length bound used for this round.
+    """
+
+    index: int
+    drafted: int
+    accepted: int
+    rejected: int
+    k: int
+    drafter: str
+    rejected_ids: tuple[int, ...] = ()
+    rejected_text: str = ""
+
+
+@dataclass
+class Stats:
+    """Counters and timings of one generation (mutable while it runs)."""
+
+    drafter: str = "none"
+    prompt_tokens: int = 0          # tokens in the prompt
+    prompt_tokens_processed: int = 0  # of those, decoded now (the rest reused from cache)
+    generated_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    from_draft_tokens: int = 0      # committed tokens that came from accepted drafts
+    accepted_by_position: list[int] = field(default_factory=list)
+    drafted_by_position: list[int] = field(default_factory=list)
+    k_final: int = 0
+    t_prompt: float = 0.0           # seconds prefilling the prompt (both models)
+    t_draft: float = 0.0            # seconds inside the drafter's propose()
+    t_verify: float = 0.0           # seconds inside the target's llama_decode
+    t_decode_draft: float = 0.0     # seconds inside the draft model's llama_decode
+    t_generate: float = 0.0         # wall seconds from first round to the end
+    t_total: float = 0.0            # wall seconds including the prompt
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Mean number of drafted tokens accepted per round."""
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Mean tokens committed per round (accepted + the target's own token)."""
+        return self.generated_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.t_generate if self.t_generate > 0 else 0.0
+
+    @property
+    def t_other(self) -> float:
+        """Wall time of the rounds spent outside llama_decode (Python, sampling, ...)."""
+        return max(0.0, self.t_generate - self.t_verify - self.t_decode_draft)
+
+    @property
+    def overhead_fraction(self) -> float:
+        """Share of round time spent outside llama_decode: the Python overhead."""
+        return self.t_other / self.t_generate if self.t_generate > 0 else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [
+            a / d if d else 0.0
+            for a, d in zip(self.accepted_by_position, self.drafted_by_position)
+        ]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for name in (
+            "acceptance_rate",
+            "mean_accepted_length",
+            "tokens_per_round",
+            "tokens_per_second",
+            "t_other",
+            "overhead_fraction",
+            "acceptance_by_position",
+        ):
+            d[name] = getattr(self, name)
+        for key, value in d.items():
+            if isinstance(value, float):
+                d[key] = round(value, 6)
+            elif isinstance(value, list):
+                d[key] = [round(v, 6) if isinstance(v, float) else v for v in value]
+        return d
+
+
+@dataclass(frozen=True)
+class Done:
+    """The last event: why generation stopped and its final statistics.
+
+    ``finish_reason`` is ``"stop"`` (end-of-generation token or a stop string),
+    ``"length"`` (``max_tokens`` reached or the context is full) or ``"interrupted"``.
+    """
+
+    finish_reason: str
+    stats: Stats
+    text: str
+    token_ids: tuple[int, ...]
+
+
+Event = Token | Round | Done
