@@ -1,0 +1,239 @@
+"""Drafters: cheap proposers of the next few tokens. A drafter proposes, the loop decides.
+
+The protocol is small (the idea of transformers' CandidateGenerator, without its config
+copying): ``begin(tokens, params, rng)`` once per generation, then per round
+``propose(tokens, k) -> Proposal(ids, q)`` where ``tokens`` is everything committed so
+far (prompt + generated), and ``accepted(n)`` with how many of the proposed ids the
+target kept. ``q`` holds the draft's probability rows for the proposed ids when the
+drafter sampled them from a distribution; ``q is None`` means a fixed proposal that the
+loop verifies by matching against the target's own choice, which is exact at every
+temperature.
+
+Drafters know nothing about the target, the KV of the target, or acceptance rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from . import sampling
+from .llama import Context, Model, common_prefix_len
+from .sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Proposal:
+    ids: list[int]
+    q: np.ndarray | None = None  # (len(ids), n_vocab_draft) draft probabilities, or None
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
+
+    def accepted(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoDrafter:
+    """Plain decoding through the same loop: proposes nothing, so every round is one
+    target step. The baseline every speedup is measured against."""
+
+    name = "none"
+
+    def begin(self, tokens, params, rng) -> None:
+        pass
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        return Proposal([])
+
+    def accepted(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class NgramDrafter:
+    """Prompt lookup: if the last few tokens occurred earlier in the context, propose
+    what followed them there. Code edits, refactors and answers grounded in a given text
+    copy long spans of their input, which this drafts for free.
+
+    An index maps every n-gram (n_min..n_max) of the context to the positions right
+    after its occurrences; it is extended with each newly committed token instead of
+    rescanning the context. Among the candidate occurrences, the one whose match extends
+    furthest back (the most context agreeing) wins; ties go to the most recent. The
+    proposal is as long as the drafter's confidence allows: matches on short suffixes
+    propose fewer tokens, since they are more often wrong and each drafted token costs
+    verify time.
+    """
+
+    name = "ngram"
+
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError("need 1 <= n_min <= n_max")
+        self.n_min = n_min
+        self.n_max = n_max
+        self.max_candidates = max_candidates
+        self._tokens: list[int] = []
+        self._index: dict[tuple[int, ...], list[int]] = {}
+
+    # -- index --------------------------------------------------------------------
+    def _sync(self, tokens: Sequence[int]) -> None:
+        """Bring the index up to ``tokens``: extend it, or rebuild after divergence."""
+        have = len(self._tokens)
+        if have > len(tokens) or (have and self._tokens[have - 1] != tokens[have - 1]) or (
+            have and common_prefix_len(self._tokens, tokens[:have]) != have
+        ):
+            self._tokens = []
+            self._index = {}
+            have = 0
+        toks = self._tokens
+        index = self._index
+        for t in tokens[have:]:
+            toks.append(int(t))
+            end = len(toks)
+            # register the n-grams that end at the token before the new one, with the
+            # new token's position as their continuation
+            for n in range(self.n_min, self.n_max + 1):
+                start = end - 1 - n
+                if start < 0:
+                    break
+                index.setdefault(tuple(toks[start : end - 1]), []).append(end - 1)
+
+    def begin(self, tokens, params, rng) -> None:
+        self._sync(tokens)
+
+    def lookup(self, tokens: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the longest earlier match of the suffix."""
+        self._sync(tokens)
+        toks = self._tokens
+        L = len(toks)
+        if k <= 0 or L < self.n_min + 1:
+            return []
+        for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
+            positions = self._index.get(tuple(toks[L - n :]))
+            if not positions:
+                continue
+            best_pos, best_len = -1, -1
+            for pos in reversed(positions[-self.max_candidates :]):
+                # pos is where the continuation starts; measure how far back the match goes
+                m = n
+                while m < pos and m < 64 and toks[pos - 1 - m] == toks[L - 1 - m]:
+                    m += 1
+                if m > best_len:
+                    best_pos, best_len = pos, m
+            if best_pos < 0:
+                continue
+            # a short match is a weak signal: let it draft a little, a long one a lot
+            budget = k if best_len >= 4 else max(1, min(k, best_len))
+            return toks[best_pos : best_pos + budget]
+        return []
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        return Proposal(self.lookup(tokens, k))
+
+    def accepted(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._tokens, self._index = [], {}
+
+
+class ModelDrafter:
+    """A small GGUF model of the target's family, with its own context and KV cache.
+
+    Its cache follows the committed text across rounds: each ``propose`` trims it to the
+    longest prefix it shares with the committed tokens (dropping rejected drafts) and
+    decodes only what is new — usually the last draft token it never decoded plus the
+    target's bonus/correction token — then drafts one token per decode. At temperature
+    0 it drafts greedily; above it samples from its own distribution q and hands q back
+    for the rejection test. It stops early when its top probability falls below
+    ``p_min``: a guess that unsure costs more verify time than it is likely to save.
+    """
+
+    name = "model"
+
+    def __init__(self, model: Model, *, n_ctx: int, n_batch: int = 512, n_threads: int | None = None,
+                 p_min: float = 0.0) -> None:
+        self.model = model
+        self.ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
+        self.p_min = p_min
+        self._params = SamplingParams()
+        self._rng = np.random.default_rng(0)
+
+    @property
+    def t_decode(self) -> float:
+        return self.ctx.t_decode
+
+    def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None:
+        self._params = params
+        self._rng = rng
+        # prefill now (all but the last token) so the first round pays only for drafting
+        self._sync(tokens[:-1], want_logits=False)
+
+    def _sync(self, tokens: Sequence[int], want_logits: bool = True) -> np.ndarray | None:
+        """Make the draft cache hold exactly ``tokens``; return the last row's logits."""
+        ctx = self.ctx
+        keep = common_prefix_len(ctx.tokens, tokens)
+        if want_logits and keep == len(tokens):
+            keep -= 1  # re-decode the last token to get its logits
+        ctx.rollback(keep)
+        new = tokens[keep:]
+        if not new:
+            return None
+        return ctx.decode(new, rows=(len(new) - 1,) if want_logits else ())
+
+    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+        if k <= 0:
+            return Proposal([])
+        # Never draft past the context: the draft cache holds len(tokens) + k - 1 tokens.
+        k = min(k, self.ctx.n_ctx - len(tokens))
+        if k <= 0:
+            return Proposal([])
+        logits = self._sync(tokens)
+        params = self._params
+        greedy = params.greedy
+        ids: list[int] = []
+        qs: list[np.ndarray] = []
+        for i in range(k):
+            row = logits[0]
+            if greedy:
+                tok = int(np.argmax(row))
+                if self.p_min > 0.0:
+                    top = _top_prob(row, tok)
+                    if top < self.p_min:
+                        break
+            else:
+                q = sampling.probs_from_logits(row, params)
+                if self.p_min > 0.0 and float(q.max()) < self.p_min:
+                    break
+                tok = sampling.sample(q, self._rng)
+                qs.append(q)
+            ids.append(tok)
+            if i + 1 < k:
+                # the last draft token is not decoded here: if it is accepted, the next
+                # round's _sync decodes it together with the target's bonus token
+                logits = self.ctx.decode([tok])
+        q_arr = np.stack(qs) if (qs and not greedy) else None
+        return Proposal(ids, q_arr)
+
+    def accepted(self, n: int) -> None:
+        pass  # the next _sync trims whatever the target rejected
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def _top_prob(row: np.ndarray, tok: int) -> float:
+    """Softmax probability of ``tok`` (the argmax) at temperature 1."""
+    m = float(row[tok])
+    return 1.0 / float(np.exp(row.astype(np.float64) - m).sum())

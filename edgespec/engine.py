@@ -1,0 +1,386 @@
+"""Engine: the public API. Loads the models, holds the session, streams events.
+
+``Engine.stream()`` turns a prompt (text, chat messages or token ids) into a stream of
+``Token`` / ``Round`` events ending with ``Done``; ``Engine.generate()`` is a few lines
+over it. The engine owns the prompt side — chat template, tokenization, prefix reuse of
+the KV cache across calls (a chat turn decodes only its new tokens) — and the text side:
+streaming detokenization and stop strings. The rounds themselves are
+``speculative.SpeculativeLoop``'s.
+
+It never prints and never exits: problems are ``EdgespecError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from . import sampling
+from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from .errors import ContextOverflowError, InputError
+from .events import Done, Event, Round, Stats, Token
+from .llama import Context, Detokenizer, Model, check_vocab_compatible, common_prefix_len, default_threads
+from .sampling import SamplingParams
+from .speculative import KController, SpeculativeLoop
+
+DEFAULT_K = 4
+DEFAULT_K_MAX = {"model": 8, "ngram": 16, "none": 1}
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    stats: Stats
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }
+
+
+PromptLike = str | Sequence[dict] | Sequence[int]
+
+
+class Engine:
+    """A target model, an optional drafter, and the KV session between calls.
+
+    ``draft`` is ``None``/``"none"`` (plain decoding through the same loop),
+    ``"ngram"`` (prompt lookup), or the path of a GGUF draft model from the target's
+    family (its vocabulary is checked against the target's). ``k`` is the starting draft
+    length, adapted during generation within ``[1, k_max]`` unless ``adaptive_k`` is
+    False. ``p_min`` makes the model drafter stop when its top probability drops below
+    it. ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike,
+        draft: str | os.PathLike | None = None,
+        *,
+        k: int = DEFAULT_K,
+        k_max: int | None = None,
+        p_min: float = 0.0,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        draft_n_gpu_layers: int | None = None,
+        adaptive_k: bool = True,
+    ) -> None:
+        if k < 1:
+            raise InputError(f"k must be at least 1 (got {k})")
+        if n_ctx < 16:
+            raise InputError(f"n_ctx must be at least 16 (got {n_ctx})")
+        if not 0.0 <= p_min < 1.0:
+            raise InputError(f"p_min must be in [0, 1) (got {p_min})")
+        self.n_threads = n_threads or default_threads()
+        self._n_batch = n_batch
+        self.target_model = Model(target, n_gpu_layers=n_gpu_layers)
+        self.n_ctx = min(n_ctx, max(self.target_model.n_ctx_train, 16)) if self.target_model.n_ctx_train else n_ctx
+        self.ctx = Context(self.target_model, n_ctx=self.n_ctx, n_batch=n_batch, n_threads=self.n_threads)
+        self.k = k
+        self._k_max_override = k_max
+        self.p_min = p_min
+        self.adaptive_k = adaptive_k
+        self._draft_gpu_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
+        self.draft_model: Model | None = None
+        self._model_drafter: ModelDrafter | None = None
+        self.drafter: Drafter = NoDrafter()
+        self._template = None
+        try:
+            self.set_drafter(draft)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- configuration ------------------------------------------------------------
+    @property
+    def target_path(self) -> Path:
+        return self.target_model.path
+
+    @property
+    def draft_path(self) -> Path | None:
+        return self.draft_model.path if self.draft_model else None
+
+    @property
+    def drafter_name(self) -> str:
+        return self.drafter.name
+
+    @property
+    def k_max(self) -> int:
+        return self._k_max_override or DEFAULT_K_MAX.get(self.drafter.name, 16)
+
+    def set_k(self, k: int) -> None:
+        if k < 1:
+            raise InputError(f"k must be at least 1 (got {k})")
+        self.k = k
+
+    def set_drafter(self, draft: str | os.PathLike | None) -> None:
+        """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
+        model already loaded) or a path to a GGUF draft model."""
+        if draft is None or str(draft) in ("none", "off", "plain"):
+            self.drafter = NoDrafter()
+        elif str(draft) == "ngram":
+            self.drafter = NgramDrafter()
+        elif str(draft) == "model":
+            if self._model_drafter is None:
+                raise InputError("no draft model is loaded; pass a draft model path instead")
+            self.drafter = self._model_drafter
+        else:
+            path = Path(draft).expanduser()
+            if self.draft_model is None or self.draft_model.path.resolve() != path.resolve():
+                model = Model(path, n_gpu_layers=self._draft_gpu_layers)
+                try:
+                    check_vocab_compatible(self.target_model, model)
+                    drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch,
+                                           n_threads=self.n_threads, p_min=self.p_min)
+                except BaseException:
+                    model.close()
+                    raise
+                if self._model_drafter is not None:
+                    self._model_drafter.close()
+                    self.draft_model.close()
+                self.draft_model, self._model_drafter = model, drafter
+            self.drafter = self._model_drafter
+
+    def reset(self) -> None:
+        """Forget the cached conversation in both models."""
+        self.ctx.clear()
+        if self._model_drafter is not None:
+            self._model_drafter.ctx.clear()
+
+    @property
+    def n_cached(self) -> int:
+        """Tokens of the previous prompt + reply currently held in the target's KV."""
+        return self.ctx.n_past
+
+    def close(self) -> None:
+        for obj in (self._model_drafter, getattr(self, "ctx", None), self.draft_model,
+                    getattr(self, "target_model", None)):
+            if obj is not None:
+                obj.close()
+        self._model_drafter = None
+        self.draft_model = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- prompts ------------------------------------------------------------------
+    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` with the target's own chat template (from its GGUF),
+        in a sandboxed Jinja environment. Models without a template get ChatML."""
+        from .chat_template import render
+
+        return render(self.target_model, messages, add_generation_prompt=add_generation_prompt)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.target_model.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.target_model.detokenize(ids)
+
+    def prompt_tokens(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
+        """The token ids a prompt turns into (what ``stream`` will feed the model)."""
+        if isinstance(prompt, str):
+            if raw:
+                return self.tokenize(prompt)
+            text = self.apply_chat_template([{"role": "user", "content": prompt}])
+            return self._tokenize_rendered(text)
+        items = list(prompt)
+        if items and isinstance(items[0], dict):
+            return self._tokenize_rendered(self.apply_chat_template(items))
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+            raise InputError("a prompt must be a string, a list of chat messages or a list of token ids")
+        bad = [t for t in items if not 0 <= t < self.target_model.n_vocab]
+        if bad:
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{self.target_model.n_vocab - 1})")
+        return [int(t) for t in items]
+
+    def _tokenize_rendered(self, text: str) -> list[int]:
+        # The template usually writes the BOS text itself when the model wants one;
+        # let the tokenizer add it only if the template did not.
+        bos_text = self.target_model.token_text(self.target_model.bos) if self.target_model.bos >= 0 else ""
+        add = self.target_model.add_bos and not (bos_text and text.startswith(bos_text))
+        ids = self.tokenize(text, add_special=add)
+        return ids
+
+    # -- generation ---------------------------------------------------------------
+    def stream(
+        self,
+        prompt: PromptLike,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        seed: int | None = None,
+        stop: Sequence[str] | str = (),
+        raw: bool = False,
+    ) -> Iterator[Event]:
+        """Generate from ``prompt``, yielding ``Token`` and ``Round`` events, then ``Done``.
+
+        The prompt is checked before any work: one that leaves no room to generate in
+        the context raises ContextOverflowError. Closing the iterator early or a
+        KeyboardInterrupt leaves both caches consistent; the next call reuses them.
+        """
+        params = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, seed=seed,
+        )
+        params.validate()
+        if max_tokens < 1:
+            raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
+        stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
+        prompt_ids = self.prompt_tokens(prompt, raw=raw)
+        if not prompt_ids:
+            raise InputError("the prompt is empty")
+        if len(prompt_ids) >= self.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt_ids)} tokens but the context holds {self.n_ctx}, "
+                "leaving no room for a reply; shorten the prompt or raise --n-ctx"
+                + (f" (the model was trained for {self.target_model.n_ctx_train})"
+                   if self.target_model.n_ctx_train > self.n_ctx else "")
+            )
+        return self._stream(prompt_ids, params, max_tokens, stops)
+
+    def _stream(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
+                stops: list[str]) -> Iterator[Event]:
+        stats = Stats(drafter=self.drafter.name, prompt_tokens=len(prompt_ids))
+        t_start = time.perf_counter()
+        target = self.ctx
+        draft_ctx = self._model_drafter.ctx if self.drafter is self._model_drafter else None
+        draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0
+
+        # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
+        # prompt shares with it and decode the rest, except the prompt's last token,
+        # which the first verify batch decodes (see speculative.py on x_last).
+        keep = common_prefix_len(target.tokens, prompt_ids[:-1])
+        target.rollback(keep)
+        if len(prompt_ids) - 1 > keep:
+            target.decode(prompt_ids[keep:-1], rows=())
+        stats.prompt_tokens_processed = len(prompt_ids) - 1 - keep + 1
+        rng = sampling.make_rng(params.seed)
+        self.drafter.begin(prompt_ids, params, rng)
+        stats.t_prompt = time.perf_counter() - t_start
+
+        kctl = KController(self.k, 1, self.k_max, adaptive=self.adaptive_k)
+        loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
+                               params=params, rng=rng, kctl=kctl, stats=stats,
+                               n_vocab=self.target_model.n_vocab)
+        detok = Detokenizer(self.target_model)
+        text_out = TextAssembler(stops)
+        model = self.target_model
+        out_ids: list[int] = []
+        finish = "length"
+        t_gen = time.perf_counter()
+        verify_t0 = target.t_decode
+        try:
+            for res in loop.run(min(max_tokens, self.n_ctx - len(prompt_ids))):
+                done = False
+                for tok, fd in zip(res.tokens, res.from_draft):
+                    if model.is_eog(tok):
+                        finish, done = "stop", True
+                        break
+                    out_ids.append(tok)
+                    piece, hit = text_out.push(detok.push(tok))
+                    yield Token(id=tok, text=piece, from_draft=fd, round=res.info.index)
+                    if hit:
+                        finish, done = "stop", True
+                        break
+                    if len(out_ids) >= max_tokens:
+                        done = True
+                        break
+                rej = res.info.rejected_ids
+                yield replace(res.info, rejected_text=model.detokenize(rej)) if rej else res.info
+                if done:
+                    break
+            tail = text_out.finish(detok.flush()) if finish != "stop" or not text_out.hit else ""
+            if tail:
+                yield Token(id=-1, text=tail, from_draft=False, round=loop.rounds)
+        finally:
+            stats.generated_tokens = len(out_ids)
+            stats.t_verify = target.t_decode - verify_t0
+            stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
+            stats.t_generate = time.perf_counter() - t_gen
+            stats.t_total = time.perf_counter() - t_start
+            stats.k_final = kctl.k
+            self.last_stats = stats
+        yield Done(finish_reason=finish, stats=stats, text=text_out.text, token_ids=tuple(out_ids))
+
+    def generate(self, prompt: PromptLike, **kwargs) -> Result:
+        """Run ``stream`` to the end and return the text, token ids, reason and stats."""
+        done = None
+        for ev in self.stream(prompt, **kwargs):
+            if isinstance(ev, Done):
+                done = ev
+        assert done is not None
+        return Result(done.text, list(done.token_ids), done.finish_reason, done.stats)
+
+
+class TextAssembler:
+    """Joins streamed text pieces and applies stop strings.
+
+    Text that might be the beginning of a stop string is held back until the next
+    pieces decide; when a stop string completes, everything from its start on is
+    dropped and ``hit`` becomes True.
+    """
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.text = ""       # released text
+        self._held = ""
+        self.hit = False
+
+    def push(self, piece: str) -> tuple[str, bool]:
+        if self.hit:
+            return "", True
+        if not self.stops:
+            self.text += piece
+            return piece, False
+        buf = self._held + piece
+        first = None
+        for s in self.stops:
+            i = buf.find(s)
+            if i >= 0 and (first is None or i < first):
+                first = i
+        if first is not None:
+            released = buf[:first]
+            self.text += released
+            self._held = ""
+            self.hit = True
+            return released, True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(buf)), 0, -1):
+                if buf.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        released = buf[: len(buf) - hold]
+        self._held = buf[len(buf) - hold :]
+        self.text += released
+        return released, False
+
+    def finish(self, piece: str = "") -> str:
+        """Release what is still held at the end of generation."""
+        released, _ = self.push(piece) if piece else ("", False)
+        if not self.hit and self._held:
+            released += self._held
+            self.text += self._held
+            self._held = ""
+        return released

@@ -1,0 +1,197 @@
+"""The speculation loop: one round = propose -> verify -> accept -> roll back.
+
+Notation follows Leviathan et al. (2023) and Chen et al. (2023): ``p`` is the target's
+distribution at a position, ``q`` the drafter's. A round drafts up to k tokens
+d_1..d_k, then decodes ``[x_last, d_1, ..., d_k]`` in ONE target ``llama_decode`` with
+logits at those k+1 rows: row i is p(. | committed + d_1..d_i).
+
+- temperature 0: d_i is accepted while it equals argmax p_i; the first mismatch is
+  replaced by argmax p_i. Output is token for token the target's greedy output.
+- temperature > 0 with q: d_i is accepted with probability min(1, p_i(d_i)/q_i(d_i));
+  on rejection the replacement is sampled from norm(max(0, p_i - q_i)). With a fixed
+  proposal (q is None) the target samples x ~ p_i itself and d_i is accepted iff x == d_i,
+  otherwise x is kept. Either way the committed tokens follow p exactly.
+- when every draft is accepted, row k gives a bonus token for free.
+
+KV bookkeeping (the part that is easy to get off by one): the target's cache holds every
+committed token except the last one, ``x_last``, which has been chosen but not yet
+decoded. The verify batch starts with it at position ``len(committed) - 1``. After
+accepting n drafts the cache keeps ``x_last, d_1..d_n`` and the rest is removed with
+``llama_memory_seq_rm``; the round's new last token (the correction or bonus) is, again,
+not yet decoded. So after every round ``target.pos_max() == len(committed) - 2``.
+
+This module knows nothing about text, stop strings or the screen: it yields token ids
+with their ``from_draft`` flag and a ``Round`` record per round.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import sampling
+from .drafters import Drafter
+from .events import Round, Stats
+from .llama import Context
+from .sampling import SamplingParams
+
+
+class KController:
+    """Adapts the draft length k during a generation.
+
+    Grows k after a round whose drafts were all accepted (doubling, so long copied spans
+    are reached quickly), shrinks it by one after a rejection in the first half of the
+    drafts, and keeps it within [k_min, k_max]. The cost-model-driven starting point
+    comes from the profile; this only follows what the current text rewards.
+    """
+
+    def __init__(self, k: int, k_min: int = 1, k_max: int = 16, adaptive: bool = True) -> None:
+        self.k_min = max(1, k_min)
+        self.k_max = max(self.k_min, k_max)
+        self.k = min(self.k_max, max(self.k_min, k))
+        self.adaptive = adaptive
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not self.adaptive or drafted == 0:
+            return
+        if accepted == drafted:
+            if drafted >= self.k:  # only a full-length success says "draft longer"
+                self.k = min(self.k_max, self.k * 2)
+        elif accepted < (drafted + 1) // 2:
+            self.k = max(self.k_min, self.k - 1)
+
+
+@dataclass
+class RoundResult:
+    tokens: list[int]
+    from_draft: list[bool]
+    info: Round
+
+
+@dataclass
+class SpeculativeLoop:
+    """State of one generation: the committed tokens and both caches kept in step."""
+
+    target: Context
+    drafter: Drafter
+    committed: list[int]           # prompt + generated; the last one is not in the target KV
+    params: SamplingParams
+    rng: np.random.Generator
+    kctl: KController
+    stats: Stats
+    n_vocab: int
+    rounds: int = 0
+    _draft_t0: float = field(default=0.0, repr=False)
+
+    def round(self, budget: int) -> RoundResult:
+        """One speculation round committing at most ``budget`` (>= 1) tokens."""
+        target, committed, params = self.target, self.committed, self.params
+        L = len(committed)
+        # Room left in the context: the verify batch occupies positions L-1 .. L-1+k.
+        k = min(self.kctl.k, budget - 1, target.n_ctx - L)
+        t0 = time.perf_counter()
+        proposal = self.drafter.propose(committed, k) if k > 0 else _EMPTY
+        self.stats.t_draft += time.perf_counter() - t0
+        drafts = proposal.ids[: max(k, 0)]
+        q = proposal.q
+
+        # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
+        rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
+
+        out: list[int] = []
+        from_draft: list[bool] = []
+        n_acc = 0
+        history = committed  # for penalties: p_i conditions on committed + d_1..d_i
+        for i, d in enumerate(drafts):
+            if params.greedy:
+                x = int(np.argmax(_penalized(rows[i], history, out, params)))
+                ok = x == d
+            else:
+                p = sampling.probs_from_logits(_penalized(rows[i], history, out, params), params)
+                if q is None:
+                    x = sampling.sample(p, self.rng)
+                    ok = x == d
+                else:
+                    q_i = _fit(q[i], self.n_vocab)
+                    ok = self.rng.random() < min(1.0, p[d] / q_i[d]) if q_i[d] > 0 else False
+                    if not ok:
+                        x = sampling.sample(sampling.residual(p, q_i), self.rng)
+            if not ok:
+                out.append(x)
+                from_draft.append(False)
+                break
+            out.append(d)
+            from_draft.append(True)
+            n_acc += 1
+        else:
+            # Every draft accepted: the last row is p after d_k, a bonus token for free.
+            last = _penalized(rows[len(drafts)], history, out, params)
+            if params.greedy:
+                out.append(int(np.argmax(last)))
+            else:
+                out.append(sampling.sample(sampling.probs_from_logits(last, params), self.rng))
+            from_draft.append(False)
+
+        # Roll back: keep x_last and the accepted drafts (positions < L + n_acc).
+        target.rollback(L + n_acc)
+        self.drafter.accepted(n_acc)
+        committed.extend(out)
+
+        st = self.stats
+        self.rounds += 1
+        st.rounds += 1
+        st.drafted += len(drafts)
+        st.accepted += n_acc
+        st.rejected += len(drafts) - n_acc
+        st.from_draft_tokens += n_acc
+        for j in range(len(drafts)):
+            if j >= len(st.drafted_by_position):
+                st.drafted_by_position.append(0)
+                st.accepted_by_position.append(0)
+            st.drafted_by_position[j] += 1
+            st.accepted_by_position[j] += 1 if j < n_acc else 0
+        info = Round(
+            index=self.rounds,
+            drafted=len(drafts),
+            accepted=n_acc,
+            rejected=len(drafts) - n_acc,
+            k=self.kctl.k,
+            drafter=self.drafter.name,
+            rejected_ids=tuple(drafts[n_acc:]),
+        )
+        self.kctl.update(len(drafts), n_acc)
+        return RoundResult(out, from_draft, info)
+
+    def run(self, max_new: int) -> Iterator[RoundResult]:
+        """Rounds until ``max_new`` tokens are committed or the context is full.
+
+        The caller stops early (EOG, stop string) simply by not asking for more.
+        """
+        produced = 0
+        while produced < max_new and len(self.committed) < self.target.n_ctx:
+            res = self.round(max_new - produced)
+            produced += len(res.tokens)
+            yield res
+
+
+_EMPTY = type("P", (), {"ids": [], "q": None})()
+
+
+def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:
+    """The target's logits with repetition penalties over committed + tokens of this round."""
+    if not params.uses_penalties:
+        return row
+    return sampling.apply_penalties(row, [*history[-params.penalty_last_n :], *extra], params)
+
+
+def _fit(q_row: np.ndarray, n_vocab: int) -> np.ndarray:
+    """Draft probabilities on the target's vocabulary size (they may differ by <= 128;
+    ids the draft does not have get probability 0, ids the target lacks are dropped)."""
+    if q_row.shape[0] == n_vocab:
+        return q_row
+    if q_row.shape[0] > n_vocab:
+        return q_row[:n_vocab]
+    return np.concatenate([q_row, np.zeros(n_vocab - q_row.shape[0], dtype=q_row.dtype)])
