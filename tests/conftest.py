@@ -1,0 +1,82 @@
+"""Shared pytest fixtures: tiny GGUF models generated once per test session.
+
+All model fixtures are session-scoped ``pathlib.Path``s in one temporary directory:
+
+* ``tiny_target``       llama arch, F32, 320-token byte-level BPE vocab (BOS=1, EOS=2,
+                        ChatML template); the target model.
+* ``tiny_same``         the target's weights and vocabulary in a separate file (only
+                        ``general.name`` differs): a drafter that always agrees.
+* ``tiny_noisy``        the target's weights plus Gaussian noise, same vocabulary: a
+                        drafter with roughly 50-85% greedy top-1 agreement.
+* ``tiny_other_vocab``  a 300-token model with a different vocabulary: must be rejected
+                        as a drafter for ``tiny_target``.
+* ``tiny_small_vocab``  a 36-token model (flatter logits) for sampling statistics; pass
+                        prompts as token ids (ids 0-4 are control tokens).
+* ``tiny_truncated``    the target's file cut in half (corrupt GGUF).
+* ``tiny_not_gguf``     4 KB of random bytes.
+
+They need the ``gguf`` package (test extra); without it the fixtures skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiny_models import make_tiny_model, write_random_bytes, write_truncated
+
+# The noise level that gives the noisy drafter its target agreement (see
+# test_tiny_models.test_noisy_draft_agreement_in_range).
+NOISY_DRAFT_NOISE = 0.1
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory) -> Path:
+    pytest.importorskip("gguf")
+    return tmp_path_factory.mktemp("tiny_models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_models_dir) -> Path:
+    return make_tiny_model(tiny_models_dir / "target.gguf", seed=0, name="edgespec-tiny-target")
+
+
+@pytest.fixture(scope="session")
+def tiny_same(tiny_models_dir) -> Path:
+    return make_tiny_model(tiny_models_dir / "same.gguf", seed=0, name="edgespec-tiny-same")
+
+
+@pytest.fixture(scope="session")
+def tiny_noisy(tiny_models_dir) -> Path:
+    return make_tiny_model(
+        tiny_models_dir / "noisy.gguf",
+        seed=0,
+        noise=NOISY_DRAFT_NOISE,
+        noise_seed=1,
+        name="edgespec-tiny-noisy",
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab(tiny_models_dir) -> Path:
+    return make_tiny_model(
+        tiny_models_dir / "other_vocab.gguf", vocab="other", seed=2, name="edgespec-tiny-other"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_small_vocab(tiny_models_dir) -> Path:
+    return make_tiny_model(
+        tiny_models_dir / "small_vocab.gguf", vocab="small", seed=3, name="edgespec-tiny-small"
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_truncated(tiny_models_dir, tiny_target) -> Path:
+    return write_truncated(tiny_target, tiny_models_dir / "truncated.gguf", 0.5)
+
+
+@pytest.fixture(scope="session")
+def tiny_not_gguf(tiny_models_dir) -> Path:
+    return write_random_bytes(tiny_models_dir / "not_gguf.gguf", 4096, seed=0)

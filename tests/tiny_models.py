@@ -1,0 +1,432 @@
+"""Tiny random-weight GGUF models that llama.cpp really loads and runs, for fast tests.
+
+``make_tiny_model(path, ...)`` writes a ``llama``-architecture GGUF with F32 weights
+(2 layers, 64-wide by default: a few hundred KB, written in milliseconds) and a small
+GPT-2 style byte-level BPE vocabulary:
+
+* ``vocab="base"``  (320 tokens) the target's vocabulary: ids 0..4 are control tokens
+  ``<|pad|> <|bos|> <|eos|> <|im_start|> <|im_end|>``, ids 5..260 the 256 byte tokens
+  (in byte order), then 59 merges learnt from a short English + code corpus. Every
+  token from id 5 up has distinct text. Tokenizes any text (byte-level), adds BOS, has
+  a ChatML chat template.
+* ``vocab="other"`` (300 tokens) a *different* vocabulary (other special tokens and
+  ids, bytes in another order, other merges): a vocab-compatibility check must reject
+  it as a drafter for a ``base`` target.
+* ``vocab="small"`` (36 tokens) for sampling statistics: the 5 control tokens, space,
+  newline, ``a``-``z`` and 3 merges. Text outside that alphabet is dropped by the
+  tokenizer, so pass prompts as token ids.
+
+Weights are seeded: the same arguments give byte-identical files. ``noise > 0`` adds
+Gaussian noise (``noise`` times each matrix's own init scale, from ``noise_seed``) to
+the very weights ``seed`` gives, which makes a drafter that mostly agrees with the
+target; ``noise == 0`` gives exactly the target's weights.
+
+Two tricks make the random models usable for exact tests:
+
+* **Well-spread logits.** The output projection is scaled so that logits have a
+  standard deviation of ``logit_scale`` (default 6 for the larger vocabularies): the
+  top-1/top-2 gap is then almost never small enough for the different matmul kernels
+  llama.cpp uses for 1-token and n-token batches to flip a greedy choice.
+* **A bias channel.** Embedding dimension 0 is a constant that no layer writes to (the
+  rows of ``attn_output`` and ``ffn_down`` that feed it are zero), so after the final
+  RMS norm it acts as a per-token output bias. Control tokens get ``special_bias``
+  through it (strongly negative by default: generation never emits BOS/EOS/im_end by
+  accident); ``eos_bias`` overrides it for EOS (a large positive value makes a model
+  that stops at once).
+* **No fixed points.** A random model is close to a token -> token map, and such maps
+  have fixed points (greedy emits one token forever). Each token's output row is
+  pushed away from its own embedding, so greedy output wanders or falls into short
+  cycles of 2+ tokens instead.
+
+Also here: ``write_truncated`` and ``write_random_bytes`` for corrupt-file tests. This
+module needs numpy and ``gguf`` only; it never imports llama_cpp.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+# Training text for the BPE merges: plain English and a bit of Python, so that merges
+# like "Ġthe" and "Ġdef" exist and ordinary prompts tokenize into multi-byte tokens.
+_CORPUS_BASE = """\
+hello world, the quick brown fox jumps over the lazy dog. the dog sleeps in the sun
+and the fox runs into the forest. there is nothing in the world like a quiet morning.
+once upon a time there was a small model that wanted to be fast. it read the
+prompt, then it wrote the answer one token at a time, and the answer was good.
+def main():
+    for i in range(10):
+        print("hello", i)
+    return 0
+the cat sat on the mat. the rain in spain stays mainly in the plain. 1 2 3 123 2024
+"""
+
+_CORPUS_OTHER = """\
+SELECT name, value FROM table WHERE id = 42 ORDER BY name;
+fn main() { let x = vec![1, 2, 3]; println!("{:?}", x); }
+Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.
+"""
+
+# GPT-2 pre-tokenizer, ASCII approximation (Python's re has no \p{L}); it only
+# decides which merges get learnt, llama.cpp does the real splitting at run time.
+_PRETOKENIZE = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
+
+_CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+TOKEN_NORMAL = 1  # gguf.TokenType.NORMAL
+TOKEN_CONTROL = 3  # gguf.TokenType.CONTROL
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (what llama.cpp decodes)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1)
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+@dataclass(frozen=True)
+class TinyVocab:
+    """Everything that goes into the ``tokenizer.ggml.*`` metadata."""
+
+    name: str
+    tokens: tuple[str, ...]
+    token_types: tuple[int, ...]
+    merges: tuple[str, ...]
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    add_bos: bool
+    pre: str = "gpt-2"
+    chat_template: str | None = None
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.token_types) if t != TOKEN_NORMAL)
+
+
+def _train_bpe(corpus: str, n_merges: int) -> list[tuple[str, str]]:
+    """Plain byte-level BPE training; ties broken by pair text so it is deterministic."""
+    b2u = bytes_to_unicode()
+    words = Counter(
+        tuple(b2u[b] for b in w.encode("utf-8")) for w in _PRETOKENIZE.findall(corpus)
+    )
+    merges: list[tuple[str, str]] = []
+    for _ in range(n_merges):
+        pairs: Counter[tuple[str, str]] = Counter()
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged: Counter[tuple[str, ...]] = Counter()
+        for w, c in words.items():
+            out: list[str] = []
+            i = 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    return merges
+
+
+def _assemble(
+    name: str,
+    specials: list[str],
+    base_tokens: list[str],
+    merges: list[tuple[str, str]],
+    *,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    chat_template: str | None,
+) -> TinyVocab:
+    tokens = list(specials) + list(base_tokens)
+    seen = set(tokens)
+    for a, b in merges:
+        if a + b not in seen:  # two merges can spell the same string; keep one token
+            tokens.append(a + b)
+            seen.add(a + b)
+    types = [TOKEN_CONTROL] * len(specials) + [TOKEN_NORMAL] * (len(tokens) - len(specials))
+    return TinyVocab(
+        name=name,
+        tokens=tuple(tokens),
+        token_types=tuple(types),
+        merges=tuple(f"{a} {b}" for a, b in merges),
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        add_bos=True,
+        chat_template=chat_template,
+    )
+
+
+@lru_cache(maxsize=None)
+def build_vocab(kind: str = "base") -> TinyVocab:
+    """The vocabulary named ``kind``: ``"base"``, ``"other"`` or ``"small"`` (see module doc)."""
+    b2u = bytes_to_unicode()
+    if kind == "base":
+        return _assemble(
+            "base",
+            ["<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"],
+            [b2u[b] for b in range(256)],
+            _train_bpe(_CORPUS_BASE, 59),
+            bos_id=1,
+            eos_id=2,
+            pad_id=0,
+            chat_template=_CHATML,
+        )
+    if kind == "other":
+        # Bytes sorted by their printable character, not by byte value, so that even
+        # the byte tokens sit at other ids than in "base".
+        return _assemble(
+            "other",
+            ["<unk>", "<s>", "</s>", "<sep>", "<mask>"],
+            sorted(b2u.values()),
+            _train_bpe(_CORPUS_OTHER, 39),
+            bos_id=1,
+            eos_id=2,
+            pad_id=0,
+            chat_template=None,
+        )
+    if kind == "small":
+        letters = [b2u[b] for b in b" \n"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+        return _assemble(
+            "small",
+            ["<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"],
+            letters,
+            [("Ġ", "t"), ("h", "e"), ("Ġt", "he")],
+            bos_id=1,
+            eos_id=2,
+            pad_id=0,
+            chat_template=_CHATML,
+        )
+    raise ValueError(f"unknown tiny vocabulary {kind!r}: use 'base', 'other' or 'small'")
+
+
+def _weights(
+    rng: np.random.Generator,
+    vocab: TinyVocab,
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_head: int,
+    n_head_kv: int,
+    n_ff: int,
+    logit_scale: float,
+    special_bias: float,
+    eos_bias: float | None,
+    bias_value: float,
+    repeat_suppression: float = 0.0,
+    attn_gain: float = 1.0,
+) -> dict[str, tuple[np.ndarray, float]]:
+    """name -> (float32 array in numpy (rows, cols) = (out, in) order, init std).
+
+    The init std is what ``noise`` is relative to; 0 marks tensors that never get noise
+    (norm weights and the bias channel).
+    """
+    n_vocab = vocab.n_vocab
+    head_dim = n_embd // n_head
+    n_embd_kv = head_dim * n_head_kv
+    out: dict[str, tuple[np.ndarray, float]] = {}
+
+    def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    emb = normal((n_vocab, n_embd), 1.0)
+    emb[:, 0] = bias_value  # the bias channel
+    out["token_embd.weight"] = (emb, 1.0)
+
+    s_in = 1.0 / np.sqrt(n_embd)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        out[p + "attn_norm.weight"] = (np.ones(n_embd, np.float32), 0.0)
+        out[p + "attn_q.weight"] = (normal((n_embd, n_embd), s_in), s_in)
+        out[p + "attn_k.weight"] = (normal((n_embd_kv, n_embd), s_in), s_in)
+        out[p + "attn_v.weight"] = (normal((n_embd_kv, n_embd), s_in), s_in)
+        wo = normal((n_embd, n_embd), s_in * attn_gain)
+        wo[0, :] = 0.0  # nothing writes into the bias channel
+        out[p + "attn_output.weight"] = (wo, s_in * attn_gain)
+        out[p + "ffn_norm.weight"] = (np.ones(n_embd, np.float32), 0.0)
+        out[p + "ffn_gate.weight"] = (normal((n_ff, n_embd), s_in), s_in)
+        out[p + "ffn_up.weight"] = (normal((n_ff, n_embd), s_in), s_in)
+        s_ff = 1.0 / np.sqrt(n_ff)
+        wd = normal((n_embd, n_ff), s_ff)
+        wd[0, :] = 0.0
+        out[p + "ffn_down.weight"] = (wd, s_ff)
+
+    out["output_norm.weight"] = (np.ones(n_embd, np.float32), 0.0)
+    # After RMS norm the hidden state has RMS 1, so rows with std s / sqrt(n_embd) over
+    # the n_embd - 1 ordinary dimensions give logits with std ~ s.
+    s_out = logit_scale / np.sqrt(n_embd)
+    w_out = normal((n_vocab, n_embd), s_out)
+    w_out[:, 0] = 0.0
+    if repeat_suppression:
+        # Random maps from token to token have fixed points (t -> t forever); pushing
+        # each token's output row away from its own embedding makes "repeat the current
+        # token" about ``repeat_suppression`` logit stds less likely.
+        e = emb[:, 1:] / np.linalg.norm(emb[:, 1:], axis=1, keepdims=True)
+        w_out[:, 1:] -= (repeat_suppression * logit_scale / np.sqrt(n_embd - 1)) * e
+    # The bias channel's normalised value (no layer writes it, so it is bias_value over
+    # the RMS of the residual stream, ~bias_value / 1.1 here); approximate is enough.
+    channel = bias_value / np.sqrt((bias_value**2 + (n_embd - 1)) / n_embd)
+    for t in vocab.special_ids:
+        w_out[t, :] = 0.0
+        bias = eos_bias if (t == vocab.eos_id and eos_bias is not None) else special_bias
+        w_out[t, 0] = bias / channel
+    out["output.weight"] = (w_out, s_out)
+    return out
+
+
+def make_tiny_model(
+    path: str | Path,
+    *,
+    vocab: str = "base",
+    seed: int = 0,
+    noise: float = 0.0,
+    noise_seed: int = 1,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 2,
+    n_head_kv: int = 1,
+    n_ff: int = 128,
+    n_ctx_train: int = 2048,
+    logit_scale: float | None = None,
+    special_bias: float = -30.0,
+    eos_bias: float | None = None,
+    name: str | None = None,
+    repeat_suppression: float = 2.0,
+    attn_gain: float = 1.0,
+) -> Path:
+    """Write a tiny ``llama`` GGUF (F32) to ``path`` and return the path.
+
+    ``seed`` fixes the weights; ``noise``/``noise_seed`` perturb them (a drafter; 0.1
+    gives ~65-75% greedy top-1 agreement with the same ``seed``'s target, 0.04 ~85-90%,
+    0.2 ~40-55%). ``logit_scale`` is the std of the logits (default 6, or 2 for
+    ``vocab="small"`` so that sampling spreads over many tokens). ``special_bias`` sets
+    the logit of the control tokens and ``eos_bias`` that of EOS alone, through the bias
+    channel; both are approximate (the residual stream grows through the layers, so the
+    realised logit is ~0.6x the value asked for: ``eos_bias=30`` makes EOS the greedy
+    choice by a margin of ~1 logit, ``eos_bias=50`` by a wide one).
+    ``repeat_suppression`` (in logit stds) pushes each token's output row away from its
+    own embedding, so that greedy decoding does not lock onto one token; ``attn_gain``
+    scales the attention output (above ~1.5 the models collapse into repetition).
+    ``name`` is ``general.name``.
+    """
+    import gguf  # test-only dependency
+
+    if n_embd % n_head or n_head % n_head_kv:
+        raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
+    v = build_vocab(vocab)
+    if logit_scale is None:
+        logit_scale = 2.0 if vocab == "small" else 6.0
+    rng = np.random.default_rng(seed)
+    tensors = _weights(
+        rng,
+        v,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_ff=n_ff,
+        logit_scale=logit_scale,
+        special_bias=special_bias,
+        eos_bias=eos_bias,
+        bias_value=4.0,
+        repeat_suppression=repeat_suppression,
+        attn_gain=attn_gain,
+    )
+    if noise > 0:
+        nrng = np.random.default_rng(noise_seed)
+        for key, (arr, std) in tensors.items():
+            if std == 0.0:
+                continue
+            pert = (nrng.standard_normal(arr.shape) * (noise * std)).astype(np.float32)
+            keep_zero = arr == 0.0  # bias channel and the zeroed special rows stay exact
+            arr = arr + pert
+            arr[keep_zero] = 0.0
+            if key == "token_embd.weight":
+                arr[:, 0] = tensors[key][0][:, 0]
+            tensors[key] = (arr, std)
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name or f"edgespec-tiny-{vocab}-s{seed}" + (f"-noise{noise:g}" if noise else ""))
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(v.n_vocab)
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(v.pre)
+    w.add_token_list(list(v.tokens))
+    w.add_token_types(list(v.token_types))
+    w.add_token_merges(list(v.merges))
+    w.add_bos_token_id(v.bos_id)
+    w.add_eos_token_id(v.eos_id)
+    w.add_pad_token_id(v.pad_id)
+    w.add_add_bos_token(v.add_bos)
+    w.add_add_eos_token(False)
+    if v.chat_template:
+        w.add_chat_template(v.chat_template)
+    for key, (arr, _) in tensors.items():
+        w.add_tensor(key, np.ascontiguousarray(arr, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_truncated(src: str | Path, dst: str | Path, fraction: float = 0.5) -> Path:
+    """Copy the first ``fraction`` of ``src`` to ``dst`` (a GGUF cut short)."""
+    data = Path(src).read_bytes()
+    dst = Path(dst)
+    dst.write_bytes(data[: int(len(data) * fraction)])
+    return dst
+
+
+def write_random_bytes(dst: str | Path, n: int = 4096, seed: int = 0) -> Path:
+    """``n`` seeded random bytes: not a GGUF at all (no ``GGUF`` magic)."""
+    data = np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    if data[:4] == b"GGUF":  # cannot happen with seed 0; be sure anyway
+        data = b"\0" + data[1:]
+    dst = Path(dst)
+    dst.write_bytes(data)
+    return dst
