@@ -1,0 +1,163 @@
+"""The cost model of speculative decoding, and the choice of drafter and k it implies.
+
+One round drafts up to k tokens, verifies them with the k+1-token batch, and keeps the
+accepted prefix plus the target's own next token. Measured in target decode steps of
+one token, with α the probability that a drafted token is accepted (independent per
+position, the usual simplification of Leviathan et al. 2023):
+
+    tokens per round   E(α, k) = 1 + α + … + α^k = (1 - α^(k+1)) / (1 - α)
+    cost of a round    c(k+1) + k·γ
+    speedup            S(k) = E(α, k) / (c(k+1) + k·γ)
+
+``c(n)`` is the cost of decoding a batch of n tokens relative to one token (≈1 while the
+device is memory-bound, growing towards n when it is compute-bound), and γ the cost of
+one draft step relative to one target step. The n-gram drafter costs almost nothing
+(γ ≈ 0) but only proposes when the recent tokens occurred before; with ``hit`` the share
+of rounds where it proposes, a round without a proposal is a plain step:
+
+    S(k) = (hit·E(α, k) + (1 - hit)) / (hit·(c(k+1) + k·γ) + (1 - hit))
+
+This module is pure arithmetic: it knows nothing about devices (``profiles`` supplies
+the figures) or models.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Sequence
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E[accepted + 1]: tokens committed per round with k drafted at acceptance α."""
+    if k <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return float(k + 1)
+    alpha = max(0.0, alpha)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """c(n): cost of decoding n tokens in one batch, relative to one token.
+
+    Given at a few batch sizes; in between it is interpolated linearly, beyond the last
+    point it grows with the slope of the last two points (batches only get more
+    compute-bound), and c(1) is 1 by definition.
+    """
+
+    n: tuple[int, ...]
+    c: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.n) != len(self.c) or not self.n:
+            raise ValueError("verify cost needs as many costs as batch sizes, at least one")
+        if list(self.n) != sorted(set(self.n)) or self.n[0] < 1:
+            raise ValueError("verify cost batch sizes must be increasing integers ≥ 1")
+
+    def __call__(self, n: int) -> float:
+        if n <= 1:
+            return 1.0
+        xs, ys = list(self.n), list(self.c)
+        if xs[0] != 1:
+            xs, ys = [1, *xs], [1.0, *ys]
+        if n >= xs[-1]:
+            if len(xs) == 1:
+                return ys[-1]
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            return ys[-1] + slope * (n - xs[-1])
+        i = bisect_left(xs, n)
+        if xs[i] == n:
+            return ys[i]
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+
+
+def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0) -> float:
+    """Predicted speedup over plain decoding (see the module docstring)."""
+    if k <= 0:
+        return 1.0
+    tokens = hit * expected_tokens(alpha, k) + (1.0 - hit)
+    cost = hit * (c(k + 1) + k * gamma) + (1.0 - hit)
+    return tokens / cost
+
+
+def best_k(
+    alpha: float, c: VerifyCost, gamma: float, *, k_min: int = 1, k_max: int = 8, hit: float = 1.0
+) -> tuple[int, float]:
+    """The k in [k_min, k_max] with the highest predicted speedup, and that speedup.
+    Ties go to the smaller k (less work wasted when α is overestimated)."""
+    best = (k_min, speedup(alpha, k_min, c, gamma, hit))
+    for k in range(k_min + 1, k_max + 1):
+        s = speedup(alpha, k, c, gamma, hit)
+        if s > best[1] + 1e-9:
+            best = (k, s)
+    return best
+
+
+@dataclass(frozen=True)
+class DrafterOption:
+    """One drafter as the cost model sees it."""
+
+    drafter: str  # "model" | "ngram"
+    alpha: float
+    gamma: float
+    hit: float = 1.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    drafter: str  # "model" | "ngram" | "none"
+    k: int
+    speedup: float  # predicted; 1.0 for "none"
+    # predicted (k, speedup) of every option considered, for the explanation
+    options: tuple[tuple[str, int, float], ...] = ()
+
+
+def choose(
+    options: Sequence[DrafterOption],
+    c: VerifyCost,
+    *,
+    k_min: int = 1,
+    k_max: int = 8,
+    min_gain: float = 0.05,
+) -> Choice:
+    """The option with the best predicted speedup, or plain decoding ("none") when no
+    option beats it by at least ``min_gain`` (edgespec must never make a user slower,
+    and a prediction within a few percent of 1 is within its own error)."""
+    scored = []
+    for opt in options:
+        k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=k_max, hit=opt.hit)
+        scored.append((opt.drafter, k, s))
+    if not scored:
+        return Choice("none", 0, 1.0)
+    drafter, k, s = max(scored, key=lambda t: t[2])
+    if s < 1.0 + min_gain:
+        return Choice("none", 0, 1.0, tuple(scored))
+    return Choice(drafter, k, s, tuple(scored))
+
+
+def estimate_alpha(accepted: int, drafted: int, rounds_rejected: int) -> float | None:
+    """α from observed rounds: a round that drafted k and kept a < k saw a successes and
+    one rejection; tokens drafted after the first rejection were never tested. The
+    maximum-likelihood α is accepted / (accepted + rounds with a rejection). ``drafted``
+    only guards the empty case. None when nothing was drafted."""
+    if drafted <= 0:
+        return None
+    trials = accepted + rounds_rejected
+    return accepted / trials if trials else None
+
+
+def draft_cost_ratio(draft_bytes: int, target_bytes: int, *, overhead_ms: float, gbs: float) -> float:
+    """γ estimated from sizes: a decode step costs a fixed overhead plus reading the
+    weights at the device's effective rate (``gbs``, GB/s). Used when no measured γ is
+    known for the pair."""
+    return step_ms(draft_bytes, overhead_ms=overhead_ms, gbs=gbs) / step_ms(
+        target_bytes, overhead_ms=overhead_ms, gbs=gbs
+    )
+
+
+def step_ms(weights_bytes: int, *, overhead_ms: float, gbs: float) -> float:
+    """Estimated time of one single-token decode step in milliseconds."""
+    return overhead_ms + weights_bytes / (gbs * 1e9) * 1e3

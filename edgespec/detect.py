@@ -1,0 +1,425 @@
+"""What machine is this? Reads the hardware and maps it to the closest device profile.
+
+Everything it learns comes through a ``Probe``: ``run(argv)`` for commands
+(``sysctl``, ``nvidia-smi``), ``read(path)`` for files (``/proc/cpuinfo``, the device
+tree), and a few facts (OS, architecture, memory, core counts, whether the installed
+llama.cpp can offload to a GPU). ``LocalProbe`` asks the real machine;
+``RecordedProbe`` replays a TOML recording, which is how detection is tested for
+machines we do not have (see ``tests/data/detect/``), and how a user's report can be
+replayed.
+
+The match is then scaled to the real machine — memory the models may use and thread
+count — and the result says why it chose what it chose. It knows nothing about models
+or the cost of decoding.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from .errors import ProfileError
+from .profiles import GB, Figure, Profile, list_profiles
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=name,memory.total", "--format=csv")
+TIERS = {"": 0, "pro": 1, "max": 2, "ultra": 3}
+GIB = 1 << 30
+
+
+# --------------------------------------------------------------------------------------
+# Probes
+# --------------------------------------------------------------------------------------
+
+
+class Probe(Protocol):
+    def system(self) -> str: ...  # "Darwin" | "Linux" | "Windows"
+    def arch(self) -> str: ...
+    def run(self, argv: Sequence[str]) -> str | None: ...  # stdout, None if it failed
+    def read(self, path: str) -> str | None: ...
+    def memory(self) -> tuple[int | None, int | None]: ...  # total, available bytes
+    def cpu_counts(self) -> tuple[int | None, int | None]: ...  # physical, logical
+    def gpu_offload(self) -> bool | None: ...  # None: unknown
+
+
+class LocalProbe:
+    """The machine this process runs on."""
+
+    def system(self) -> str:
+        return platform.system()
+
+    def arch(self) -> str:
+        return platform.machine()
+
+    def run(self, argv: Sequence[str]) -> str | None:
+        if shutil.which(argv[0]) is None:
+            return None
+        try:
+            out = subprocess.run(list(argv), capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout if out.returncode == 0 else None
+
+    def read(self, path: str) -> str | None:
+        try:
+            return Path(path).read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def memory(self) -> tuple[int | None, int | None]:
+        try:
+            import psutil
+
+            vm = psutil.virtual_memory()
+            return int(vm.total), int(vm.available)
+        except Exception:  # noqa: BLE001 - psutil missing or unsupported platform
+            return None, None
+
+    def cpu_counts(self) -> tuple[int | None, int | None]:
+        try:
+            import psutil
+
+            return psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
+        except Exception:  # noqa: BLE001
+            import os
+
+            return None, os.cpu_count()
+
+    def gpu_offload(self) -> bool | None:
+        try:
+            from . import llama
+
+            return llama.supports_gpu_offload()
+        except Exception:  # noqa: BLE001 - llama.cpp not importable: unknown
+            return None
+
+
+class RecordedProbe:
+    """Replays a recording: a TOML file with ``system``, ``arch``, ``gpu_offload``,
+    ``[memory]`` total/available, ``[cpu]`` physical/logical, ``[commands]`` (the
+    command line joined by spaces -> its stdout) and ``[files]`` (path -> content).
+    Commands and files not in the recording behave as missing."""
+
+    def __init__(self, data: dict, name: str = "recording") -> None:
+        self.data, self.name = data, name
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RecordedProbe":
+        p = Path(path)
+        try:
+            return cls(tomllib.loads(p.read_text(encoding="utf-8")), p.stem)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ProfileError(f"{p}: cannot read machine recording: {exc}") from None
+
+    def system(self) -> str:
+        return self.data.get("system", "Linux")
+
+    def arch(self) -> str:
+        return self.data.get("arch", "x86_64")
+
+    def run(self, argv: Sequence[str]) -> str | None:
+        return self.data.get("commands", {}).get(" ".join(argv))
+
+    def read(self, path: str) -> str | None:
+        return self.data.get("files", {}).get(path)
+
+    def memory(self) -> tuple[int | None, int | None]:
+        m = self.data.get("memory", {})
+        return m.get("total"), m.get("available")
+
+    def cpu_counts(self) -> tuple[int | None, int | None]:
+        c = self.data.get("cpu", {})
+        return c.get("physical"), c.get("logical")
+
+    def gpu_offload(self) -> bool | None:
+        return self.data.get("gpu_offload")
+
+
+# --------------------------------------------------------------------------------------
+# Reading the machine
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Machine:
+    system: str
+    arch: str
+    cpu: str
+    physical_cores: int
+    logical_cores: int
+    total_bytes: int | None
+    available_bytes: int | None
+    chip: str | None = None  # Apple silicon chip, e.g. "Apple M2 Max"
+    board: str | None = None  # device-tree model: Raspberry Pi, Jetson
+    gpus: tuple[GPU, ...] = ()
+    gpu_offload: bool | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        bits = [self.chip or self.board or self.cpu or self.arch]
+        bits.append(f"{self.physical_cores} cores")
+        if self.total_bytes:
+            bits.append(f"{self.total_bytes / GIB:.0f} GiB {'unified memory' if self.chip else 'RAM'}")
+        for g in self.gpus:
+            mem = f" {g.memory_bytes / GIB:.0f} GiB" if g.memory_bytes else ""
+            bits.append(f"{g.name}{mem}")
+        if not self.gpus and not self.chip and not re.search(r"jetson", self.board or "", re.I):
+            bits.append("no NVIDIA GPU")
+        return ", ".join(bits)
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    m = re.search(r"\d+", text)
+    return int(m.group()) if m else None
+
+
+def _cpuinfo_field(cpuinfo: str | None, *names: str) -> str | None:
+    for line in (cpuinfo or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in names and value.strip():
+            return value.strip()
+    return None
+
+
+def parse_nvidia_smi(text: str | None) -> tuple[GPU, ...]:
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv`` -> GPUs.
+
+    The output is a header line then ``NVIDIA GeForce RTX 4090, 24564 MiB`` per GPU.
+    """
+    gpus = []
+    for line in (text or "").splitlines()[1:]:
+        if "," not in line:
+            continue
+        name, _, mem = line.rpartition(",")
+        mib = _int(mem)
+        gpus.append(GPU(name.strip(), mib * (1 << 20) if mib is not None else None))
+    return tuple(gpus)
+
+
+def _meminfo(text: str | None) -> tuple[int | None, int | None]:
+    vals = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("MemTotal", "MemAvailable"):
+            vals[key] = (_int(value) or 0) * 1024
+    return vals.get("MemTotal"), vals.get("MemAvailable")
+
+
+def read_machine(probe: Probe | None = None) -> Machine:
+    probe = probe or LocalProbe()
+    system, arch = probe.system(), probe.arch()
+    total, available = probe.memory()
+    physical, logical = probe.cpu_counts()
+    chip = board = None
+    cpu = ""
+    if system == "Darwin":
+        cpu = (probe.run(("sysctl", "-n", "machdep.cpu.brand_string")) or "").strip()
+        if cpu.startswith("Apple"):
+            chip = cpu
+        total = total or _int(probe.run(("sysctl", "-n", "hw.memsize")))
+        physical = physical or _int(probe.run(("sysctl", "-n", "hw.physicalcpu")))
+        logical = logical or _int(probe.run(("sysctl", "-n", "hw.logicalcpu")))
+    elif system == "Linux":
+        cpuinfo = probe.read("/proc/cpuinfo")
+        cpu = _cpuinfo_field(cpuinfo, "model name", "hardware", "cpu model") or ""
+        model = probe.read("/proc/device-tree/model")
+        board = model.strip("\x00 \n") if model else _cpuinfo_field(cpuinfo, "model")
+        if board and not re.search(r"raspberry|jetson|nvidia|orin", board, re.I):
+            board = None  # x86 /proc/cpuinfo "model" is a number, not a board
+        if total is None or available is None:
+            t, a = _meminfo(probe.read("/proc/meminfo"))
+            total, available = total or t, available or a
+        if logical is None and cpuinfo:
+            logical = sum(1 for line in cpuinfo.splitlines() if line.startswith("processor"))
+        if physical is None and cpuinfo:
+            cores = _int(_cpuinfo_field(cpuinfo, "cpu cores"))
+            physical = cores or logical
+    else:
+        cpu = platform.processor() if isinstance(probe, LocalProbe) else ""
+    gpus = parse_nvidia_smi(probe.run(NVIDIA_SMI)) if system != "Darwin" else ()
+    logical = logical or physical or 1
+    physical = physical or logical
+    return Machine(
+        system=system, arch=arch, cpu=cpu, physical_cores=physical, logical_cores=logical,
+        total_bytes=total, available_bytes=available, chip=chip, board=board, gpus=gpus,
+        gpu_offload=probe.gpu_offload(),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Matching and scaling
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Detection:
+    machine: Machine
+    profile: Profile  # scaled to the machine
+    base: str  # the profile it was scaled from
+    explanation: str
+
+    def to_dict(self) -> dict:
+        return {"machine": self.machine.to_dict(), "profile": self.base, "explanation": self.explanation}
+
+
+def _apple_chip(name: str) -> tuple[int, int] | None:
+    """"Apple M2 Max" -> (2, 2): generation and tier (0 base, 1 Pro, 2 Max, 3 Ultra)."""
+    m = re.match(r"Apple M(\d+)(?:\s+(Pro|Max|Ultra))?", name.strip(), re.I)
+    if not m:
+        return None
+    return int(m.group(1)), TIERS[(m.group(2) or "").lower()]
+
+
+def _prefer_user(cands: list[Profile]) -> list[Profile]:
+    return sorted(cands, key=lambda p: p.origin == "shipped")
+
+
+def match_profile(machine: Machine, profiles: Sequence[Profile]) -> tuple[Profile, str]:
+    """The closest profile and a sentence saying why."""
+    by_kind: dict[str, list[Profile]] = {}
+    for p in _prefer_user(list(profiles)):
+        by_kind.setdefault(p.match.kind, []).append(p)
+
+    def nearest_cpu(why: str) -> tuple[Profile, str]:
+        cands = by_kind.get("cpu", [])
+        if not cands:
+            raise ProfileError("no CPU profile is installed; reinstall edgespec")
+        n = machine.physical_cores
+        for p in cands:
+            lo, hi = p.match.cores or (1, 1 << 16)
+            if lo <= n <= hi:
+                return p, f"{why}{n} physical cores: {p.name}"
+        p = min(cands, key=lambda p: min(abs(n - c) for c in (p.match.cores or (n, n))))
+        return p, f"{why}{n} physical cores, closest: {p.name}"
+
+    if machine.chip:
+        chip = machine.chip
+        apple = by_kind.get("apple", [])
+        for p in apple:
+            if any(chip.lower() == c.lower() for c in p.match.chips):
+                return p, f"{chip}: {p.name}"
+        want = _apple_chip(chip)
+        scored = []
+        for p in apple:
+            for c in p.match.chips:
+                have = _apple_chip(c)
+                if want and have:
+                    scored.append(((abs(want[1] - have[1]), abs(want[0] - have[0]), -have[0]), p))
+        if scored:
+            p = min(scored, key=lambda t: t[0])[1]
+            return p, f"{chip}: no profile of its own; closest chip profile {p.name}, scaled to it"
+        return nearest_cpu(f"{chip}: no Apple profile; ")
+
+    board = machine.board or ""
+    for kind in ("jetson", "raspberry-pi"):
+        for p in by_kind.get(kind, []):
+            if any(b.lower() in board.lower() for b in p.match.boards):
+                return p, f"{board}: {p.name}"
+    if board and re.search(r"jetson|orin", board, re.I) and by_kind.get("jetson"):
+        p = by_kind["jetson"][0]
+        return p, f"{board}: closest board profile {p.name}"
+    if board and re.search(r"raspberry", board, re.I) and by_kind.get("raspberry-pi"):
+        p = by_kind["raspberry-pi"][0]
+        return p, f"{board}: closest board profile {p.name}, scaled to it"
+
+    if machine.gpus:
+        gpu = max(machine.gpus, key=lambda g: g.memory_bytes or 0)
+        if machine.gpu_offload is False:
+            return nearest_cpu(
+                f"found {gpu.name}, but this llama-cpp-python build cannot offload to a GPU "
+                "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to use it); "
+            )
+        cuda = by_kind.get("nvidia", [])
+        for p in cuda:
+            if any(g.lower() in gpu.name.lower() for g in p.match.gpus):
+                return p, f"{gpu.name}: {p.name}"
+        if cuda:
+            vram = gpu.memory_bytes or 0
+            fits = [p for p in cuda if p.models_gb.value * GB <= vram]
+            p = max(fits, key=lambda p: p.models_gb.value) if fits else min(cuda, key=lambda p: p.models_gb.value)
+            return p, f"{gpu.name}: no profile of its own; closest by memory {p.name}, scaled to it"
+    return nearest_cpu("")
+
+
+def _usable_apple(total: int) -> float:
+    # Metal lets the GPU address about 2/3 of unified memory on machines up to 36 GB
+    # and about 3/4 above (recommendedMaxWorkingSetSize).
+    return total * (2 / 3 if total <= 36 * (1 << 30) else 3 / 4)
+
+
+def scale(profile: Profile, machine: Machine) -> Profile:
+    """The profile with the memory and threads of this machine."""
+    notes: list[str] = []
+    mem = profile.models_gb
+    if machine.chip and machine.total_bytes:
+        usable = _usable_apple(machine.total_bytes)
+        mem = Figure(round(usable / GB, 1), "estimated",
+                     f"detected {machine.total_bytes / GIB:.0f} GiB unified memory × "
+                     f"{'2/3' if usable < machine.total_bytes * 0.7 else '3/4'} (Metal's working-set limit)")
+    elif profile.backend == "cuda" and machine.gpus and profile.match.kind == "nvidia":
+        vram = max(g.memory_bytes or 0 for g in machine.gpus)
+        if vram:
+            mem = Figure(round(vram / GB - 0.5, 1), "estimated",
+                         f"detected {vram / GIB:.1f} GiB VRAM less 0.5 GB for the driver and display")
+    elif machine.total_bytes:
+        usable = machine.total_bytes * 0.8
+        src = f"detected {machine.total_bytes / GB:.1f} GB RAM × 0.8"
+        if machine.available_bytes is not None and machine.available_bytes < usable:
+            usable = machine.available_bytes
+            src = f"detected {machine.available_bytes / GB:.1f} GB RAM available now"
+        mem = Figure(round(usable / GB, 1), "estimated", src)
+    if mem != profile.models_gb:
+        notes.append(f"memory for models: {mem.value:g} GB ({mem.source})")
+    threads = profile.n_threads
+    if profile.backend == "cpu" or profile.n_gpu_layers == 0:
+        threads = machine.physical_cores
+        notes.append(f"threads: {threads} (one per physical core)")
+    return replace(profile, models_gb=mem, n_threads=threads, notes=tuple(notes))
+
+
+def detect(probe: Probe | None = None, profiles: Sequence[Profile] | None = None) -> Detection:
+    """Read the machine, pick the closest profile, scale it to the machine."""
+    machine = read_machine(probe)
+    profiles = list(profiles) if profiles is not None else list_profiles()
+    base, why = match_profile(machine, profiles)
+    scaled = scale(base, machine)
+    return Detection(machine, scaled, base.name, f"detected {machine.summary()} → {why}")
+
+
+def machine_facts(machine: Machine) -> dict[str, Any]:
+    """A flat view for display."""
+    return {
+        "system": f"{machine.system} {machine.arch}",
+        "cpu": machine.chip or machine.cpu or "?",
+        "cores": f"{machine.physical_cores} physical, {machine.logical_cores} logical",
+        "memory": (
+            f"{machine.total_bytes / GIB:.1f} GiB total"
+            + (f", {machine.available_bytes / GIB:.1f} GiB available" if machine.available_bytes else "")
+            if machine.total_bytes else "?"
+        ),
+        "board": machine.board or "-",
+        "gpus": ", ".join(
+            f"{g.name} ({g.memory_bytes / GIB:.1f} GiB)" if g.memory_bytes else g.name for g in machine.gpus
+        ) or "-",
+        "gpu offload in llama.cpp": {True: "yes", False: "no", None: "unknown"}[machine.gpu_offload],
+    }

@@ -1,0 +1,94 @@
+"""The cost model: expected tokens per round, c(n), speedup, the choice of drafter and k."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec import adaptive
+from edgespec.adaptive import DrafterOption, VerifyCost
+
+# This machine, as DESIGN.md measured it: a 5-token batch of the 1.5B costs ~3.5 steps.
+CPU_2CORE = VerifyCost((5,), (3.5,))
+# A memory-bound GPU: verifying a handful of tokens costs about one step.
+GPU = VerifyCost((2, 4, 8, 16), (1.04, 1.1, 1.22, 1.5))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.8, 0.95])
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 8])
+def test_expected_tokens_is_the_truncated_geometric_sum(alpha, k):
+    assert adaptive.expected_tokens(alpha, k) == pytest.approx(sum(alpha**i for i in range(k + 1)))
+
+
+def test_expected_tokens_edges():
+    assert adaptive.expected_tokens(1.0, 4) == 5
+    assert adaptive.expected_tokens(0.0, 4) == 1
+    assert adaptive.expected_tokens(0.9, 0) == 1
+
+
+def test_verify_cost_interpolates_and_extrapolates():
+    assert CPU_2CORE(1) == 1.0
+    assert CPU_2CORE(5) == 3.5
+    assert CPU_2CORE(3) == pytest.approx(2.25)  # linear between c(1) = 1 and c(5)
+    assert CPU_2CORE(7) == pytest.approx(4.75)  # the last slope continues
+    assert GPU(3) == pytest.approx(1.07)
+    assert GPU(32) == pytest.approx(1.5 + 16 * (0.28 / 8))
+
+
+def test_verify_cost_rejects_bad_tables():
+    with pytest.raises(ValueError):
+        VerifyCost((4, 2), (1.1, 1.2))
+    with pytest.raises(ValueError):
+        VerifyCost((2, 4), (1.1,))
+
+
+def test_the_model_drafter_loses_on_this_machine_as_measured():
+    # DESIGN.md: llama.cpp's draft-simple runs at ~0.6x plain decoding here with 80%+
+    # acceptance: c(5) = 3.5, gamma = 0.55, k = 4.
+    s = adaptive.speedup(0.8, 4, CPU_2CORE, 0.55)
+    assert s == pytest.approx(0.59, abs=0.02)
+    k, best = adaptive.best_k(0.8, CPU_2CORE, 0.55, k_min=1, k_max=8)
+    assert best < 1.0
+
+
+def test_the_model_drafter_wins_when_verification_is_memory_bound():
+    k, s = adaptive.best_k(0.75, GPU, 0.19, k_min=1, k_max=10)
+    assert 2 <= k <= 6
+    assert 1.5 < s < 2.5  # DESIGN.md: 1.8-2.5x on Apple silicon / laptop GPUs
+
+
+def test_ngram_without_matches_is_plain_decoding():
+    assert adaptive.speedup(0.9, 4, GPU, 0.0, hit=0.0) == pytest.approx(1.0)
+    # with matches on a memory-bound device it gains
+    assert adaptive.speedup(0.8, 4, GPU, 0.02, hit=0.5) > 1.3
+
+
+def test_best_k_prefers_the_smaller_k_on_ties():
+    flat = VerifyCost((2,), (1.0,))  # verification free at any n... and acceptance 0
+    assert adaptive.best_k(0.0, flat, 0.0, k_min=1, k_max=8)[0] == 1
+
+
+def test_choose_picks_the_best_and_falls_back_to_plain_below_the_threshold():
+    opts = [DrafterOption("model", 0.8, 0.55), DrafterOption("ngram", 0.65, 0.005, hit=0.35)]
+    c = adaptive.choose(opts, CPU_2CORE, k_min=1, k_max=6, min_gain=0.05)
+    assert c.drafter == "none" and c.k == 0 and c.speedup == 1.0
+    assert {d for d, _, _ in c.options} == {"model", "ngram"}
+
+    c = adaptive.choose(opts, GPU, k_min=1, k_max=10, min_gain=0.05)
+    assert c.drafter in ("model", "ngram") and c.speedup > 1.05
+    assert c.speedup == max(s for _, _, s in c.options)
+
+    assert adaptive.choose([], GPU).drafter == "none"
+
+
+def test_alpha_from_observed_rounds():
+    # 3 rounds of k=4: kept 4 (no rejection), 2 (rejected at 3), 0 (rejected at 1)
+    assert adaptive.estimate_alpha(accepted=6, drafted=12, rounds_rejected=2) == pytest.approx(6 / 8)
+    assert adaptive.estimate_alpha(0, 0, 0) is None
+
+
+def test_draft_cost_ratio_from_sizes():
+    # memory-bound: a 10x smaller draft costs ~1/10 plus the fixed overhead
+    g = adaptive.draft_cost_ratio(500_000_000, 5_000_000_000, overhead_ms=0.0, gbs=250)
+    assert g == pytest.approx(0.1)
+    g = adaptive.draft_cost_ratio(500_000_000, 5_000_000_000, overhead_ms=2.0, gbs=250)
+    assert 0.1 < g < 0.25

@@ -1,0 +1,380 @@
+"""Profiles: the shipped TOML files, validation, user profiles, plans, measured figures,
+and the ``edgespec profiles`` CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from edgespec import catalog, profiles
+from edgespec.errors import ProfileError
+
+ISSUE_PROFILES = {
+    "m1", "m2", "m2max", "m3pro", "m3max", "m4pro", "m4max", "rtx3060-laptop",
+    "rtx4070-laptop", "rtx4090", "cpu-laptop", "cpu-small", "raspberry-pi-5", "jetson-orin-nano",
+}
+
+
+@pytest.fixture(autouse=True)
+def user_dir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path / "config" / "edgespec" / "profiles"
+
+
+def write_user(user_dir: Path, name: str, text: str) -> Path:
+    user_dir.mkdir(parents=True, exist_ok=True)
+    p = user_dir / f"{name}.toml"
+    p.write_text(text)
+    return p
+
+
+# --------------------------------------------------------------------------------------
+# Shipped profiles
+# --------------------------------------------------------------------------------------
+
+
+def test_every_profile_of_the_issue_is_shipped_and_valid():
+    profs = {p.name: p for p in profiles.list_profiles()}
+    assert ISSUE_PROFILES <= set(profs)
+    for p in profs.values():
+        assert p.origin == "shipped"
+        assert p.backend in profiles.BACKENDS
+        assert (p.n_gpu_layers == 0) == (p.backend == "cpu")
+        for key, fig in p.figures():
+            assert fig.status in ("measured", "estimated"), (p.name, key)
+            assert len(fig.source) > 10, (p.name, key)
+
+
+def test_shipped_profiles_reference_catalog_pairs_and_end_with_the_embedded_one_or_smaller():
+    for p in profiles.list_profiles():
+        for name in p.pairs:
+            catalog.get_pair(name)
+        sizes = [catalog.get_model(catalog.get_pair(n).target).size_bytes for n in p.pairs]
+        assert min(sizes) <= catalog.get_model(catalog.DEFAULT_TARGET).size_bytes * 2, p.name
+
+
+def test_this_machines_profile_carries_the_measured_figures_of_design_md():
+    p = profiles.load_profile("cpu-small")
+    assert p.verify.status == "measured" and p.verify(5) == pytest.approx(3.5)
+    pc = p.pair_cost(catalog.DEFAULT_PAIR)
+    assert pc.gamma.status == "measured" and pc.gamma.value == pytest.approx(0.55)
+
+
+def test_unknown_profile_lists_the_known_ones():
+    with pytest.raises(ProfileError, match="unknown profile 'm9'.*m2max.*or auto"):
+        profiles.load_profile("m9")
+
+
+# --------------------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------------------
+
+
+def test_m2max_uses_a_7b_pair_with_the_model_drafter_and_says_why():
+    plan = profiles.plan("m2max")
+    assert plan.backend == "metal" and plan.n_gpu_layers == -1
+    assert plan.drafter == "model"
+    assert plan.target == "qwen2.5-coder-7b-instruct-q4_k_m"
+    assert plan.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    assert 2 <= plan.k <= plan.k_max
+    assert plan.predicted_speedup > 1.3
+    assert "model drafter wins" in plan.reason
+
+
+def test_cpu_small_never_picks_the_model_drafter_and_says_why():
+    plan = profiles.plan("cpu-small")
+    assert plan.drafter in ("ngram", "none")
+    assert plan.target == catalog.DEFAULT_TARGET
+    assert "model drafter loses" in plan.reason
+    assert "γ=0.55 measured" in plan.reason
+    if plan.drafter == "none":
+        assert plan.k == 0 and plan.predicted_speedup == 1.0
+        assert plan.reason.startswith("plain decoding")
+
+
+def test_small_memory_skips_pairs_that_do_not_fit():
+    plan = profiles.plan("m1")  # 8 GB M1: a 7B pair does not fit in 5.3 GB
+    assert plan.target != "qwen2.5-coder-7b-instruct-q4_k_m"
+    assert any("skipped qwen2.5-coder-7b+0.5b" in n for n in plan.notes)
+    big_ctx = profiles.plan("m1", n_ctx=131072)
+    assert big_ctx.n_ctx == 131072
+    assert big_ctx.target != plan.target or any("fits" in n for n in big_ctx.notes)
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_PROFILES))
+def test_every_profile_plans(name):
+    plan = profiles.plan(name)
+    d = plan.to_dict()
+    for key in ("name", "backend", "target", "draft", "drafter", "k", "reason"):
+        assert key in d
+    assert d["drafter"] in ("model", "ngram", "none")
+    assert (d["draft"] is None) == (d["drafter"] != "model")
+    json.dumps(d)
+
+
+def test_overrides_draft_none_ngram_and_a_named_model():
+    assert profiles.plan("m2max", draft="none").drafter == "none"
+    p = profiles.plan("m2max", draft="ngram")
+    assert p.drafter == "ngram" and p.draft is None and p.k >= 1 and "as asked" in p.reason
+    p = profiles.plan("cpu-small", draft="model")
+    assert p.drafter == "model" and p.draft == catalog.DEFAULT_DRAFT
+    assert "slower than plain decoding" in p.reason  # honest even when overridden
+    p = profiles.plan("m2max", draft="qwen2.5-0.5b")
+    assert p.drafter == "model" and p.draft == "qwen2.5-0.5b"
+
+
+def test_overrides_target_k_and_gpu_layers(tiny_target, tiny_same):
+    p = profiles.plan("m2max", target=str(tiny_target), draft=str(tiny_same), k=7, n_gpu_layers=0)
+    assert p.target == str(tiny_target) and p.draft == str(tiny_same)
+    assert p.k == 7 and p.n_gpu_layers == 0 and "k=7 from the command line" in p.reason
+    # an unpaired target file: no draft model is known, so only ngram or none
+    p = profiles.plan("m2max", target=str(tiny_target))
+    assert p.drafter in ("ngram", "none")
+    assert any("no known draft model" in n for n in p.notes)
+    # a catalog target finds its pair
+    p = profiles.plan("m2max", target="qwen2.5-7b")
+    assert p.draft == "qwen2.5-0.5b-instruct-q4_k_m" and p.pair == "qwen2.5-7b+0.5b"
+    # k=0 means plain decoding
+    assert profiles.plan("m2max", k=0).drafter == "none"
+
+
+def test_engine_kwargs_resolve_paths(tiny_target, tiny_same):
+    p = profiles.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), k=3)
+    kw = p.engine_kwargs()
+    assert kw["target"] == tiny_target and kw["draft"] == tiny_same
+    assert kw["k"] == 3 and kw["n_gpu_layers"] == 0 and kw["n_ctx"] == 4096
+    assert set(kw) >= {"target", "draft", "k", "p_min", "n_ctx", "n_threads", "n_gpu_layers"}
+    p = profiles.plan("cpu-small", target=str(tiny_target), draft="ngram")
+    assert p.engine_kwargs()["draft"] == "ngram"
+    p = profiles.plan("cpu-small", target=str(tiny_target), draft="none")
+    kw = p.engine_kwargs()
+    assert kw["draft"] is None and kw["k"] >= 1  # Engine wants k >= 1 even without a drafter
+
+
+def test_engine_kwargs_build_a_real_engine(tiny_target, tiny_same):
+    from edgespec.engine import Engine
+
+    p = profiles.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), n_ctx=256)
+    with Engine(**p.engine_kwargs()) as engine:
+        out = engine.generate("hello", max_tokens=4)
+    assert out is not None
+
+
+def test_offline_skips_pairs_that_are_not_here(monkeypatch, tmp_path):
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    plan = profiles.plan("m2max", offline=True)
+    assert any("not available offline" in n for n in plan.notes)
+    if catalog.is_available(catalog.DEFAULT_TARGET) and catalog.is_available(catalog.DEFAULT_DRAFT):
+        assert plan.target == catalog.DEFAULT_TARGET
+
+
+# --------------------------------------------------------------------------------------
+# User profiles and validation
+# --------------------------------------------------------------------------------------
+
+
+def test_a_user_file_named_like_a_shipped_profile_overrides_it_key_by_key(user_dir):
+    write_user(user_dir, "m2max", '[memory]\nmodels_gb = { value = 90, status = "measured", source = "my 128 GB Mac" }\n')
+    p = profiles.load_profile("m2max")
+    assert p.origin == "user over shipped" and p.path.endswith("m2max.toml")
+    assert p.models_gb.value == 90 and p.models_gb.status == "measured"
+    assert p.bandwidth_gbs.value == 400  # untouched keys come from the shipped file
+
+
+def test_a_user_profile_can_extend_another(user_dir):
+    write_user(user_dir, "my-box", 'extends = "cpu-laptop"\ndescription = "my box"\n[run]\nn_threads = 6\n')
+    names = [p.name for p in profiles.list_profiles()]
+    assert "my-box" in names
+    p = profiles.load_profile("my-box")
+    assert p.description == "my box" and p.n_threads == 6 and p.backend == "cpu"
+    assert p.origin == "user, extends cpu-laptop"
+
+
+def test_extends_cycles_are_reported(user_dir):
+    write_user(user_dir, "a", 'extends = "b"\n')
+    write_user(user_dir, "b", 'extends = "a"\n')
+    with pytest.raises(ProfileError, match="cycle"):
+        profiles.load_profile("a")
+
+
+@pytest.mark.parametrize(
+    "text, key, found",
+    [
+        ('backend = "vulkan"', "backend", '"vulkan"'),
+        ('[run]\nn_threads = "many"', "run.n_threads", '"many"'),
+        ('[run]\nn_gpu_layers = 10', "run.n_gpu_layers", "10"),  # on a cpu profile
+        ('[choice]\nk_max = 0', "choice.k_max", "0"),
+        ('[choice]\npairs = ["gpt-5+gpt-1"]', "choice.pairs", '"gpt-5+gpt-1"'),
+        ('[choice]\ndrafters = ["eagle"]', "choice.drafters", '"eagle"'),
+        ('[memory]\nmodels_gb = 12', "memory.models_gb", "12"),
+        ('[memory]\nmodels_gb = { value = 12, status = "guessed", source = "me" }', "memory.models_gb.status", '"guessed"'),
+        ('[memory]\nmodels_gb = { value = 12, status = "measured" }', "memory.models_gb.source", "nothing (missing)"),
+        ('[cost]\nverify = { n = [4, 2], c = [1.1, 1.2], status = "measured", source = "x" }', "cost.verify.n", "[4, 2]"),
+        ('[cost]\nalpha_model = { value = 1.5, status = "measured", source = "x" }', "cost.alpha_model.value", "1.5"),
+        ('[cost.pair."nope+nope"]\nalpha = { value = 0.5, status = "measured", source = "x" }', 'cost.pair."nope+nope"', "an unknown key"),
+        ('[choice]\nk_maxx = 4', "choice.k_maxx", "an unknown key"),
+        ('name = "other"', "name", '"other"'),
+    ],
+)
+def test_a_malformed_user_profile_names_the_file_the_key_the_value_and_what_is_allowed(user_dir, text, key, found):
+    path = write_user(user_dir, "cpu-small", text + "\n")
+    with pytest.raises(ProfileError) as err:
+        profiles.load_profile("cpu-small")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{path}: {key}: found {found}; allowed: "), msg
+
+
+def test_invalid_toml_names_the_file_and_the_line(user_dir):
+    path = write_user(user_dir, "broken", "schema = 1\nbackend = \n")
+    with pytest.raises(ProfileError, match=rf"^{path}: not valid TOML: .*line 2"):
+        profiles.load_profile("broken")
+
+
+def test_an_incomplete_new_user_profile_names_the_missing_table(user_dir):
+    path = write_user(user_dir, "half", 'backend = "cpu"\n')
+    with pytest.raises(ProfileError, match=rf"^{path}: memory: found nothing \(missing\); allowed: a table"):
+        profiles.load_profile("half")
+
+
+# --------------------------------------------------------------------------------------
+# Measured figures for `tune`
+# --------------------------------------------------------------------------------------
+
+
+def test_record_measurements_writes_a_dated_measured_user_profile(user_dir):
+    when = dt.date(2026, 11, 29)
+    path = profiles.record_measurements(
+        "cpu-small", pair=catalog.DEFAULT_PAIR, gamma=0.12, alpha=0.85,
+        verify={2: 1.1, 4: 1.3, 8: 1.9}, source="edgespec tune (test)", when=when,
+    )
+    assert path == user_dir / "cpu-small.toml"
+    text = path.read_text()
+    assert 'status = "measured"' in text and "date = 2026-11-29" in text
+    p = profiles.load_profile("cpu-small")
+    assert p.origin == "user over shipped"
+    pc = p.pair_cost(catalog.DEFAULT_PAIR)
+    assert pc.gamma.value == 0.12 and pc.gamma.status == "measured" and pc.gamma.date == when
+    assert pc.verify(4) == 1.3 and pc.verify.source == "edgespec tune (test)"
+    assert pc.target_step_ms.value == 78  # the shipped figure survives
+    # with a cheap draft measured, the model drafter now wins on this profile
+    plan = profiles.plan("cpu-small")
+    assert plan.drafter == "model" and "measured" in plan.reason
+
+    # a second run updates in place
+    profiles.record_measurements("cpu-small", overhead_ms=3.5, when=when)
+    p = profiles.load_profile("cpu-small")
+    assert p.overhead_ms.value == 3.5 and p.pair_cost(catalog.DEFAULT_PAIR).gamma.value == 0.12
+
+
+def test_record_measurements_for_a_new_profile_needs_a_base(user_dir):
+    with pytest.raises(ProfileError, match="needs a base"):
+        profiles.record_measurements("this-box", overhead_ms=3.0)
+    path = profiles.record_measurements("this-box", extends="cpu-small", overhead_ms=3.0)
+    assert profiles.load_profile("this-box").overhead_ms.status == "measured"
+    assert path.exists()
+
+
+def test_record_measurements_never_leaves_an_invalid_file(user_dir):
+    good = profiles.record_measurements("cpu-small", overhead_ms=3.0)
+    before = good.read_text()
+    with pytest.raises(ProfileError):
+        profiles.record_measurements("cpu-small", alpha_ngram=7.0)  # not a probability
+    assert good.read_text() == before
+
+
+def test_dump_toml_round_trips():
+    import tomllib
+
+    data = {
+        "schema": 1,
+        "extends": "cpu-small",
+        "cost": {
+            "overhead_ms": {"value": 2.5, "status": "measured", "source": 'say "hi"', "date": dt.date(2026, 1, 2)},
+            "pair": {"a+b": {"gamma": {"value": 0.1, "status": "measured", "source": "x"}}},
+        },
+    }
+    assert tomllib.loads(profiles.dump_toml(data)) == data
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli():
+    from edgespec.cli.profiles import models_app, profiles_app
+
+    app = typer.Typer()
+    app.add_typer(profiles_app, name="profiles")
+    app.add_typer(models_app, name="models")
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, list(args))
+
+    return invoke
+
+
+def test_cli_profiles_list(cli):
+    r = cli("profiles", "list")
+    assert r.exit_code == 0, r.output
+    for name in ISSUE_PROFILES:
+        assert name in r.output
+    r = cli("profiles", "list", "--json")
+    assert {p["name"] for p in json.loads(r.stdout)["profiles"]} >= ISSUE_PROFILES
+
+
+def test_cli_profiles_show_m2max(cli):
+    r = cli("profiles", "show", "m2max")
+    assert r.exit_code == 0, r.output
+    assert "qwen2.5-coder-7b-instruct-q4_k_m" in r.output and "model, k=" in r.output
+    assert "estimated" in r.output
+    r = cli("profiles", "show", "m2max", "--json")
+    d = json.loads(r.stdout)
+    assert d["name"] == "m2max" and d["backend"] == "metal" and d["drafter"] == "model"
+    assert d["target"] and d["draft"] and d["k"] >= 1 and d["reason"]
+
+
+def test_cli_profiles_detect_on_this_machine(cli):
+    r = cli("profiles", "detect", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for key in ("name", "backend", "target", "draft", "drafter", "k", "reason", "machine"):
+        assert key in d
+    if d["machine"]["physical_cores"] <= 4 and not d["machine"]["gpus"] and not d["machine"]["chip"]:
+        assert d["name"] == "cpu-small" and d["drafter"] in ("ngram", "none")
+    r = cli("profiles", "detect")
+    assert r.exit_code == 0 and "this machine" in r.output
+
+
+def test_cli_profiles_detect_from_a_recording(cli):
+    rec = Path(__file__).parent / "data" / "detect" / "macbook-m2max-32gb.toml"
+    r = cli("profiles", "detect", "--from", str(rec), "--json")
+    d = json.loads(r.stdout)
+    assert d["name"] == "m2max" and d["drafter"] == "model"
+
+
+def test_cli_malformed_user_profile_is_one_line_and_exit_7(cli, user_dir):
+    path = write_user(user_dir, "m2max", '[choice]\nk_max = "lots"\n')
+    r = cli("profiles", "show", "m2max")
+    assert r.exit_code == 7
+    assert r.stderr.strip() == (
+        f'error: {path}: choice.k_max: found "lots"; allowed: an integer from 1 to 64'
+    )
+    assert "Traceback" not in r.output
+    r = cli("profiles", "list")
+    assert r.exit_code == 7 and str(path) in r.stderr
+
+
+def test_cli_unknown_profile(cli):
+    r = cli("profiles", "show", "m9")
+    assert r.exit_code == 7 and r.stderr.startswith("error: unknown profile 'm9'")
