@@ -1,0 +1,117 @@
+"""What the CLI commands share: error mapping, engine construction from a plan, prompts.
+
+The library raises ``EdgespecError`` subclasses and never prints; here they become one
+line on stderr (``error: ...``) and the exit code named on the class. Ctrl-C becomes
+exit 130. Nothing here knows how tokens are generated.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from edgespec.errors import EdgespecError, InputError
+
+EXIT_INTERRUPTED = 130
+
+
+def err_console() -> Console:
+    """A console on stderr (no escape codes unless stderr is a terminal)."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def out_console() -> Console:
+    return Console(highlight=False)
+
+
+def print_error(message: str) -> None:
+    err_console().print(Text(f"error: {message}"), style="bold red" if sys.stderr.isatty() else None)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn library errors into ``error: <msg>`` + exit code, and Ctrl-C into exit 130."""
+    try:
+        yield
+    except EdgespecError as e:
+        print_error(str(e))
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        err_console().print(Text("interrupted", style="dim"))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def normalize_draft(draft: str | None) -> str | None:
+    """``--draft`` values: a path, ``ngram``, or ``none``/``off`` (plain decoding)."""
+    if draft is None:
+        return None
+    d = draft.strip()
+    if d.lower() in ("none", "off", "plain"):
+        return "none"
+    if d.lower() == "ngram":
+        return "ngram"
+    return d
+
+
+def make_plan(
+    profile: str,
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    k: int | None = None,
+    n_ctx: int | None = None,
+) -> Any:
+    """The profile's plan with the command line's overrides on top."""
+    from edgespec.profiles import plan
+
+    return plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
+
+
+def describe_plan(p: Any) -> str:
+    reason = getattr(p, "reason", "")
+    return f"edgespec: {reason}" if reason else ""
+
+
+def load_engine(p: Any, *, quiet: bool = False) -> Any:
+    """Build the Engine a plan describes, with a spinner on stderr while models load."""
+    from edgespec.engine import Engine
+
+    kwargs = p.engine_kwargs()
+    err = err_console()
+    if not quiet:
+        line = describe_plan(p)
+        if line:
+            err.print(Text(line, style="dim"))
+    if err.is_terminal and not quiet:
+        with err.status(f"loading {Path(str(kwargs.get('target', 'model'))).name}…", spinner="dots"):
+            return Engine(**kwargs)
+    return Engine(**kwargs)
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt from the argument, ``--prompt-file`` (``-`` = stdin), or piped stdin."""
+    if prompt is not None and prompt_file is not None:
+        raise InputError("give the prompt either as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        if str(prompt_file) == "-":
+            return sys.stdin.read() if sys.stdin is not None else ""
+        try:
+            return prompt_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError(f"prompt file not found: {prompt_file}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read prompt file {prompt_file}: {e}") from None
+    if prompt is not None:
+        return prompt
+    if sys.stdin is not None and not sys.stdin.isatty():
+        text = sys.stdin.read()
+        if text:
+            return text
+    raise InputError("no prompt: give it as an argument, with --prompt-file, or on stdin")
+

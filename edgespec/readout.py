@@ -1,0 +1,401 @@
+"""The terminal view of a generation: text as it is committed, and how speculation went.
+
+It consumes the event stream of ``Engine.stream()`` (``Token`` / ``Round`` / ``Done`` from
+``edgespec.events``) and knows nothing of models, drafters or caches.
+
+On a terminal it runs a Rich ``Live`` region: tokens the target accepted from the
+drafter are green, tokens the target produced itself are in the terminal's default
+colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
+through where it was proposed (between the accepted drafts and the target's correction).
+Completed lines are printed above the live region, which holds only the line being
+written and a status line (acceptance rate, mean accepted length, current k, tokens/s,
+estimated speedup). After each reply a one-line summary goes to stderr.
+
+Anywhere else (a pipe, a file, ``TERM=dumb``) the text goes to the output as plain
+characters, flushed per token, and the summary to stderr; no escape codes.
+
+**The speedup estimate.** A round in which the drafter proposed nothing is exactly one
+step of plain decoding: one target decode of one token. Its wall time, measured between
+consecutive ``Round`` events, is the plain step time ``t1`` on this machine, at this
+context length, including the same per-step Python overhead as a plain run. (Only rounds
+of the ``none`` and ``ngram`` drafters count: a draft model that proposed nothing may
+still have spent a decode finding that out, which would inflate ``t1``.) Plain
+decoding makes one token per ``t1``, so the speedup of what we are watching is
+``tokens_per_second * t1`` (``t1`` = the median of the last plain rounds seen in this
+``Readout``'s lifetime: a chat reply with ``/draft off``, n-gram rounds that found no
+match, ...). Without any plain round to measure, we show an upper bound instead: a round
+costs at least one target step, so the speedup is at most the tokens committed per
+round (``≤ 2.4×``). It is labelled as a bound because on compute-bound machines (CPU)
+verifying k tokens costs several steps and the true speedup can be below 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import IO, Iterable
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.style import Style
+from rich.text import Text
+
+from edgespec.events import Done, Round, Stats, Token
+
+STYLE_DRAFT = Style(color="green")
+"""Tokens the drafter proposed and the target accepted."""
+STYLE_TARGET = Style()
+"""Tokens the target produced itself (bonus tokens and corrections): the default colour."""
+STYLE_REJECTED = Style(color="red", strike=True, dim=True)
+"""Draft tokens the target rejected (only with show_rejected; never part of the answer)."""
+STYLE_STATUS = Style(dim=True)
+
+PLAIN_STEP_DRAFTERS = ("none", "ngram")
+"""Drafters whose empty rounds cost exactly one plain step (no draft model decode)."""
+
+
+class SpeedupEstimate:
+    """Plain-step timing seen so far, and the speedup estimate built on it (see module doc)."""
+
+    def __init__(self, window: int = 64, min_samples: int = 3):
+        self._plain: deque[float] = deque(maxlen=window)
+        self.min_samples = min_samples
+
+    def add_plain_round(self, seconds: float) -> None:
+        if seconds > 0:
+            self._plain.append(seconds)
+
+    @property
+    def t_plain(self) -> float | None:
+        """Median wall time of one plain decoding step, or None if not measured yet."""
+        if len(self._plain) < self.min_samples:
+            return None
+        return statistics.median(self._plain)
+
+    def speedup(self, tokens_per_second: float, tokens_per_round: float) -> tuple[float, bool] | None:
+        """``(value, measured)``: an estimate (measured=True) or an upper bound (False)."""
+        t1 = self.t_plain
+        if t1 is not None and tokens_per_second > 0:
+            return tokens_per_second * t1, True
+        if tokens_per_round > 0:
+            return tokens_per_round, False
+        return None
+
+    def format(self, tokens_per_second: float, tokens_per_round: float) -> str:
+        s = self.speedup(tokens_per_second, tokens_per_round)
+        if s is None:
+            return ""
+        value, measured = s
+        return f"~{value:.2f}× vs plain" if measured else f"≤{value:.1f}× vs plain"
+
+
+def _num(n: int) -> str:
+    return f"{n:,}"
+
+
+@dataclass
+class _Counters:
+    """Running counters of the reply being shown (for the status line)."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens: int = 0
+    k: int = 0
+    drafter: str = ""
+    t_first_round: float | None = None
+    tokens_at_first_round: int = 0
+    t_last_round: float | None = None
+
+    def tokens_per_second(self, now: float) -> float:
+        if self.t_first_round is None or now <= self.t_first_round:
+            return 0.0
+        return (self.tokens - self.tokens_at_first_round) / (now - self.t_first_round)
+
+
+class Readout:
+    """Shows replies on a console; keeps what it learned about speed across replies.
+
+    ``console`` is where the text goes (stdout by default), ``err_console`` where the
+    summaries go (stderr by default). ``live=None`` decides from the console: a live view
+    on a real terminal, plain text otherwise.
+    """
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        err_console: Console | None = None,
+        show_rejected: bool = False,
+        live: bool | None = None,
+        refresh_per_second: float = 15.0,
+    ):
+        self.console = console or Console(highlight=False)
+        self.err_console = err_console or Console(stderr=True, highlight=False)
+        if live is None:
+            live = self.console.is_terminal and not self.console.is_dumb_terminal
+        self.live = live
+        self.show_rejected = show_rejected
+        self.refresh_interval = 1.0 / refresh_per_second
+        self.speed = SpeedupEstimate()
+
+    def legend(self) -> Text:
+        parts: list[str | tuple[str, Style]] = [
+            ("drafted & accepted", STYLE_DRAFT),
+            "  ",
+            ("target's own", STYLE_TARGET),
+        ]
+        if self.show_rejected:
+            parts += ["  ", ("rejected draft", STYLE_REJECTED)]
+        return Text.assemble("legend: ", *parts, style=STYLE_STATUS)
+
+    def print_legend(self) -> None:
+        """Print the colour legend (live mode only: plain text has no colours to explain)."""
+        if self.live:
+            self.console.print(self.legend())
+
+    def reply(self) -> "Reply":
+        """A context manager showing one reply: ``with readout.reply() as r: r.feed(ev)``."""
+        return Reply(self)
+
+    def show(self, events: Iterable[Token | Round | Done]) -> "Reply":
+        """Show a whole event stream; returns the finished Reply (``.done``, ``.text``)."""
+        with self.reply() as r:
+            for event in events:
+                r.feed(event)
+        return r
+
+    def summary(self, stats: Stats, finish_reason: str) -> str:
+        """One line about a finished reply."""
+        parts = [stats.drafter, f"{_num(stats.generated_tokens)} tokens"]
+        if stats.t_generate > 0:
+            parts.append(f"{stats.tokens_per_second:.1f} tok/s")
+        if stats.drafter != "none":
+            if stats.drafted:
+                parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
+            else:
+                parts.append("nothing drafted")
+            parts.append(f"{stats.mean_accepted_length:.2f} accepted/round")
+            parts.append(f"k {stats.k_final}")
+            speed = self.speed.format(stats.tokens_per_second, stats.tokens_per_round)
+            if speed:
+                parts.append(speed)
+        parts.append(f"prompt {_num(stats.prompt_tokens_processed)} new of {_num(stats.prompt_tokens)}")
+        parts.append(finish_reason)
+        return " · ".join(parts)
+
+
+class Reply:
+    """One reply being shown. Feed it events; leave the ``with`` block to finish it.
+
+    ``text`` is the answer so far (what was committed, never rejected drafts); ``done``
+    is the final ``Done`` event, or None if the stream was interrupted.
+    """
+
+    def __init__(self, readout: Readout):
+        self.readout = readout
+        self.console = readout.console
+        self.done: Done | None = None
+        self.interrupted = False
+        self._pieces: list[str] = []
+        self._round_tokens: list[Token] = []
+        self._state = _Counters()
+        self._pending = Text()          # the line being written (live mode)
+        self._live: Live | None = None
+        self._last_refresh = 0.0
+        self._out: IO[str] = self.console.file
+        # Rejected drafts are drawn inside their round, before the target's correction,
+        # so with show_rejected a round's tokens wait for its Round event (they arrive
+        # together anyway). Otherwise each token is drawn as it comes.
+        self._buffer_rounds = readout.show_rejected and readout.live
+
+    @property
+    def text(self) -> str:
+        return "".join(self._pieces)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens committed so far (also known when the reply was interrupted)."""
+        return self._state.tokens
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> "Reply":
+        if self.readout.live:
+            self._live = Live(
+                self._renderable(),
+                console=self.console,
+                auto_refresh=False,  # we refresh on events; no thread racing our updates
+                transient=False,
+                vertical_overflow="visible",
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.interrupted = self.done is None
+        self._flush_round(None)
+        if self._live is not None:
+            # The final frame keeps the last partial line and drops the status line.
+            self._live.update(self._pending if self._pending.plain else Group(), refresh=True)
+            self._live.stop()
+            self._live = None
+        else:
+            text = self.text
+            if text and not text.endswith("\n"):
+                self._write("\n")
+        self._print_summary()
+
+    # -- events ----------------------------------------------------------------------
+
+    def feed(self, event: Token | Round | Done) -> None:
+        if isinstance(event, Token):
+            if event.id >= 0:  # id -1: text released at the end, not a token
+                self._state.tokens += 1
+            if not self._buffer_rounds:
+                self._emit([(event.text, STYLE_DRAFT if event.from_draft else STYLE_TARGET)])
+            else:
+                if self._round_tokens and self._round_tokens[0].round != event.round:
+                    self._flush_round(None)
+                self._round_tokens.append(event)
+        elif isinstance(event, Round):
+            self._on_round(event)
+            self._flush_round(event)
+        elif isinstance(event, Done):
+            self._flush_round(None)
+            self.done = event
+            missing = event.text[len(self.text):] if event.text.startswith(self.text) else ""
+            if missing:  # text the engine released only at the end
+                self._emit([(missing, STYLE_TARGET)])
+        self._maybe_refresh()
+
+    def _on_round(self, r: Round) -> None:
+        s = self._state
+        now = time.perf_counter()
+        # The first round of a reply includes the prompt prefill: not a decoding step.
+        if s.t_last_round is not None and r.drafted == 0 and r.drafter in PLAIN_STEP_DRAFTERS:
+            self.readout.speed.add_plain_round(now - s.t_last_round)
+        if s.t_first_round is None:
+            s.t_first_round = now
+            s.tokens_at_first_round = s.tokens
+        s.t_last_round = now
+        s.rounds += 1
+        s.drafted += r.drafted
+        s.accepted += r.accepted
+        s.k = r.k
+        s.drafter = r.drafter
+
+    def _flush_round(self, r: Round | None) -> None:
+        """Render the buffered tokens of one round (with its rejected drafts, if shown)."""
+        tokens, self._round_tokens = self._round_tokens, []
+        pieces: list[tuple[str, Style]] = []
+        rejected = (
+            r.rejected_text if (r is not None and self.readout.show_rejected and self.readout.live) else ""
+        )
+        for tok in tokens:
+            if rejected and not tok.from_draft:
+                # Rejected drafts were proposed right after the accepted ones, in place of
+                # the target's correction: show them there. A newline would be invisible
+                # under a strike-through, so it becomes a visible mark.
+                pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
+                rejected = ""
+            pieces.append((tok.text, STYLE_DRAFT if tok.from_draft else STYLE_TARGET))
+        if rejected:
+            pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
+        self._emit(pieces)
+
+    def _emit(self, pieces: list[tuple[str, Style]]) -> None:
+        for text, style in pieces:
+            if not text:
+                continue
+            if style is not STYLE_REJECTED:
+                self._pieces.append(text)
+            if self._live is None:
+                if style is not STYLE_REJECTED:
+                    self._write(text)
+                continue
+            self._pending.append(text, style)
+        if self._live is not None:
+            self._commit_lines()
+
+    def _write(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+    # -- live rendering ----------------------------------------------------------------
+
+    def _commit_lines(self) -> None:
+        """Print finished lines above the live region; keep only the open line in it."""
+        assert self._live is not None
+        if "\n" in self._pending.plain:
+            lines = self._pending.split("\n", allow_blank=True)
+            for line in lines[:-1]:
+                self.console.print(line, soft_wrap=False)
+            self._pending = lines[-1]
+        # A very long line without a newline would outgrow the screen (Live cannot scroll):
+        # break it at a space and print the head.
+        limit = max(80, self.console.width * max(4, self.console.height - 4))
+        while len(self._pending.plain) > limit:
+            plain = self._pending.plain
+            cut = plain.rfind(" ", 0, limit) + 1 or limit
+            head, tail = self._pending.divide([cut])
+            self.console.print(head)
+            self._pending = tail
+
+    def _status(self) -> Text:
+        s = self._state
+        now = time.perf_counter()
+        if s.rounds == 0:
+            return Text("▍ reading the prompt…", style=STYLE_STATUS)
+        tps = s.tokens_per_second(now)
+        parts = []
+        if s.drafter and s.drafter != "none":
+            rate = s.accepted / s.drafted if s.drafted else 0.0
+            parts += [
+                f"{s.drafter}",
+                f"accepted {rate:.0%}",
+                f"{s.accepted / s.rounds:.2f}/round",
+                f"k {s.k}",
+            ]
+        else:
+            parts.append("plain decoding")
+        parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")
+        if s.drafter and s.drafter != "none":
+            speed = self.readout.speed.format(tps, s.tokens / s.rounds)
+            if speed:
+                parts.append(speed)
+        return Text("▍ " + " · ".join(parts), style=STYLE_STATUS)
+
+    def _renderable(self) -> RenderableType:
+        pending = self._pending.copy()
+        return Group(pending, self._status()) if pending.plain else Group(self._status())
+
+    def _maybe_refresh(self) -> None:
+        if self._live is None:
+            return
+        now = time.perf_counter()
+        if now - self._last_refresh >= self.readout.refresh_interval:
+            self._last_refresh = now
+            self._live.update(self._renderable(), refresh=True)
+
+    # -- summary -------------------------------------------------------------------------
+
+    def _print_summary(self) -> None:
+        err = self.readout.err_console
+        if self.done is not None:
+            line = self.readout.summary(self.done.stats, self.done.finish_reason)
+        else:
+            line = f"interrupted after {_num(self._state.tokens)} tokens"
+        err.print(Text(line, style=STYLE_STATUS), soft_wrap=True)
+
+
+__all__ = [
+    "Readout",
+    "Reply",
+    "STYLE_DRAFT",
+    "STYLE_REJECTED",
+    "STYLE_TARGET",
+    "SpeedupEstimate",
+]

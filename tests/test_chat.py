@@ -1,0 +1,196 @@
+"""``edgespec chat`` driven through a real terminal (pexpect): turns, cache reuse across
+turns, Ctrl-C during a reply, slash commands, a context that fills up, clean exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+pexpect = pytest.importorskip("pexpect")
+
+PROMPT = "you›"
+SUMMARY = re.compile(r"prompt ([\d,]+) new of ([\d,]+) · (\w+)")
+
+
+def cli_command() -> list[str]:
+    """``python -m edgespec`` (the lead's entry point), or, while that does not exist
+    yet, a Typer app with the same commands."""
+    try:
+        from edgespec.cli import main  # noqa: F401
+    except ImportError:
+        code = (
+            "import typer; from edgespec.cli.generate import generate; from edgespec.cli.chat import chat; "
+            "app = typer.Typer(); app.command('generate')(generate); app.command('chat')(chat); app()"
+        )
+        return [sys.executable, "-c", code]
+    return [sys.executable, "-m", "edgespec"]
+
+
+def spawn_chat(tmp_path, *args, timeout=120):
+    cmd = cli_command() + ["chat", *map(str, args)]
+    env = dict(os.environ, TERM="xterm-256color", XDG_STATE_HOME=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
+    child = pexpect.spawn(cmd[0], cmd[1:], env=env, encoding="utf-8", timeout=timeout, dimensions=(40, 120))
+    child.expect_exact(PROMPT)
+    return child
+
+
+def say(child, text):
+    """Send one message; return (prompt tokens processed, prompt tokens, finish reason)."""
+    child.sendline(text)
+    child.expect(SUMMARY)
+    new, total, finish = child.match.groups()
+    child.expect_exact(PROMPT)
+    return int(new.replace(",", "")), int(total.replace(",", "")), finish
+
+
+def finish_with_ctrl_d(child):
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+
+
+@pytest.mark.integration
+def test_real_model_two_turns_reuse_the_cache_and_ctrl_c_keeps_the_session(tmp_path):
+    from edgespec.catalog import resolve_model
+
+    model = resolve_model("qwen2.5-coder-0.5b")
+    child = spawn_chat(tmp_path, "--target", model, "--draft", "ngram", "--temperature", "0",
+                       "--max-tokens", "80", timeout=300)
+    try:
+        new1, total1, _ = say(child, "What is the capital of France? Answer in one short sentence.")
+        assert new1 == total1  # a fresh conversation decodes its whole prompt
+        new2, total2, _ = say(child, "And of Italy? One short sentence.")
+        # The second turn decodes only what is new: the whole first exchange is reused.
+        assert total2 > total1
+        assert total2 - new2 >= total1, (new2, total2, total1)
+
+        # Ctrl-C in the middle of a reply stops the reply and keeps the session.
+        child.sendline("Write a long story about a robot who learns to paint. At least 400 words.")
+        child.expect("tok/s")  # the live status line: the reply is streaming
+        child.sendintr()
+        child.expect("interrupted after ([\\d,]+) tokens")
+        child.expect_exact(PROMPT)
+
+        child.sendline("/stats")
+        child.expect(r"conversation [\d,]+ of [\d,]+ tokens")
+        child.expect("interrupted")  # the stopped turn is in the table
+        child.expect_exact(PROMPT)
+
+        # The conversation goes on, still reusing the cache after the interruption.
+        new4, total4, finish4 = say(child, "Thanks! Reply with just the word: done")
+        assert total4 - new4 > total2
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)
+
+
+def test_slash_commands(tmp_path, tiny_target):
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0",
+                       "--max-tokens", "12")
+    try:
+        child.sendline("/help")
+        child.expect_exact("/draft off|ngram|model|PATH")
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        child.expect_exact("no replies yet")
+        child.expect_exact(PROMPT)
+
+        new1, total1, _ = say(child, "hello world")
+        new2, total2, _ = say(child, "the quick brown fox")
+        assert total2 - new2 >= total1
+
+        child.sendline("/k 3")
+        child.expect_exact("k = 3")
+        child.sendline("/k many")
+        child.expect_exact("/k needs a whole number")
+        child.sendline("/draft off")
+        child.expect_exact("drafter: none")
+        child.sendline("/draft model")
+        child.expect("error: .*draft model")  # none was loaded: an error, not a crash
+        child.sendline("/draft ngram")
+        child.expect_exact("drafter: ngram")
+        child.sendline("/bogus")
+        child.expect_exact("unknown command /bogus")
+        child.sendline("/system You answer briefly.")
+        child.expect_exact("system prompt set; the history will be re-read once")
+        child.expect_exact(PROMPT)
+
+        say(child, "and the lazy dog")
+        saved = tmp_path / "conv.json"
+        child.sendline(f"/save {saved}")
+        child.expect_exact("saved 7 messages")
+        data = json.loads(saved.read_text())
+        assert [m["role"] for m in data["messages"]] == ["system"] + ["user", "assistant"] * 3
+        assert data["messages"][0]["content"] == "You answer briefly."
+        assert data["messages"][1]["content"] == "hello world"
+        assert len(data["turns"]) == 3 and data["turns"][0]["prompt_tokens"] == total1
+
+        child.sendline("/reset")
+        child.expect_exact("conversation cleared")
+        child.expect_exact(PROMPT)
+        new, total, _ = say(child, "hello again")
+        assert new == total or new <= 2  # the cache was cleared; only a BOS could be shared
+
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        child.close(force=True)
+
+
+def test_multi_line_message(tmp_path, tiny_target):
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "4")
+    try:
+        child.sendline('"""')
+        child.sendline("line one")
+        child.sendline("line two")
+        child.sendline('"""')
+        child.expect(SUMMARY)
+        child.expect_exact(PROMPT)
+        saved = tmp_path / "c.json"
+        child.sendline(f"/save {saved}")
+        child.expect_exact("saved")
+        assert json.loads(saved.read_text())["messages"][0]["content"] == "line one\nline two"
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)
+
+
+def test_full_context_drops_old_turns_and_a_message_too_long_is_refused(tmp_path, tiny_target):
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "16",
+                       "--n-ctx", "128")
+    try:
+        dropped = False
+        for i in range(8):
+            child.sendline(f"message number {i}: the quick brown fox jumps over the lazy dog")
+            i_sum = child.expect([SUMMARY, "dropped the \\d+ oldest message"])
+            if i_sum == 1:
+                dropped = True
+                child.expect(SUMMARY)
+            child.expect_exact(PROMPT)
+        assert dropped
+        child.sendline("word " * 200)
+        child.expect("does not fit")
+        child.expect_exact(PROMPT)
+        say(child, "still here?")  # the session goes on
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)
+
+
+def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path, tiny_target):
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--max-tokens", "4")
+    try:
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        assert "Traceback" not in child.before
+    finally:
+        child.close(force=True)
