@@ -219,6 +219,8 @@ class ModelDrafter:
                 tok = sampling.sample(q, self._rng)
                 qs.append(q)
             ids.append(tok)
+            if self.model.is_eog(tok):
+                break  # nothing follows the end of generation
             if i + 1 < k:
                 # the last draft token is not decoded here: if it is accepted, the next
                 # round's _sync decodes it together with the target's bonus token

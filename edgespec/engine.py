@@ -265,7 +265,6 @@ class Engine:
         t_start = time.perf_counter()
         target = self.ctx
         draft_ctx = self._model_drafter.ctx if self.drafter is self._model_drafter else None
-        draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0
 
         # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
         # prompt shares with it and decode the rest, except the prompt's last token,
@@ -278,11 +277,12 @@ class Engine:
         rng = sampling.make_rng(params.seed)
         self.drafter.begin(prompt_ids, params, rng)
         stats.t_prompt = time.perf_counter() - t_start
+        draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0  # after the draft's prefill
 
         kctl = KController(self.k, 1, self.k_max, adaptive=self.adaptive_k)
         loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
                                params=params, rng=rng, kctl=kctl, stats=stats,
-                               n_vocab=self.target_model.n_vocab)
+                               n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog)
         detok = Detokenizer(self.target_model)
         text_out = TextAssembler(stops)
         model = self.target_model

@@ -330,6 +330,14 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return r
 
 
+def accept(p_x: float, q_x: float, rng: np.random.Generator) -> bool:
+    """The speculative acceptance test for a draft token x: true with probability
+    min(1, p(x) / q(x)). A token the draft could not have produced (q(x) = 0) is rejected."""
+    if q_x <= 0.0:
+        return False
+    return bool(rng.random() < min(1.0, p_x / q_x))
+
+
 def make_rng(seed: int | None) -> np.random.Generator:
     """A numpy Generator; ``None`` draws fresh entropy from the OS."""
     return np.random.default_rng(seed)

@@ -27,8 +27,8 @@ with their ``from_draft`` flag and a ``Round`` record per round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -83,8 +83,8 @@ class SpeculativeLoop:
     kctl: KController
     stats: Stats
     n_vocab: int
+    is_eog: Callable[[int], bool] = lambda t: False
     rounds: int = 0
-    _draft_t0: float = field(default=0.0, repr=False)
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
@@ -116,7 +116,7 @@ class SpeculativeLoop:
                     ok = x == d
                 else:
                     q_i = _fit(q[i], self.n_vocab)
-                    ok = self.rng.random() < min(1.0, p[d] / q_i[d]) if q_i[d] > 0 else False
+                    ok = sampling.accept(float(p[d]), float(q_i[d]), self.rng)
                     if not ok:
                         x = sampling.sample(sampling.residual(p, q_i), self.rng)
             if not ok:
@@ -126,6 +126,11 @@ class SpeculativeLoop:
             out.append(d)
             from_draft.append(True)
             n_acc += 1
+            if self.is_eog(d):
+                # generation ends here: drafts past an end-of-generation token were never
+                # candidates, so they count as neither drafted nor rejected
+                drafts = drafts[: i + 1]
+                break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
             last = _penalized(rows[len(drafts)], history, out, params)

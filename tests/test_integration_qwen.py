@@ -1,0 +1,64 @@
+"""Integration: the engine on the real Qwen2.5-Coder-0.5B-Instruct (from the test extra).
+
+Greedy speculative output must equal plain greedy output token for token, with the model
+drafting for itself and with prompt lookup, on real prompts through the chat template.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from edgespec import Engine
+from edgespec.catalog import resolve_model
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "Rename the variable `x` to `total` in this code and return the whole code:\n\n"
+    "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n",
+    "Explain in two sentences what a KV cache is in a transformer.",
+]
+
+
+@pytest.fixture(scope="module")
+def qwen05():
+    return resolve_model("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="module")
+def reference(qwen05):
+    with Engine(qwen05, draft=None, n_ctx=1024) as e:
+        return [e.generate(p, max_tokens=48).token_ids for p in PROMPTS]
+
+
+@pytest.mark.parametrize("draft", ["self", "ngram"])
+def test_real_model_greedy_equivalence(draft, qwen05, reference):
+    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, k=4) as e:
+        for prompt, ref in zip(PROMPTS, reference):
+            r = e.generate(prompt, max_tokens=48)
+            assert r.token_ids == ref
+            if draft == "self":
+                # a model drafting for itself is always right at temperature 0
+                assert r.stats.drafted > 0 and r.stats.acceptance_rate == 1.0
+            assert e.ctx.pos_max() == e.ctx.n_past - 1
+
+
+def test_real_model_multi_turn_reuses_cache(qwen05):
+    with Engine(qwen05, draft="ngram", n_ctx=1024) as e:
+        messages = [{"role": "user", "content": PROMPTS[0]}]
+        first = e.generate(messages, max_tokens=24)
+        messages += [{"role": "assistant", "content": first.text},
+                     {"role": "user", "content": "Now make it recursive."}]
+        second = e.generate(messages, max_tokens=8)
+        full = len(e.prompt_tokens(messages))
+        assert second.stats.prompt_tokens == full
+        # only the new turn (plus a few tokens where the re-rendered reply differs)
+        assert second.stats.prompt_tokens_processed < full - first.stats.prompt_tokens
+
+
+def test_real_model_refuses_a_draft_with_another_vocabulary(qwen05, tiny_target):
+    from edgespec.errors import IncompatibleVocabError
+
+    with pytest.raises(IncompatibleVocabError, match="target"):
+        Engine(qwen05, draft=tiny_target)
