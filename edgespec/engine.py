@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 from . import sampling
 from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, InputError
-from .events import Done, Event, Round, Stats, Token
+from .events import Done, Event, Stats, Token
 from .llama import Context, Detokenizer, Model, check_vocab_compatible, common_prefix_len, default_threads
 from .sampling import SamplingParams
 from .speculative import KController, SpeculativeLoop

@@ -27,16 +27,7 @@ from edgespec.events import Stats
 
 
 def cli_command() -> list[str]:
-    """How to run the CLI as a user does: ``python -m edgespec`` (the lead's entry point),
-    or, while that does not exist yet, a Typer app with the same commands."""
-    try:
-        from edgespec.cli import main  # noqa: F401
-    except ImportError:
-        code = (
-            "import typer; from edgespec.cli.generate import generate; from edgespec.cli.chat import chat; "
-            "app = typer.Typer(); app.command('generate')(generate); app.command('chat')(chat); app()"
-        )
-        return [sys.executable, "-c", code]
+    """How a user runs the CLI: ``python -m edgespec``."""
     return [sys.executable, "-m", "edgespec"]
 
 

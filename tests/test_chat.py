@@ -17,16 +17,7 @@ SUMMARY = re.compile(r"prompt ([\d,]+) new of ([\d,]+) · (\w+)")
 
 
 def cli_command() -> list[str]:
-    """``python -m edgespec`` (the lead's entry point), or, while that does not exist
-    yet, a Typer app with the same commands."""
-    try:
-        from edgespec.cli import main  # noqa: F401
-    except ImportError:
-        code = (
-            "import typer; from edgespec.cli.generate import generate; from edgespec.cli.chat import chat; "
-            "app = typer.Typer(); app.command('generate')(generate); app.command('chat')(chat); app()"
-        )
-        return [sys.executable, "-c", code]
+    """How a user runs the CLI: ``python -m edgespec``."""
     return [sys.executable, "-m", "edgespec"]
 
 

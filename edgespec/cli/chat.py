@@ -23,7 +23,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import cli_errors, err_console, load_engine, make_plan, normalize_draft, out_console
+from edgespec.cli.common import (
+    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    cli_errors,
+    err_console,
+    load_engine,
+    make_plan,
+    normalize_draft,
+    out_console,
+)
 from edgespec.errors import ContextOverflowError, EdgespecError
 
 HELP = """\
@@ -419,32 +427,27 @@ def _name(path: Any) -> str:
 
 
 def chat(
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")] = "auto",
-    target: Annotated[
-        Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
-    ] = None,
-    draft: Annotated[
-        Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
-    ] = None,
-    k: Annotated[Optional[int], typer.Option("--k", min=1, help="Starting draft length (overrides the profile).")] = None,
+    profile: ProfileOpt = "auto",
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    k: KOpt = None,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
-    temperature: Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")] = 0.7,
-    top_k: Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
-    min_p: Annotated[float, typer.Option("--min-p", min=0.0, max=1.0)] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling (temperature > 0).")] = None,
+    temperature: TemperatureOpt = 0.7,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    min_p: MinPOpt = 0.0,
+    seed: SeedOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Longest reply, in tokens.")] = 1024,
-    n_ctx: Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")] = None,
-    show_rejected: Annotated[
-        bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")
-    ] = False,
+    n_ctx: NCtxOpt = None,
+    threads: ThreadsOpt = None,
+    show_rejected: ShowRejectedOpt = False,
 ) -> None:
     """Chat with the target model, with a live view of speculation (/help inside)."""
     options: dict[str, Any] = dict(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
         engine = load_engine(p)
     try:
         with cli_errors():

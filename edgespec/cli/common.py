@@ -7,10 +7,11 @@ exit 130. Nothing here knows how tokens are generated.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -59,6 +60,28 @@ def normalize_draft(draft: str | None) -> str | None:
     return d
 
 
+# Options shared by the commands that load an engine (defaults stay in each signature).
+ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")]
+TargetOpt = Annotated[
+    Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
+]
+DraftOpt = Annotated[
+    Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
+]
+KOpt = Annotated[Optional[int], typer.Option("--k", min=1, help="Starting draft length (overrides the profile).")]
+TemperatureOpt = Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")]
+TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")]
+TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)]
+MinPOpt = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0)]
+SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling (temperature > 0).")]
+NCtxOpt = Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option("--threads", min=1, help="CPU threads for llama.cpp (default: the profile's, one per physical core)."),
+]
+ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
+
+
 def make_plan(
     profile: str,
     *,
@@ -66,11 +89,13 @@ def make_plan(
     draft: str | None = None,
     k: int | None = None,
     n_ctx: int | None = None,
+    threads: int | None = None,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
     from edgespec.profiles import plan
 
-    return plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
+    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
+    return dataclasses.replace(p, n_threads=threads) if threads else p
 
 
 def describe_plan(p: Any) -> str:

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     EXIT_INTERRUPTED,
+    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -51,19 +52,15 @@ def generate(
     prompt_file: Annotated[
         Optional[Path], typer.Option("--prompt-file", "-f", help="Read the prompt from a file ('-' = stdin).")
     ] = None,
-    profile: Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")] = "auto",
-    target: Annotated[
-        Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
-    ] = None,
-    draft: Annotated[
-        Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
-    ] = None,
-    k: Annotated[Optional[int], typer.Option("--k", min=1, help="Starting draft length (overrides the profile).")] = None,
-    temperature: Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")] = 0.0,
-    top_k: Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")] = 0,
-    top_p: Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)] = 1.0,
-    min_p: Annotated[float, typer.Option("--min-p", min=0.0, max=1.0)] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling (temperature > 0).")] = None,
+    profile: ProfileOpt = "auto",
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    k: KOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    min_p: MinPOpt = 0.0,
+    seed: SeedOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1)] = 256,
     stop: Annotated[
         Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable); not included in the output.")
@@ -72,10 +69,9 @@ def generate(
     json_output: Annotated[
         bool, typer.Option("--json", help='Print one JSON object: {"text","token_ids","finish_reason","stats"}.')
     ] = False,
-    n_ctx: Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")] = None,
-    show_rejected: Annotated[
-        bool, typer.Option("--show-rejected", help="In the live view, show rejected drafts struck through.")
-    ] = False,
+    n_ctx: NCtxOpt = None,
+    threads: ThreadsOpt = None,
+    show_rejected: ShowRejectedOpt = False,
     input_file: Annotated[
         Optional[Path],
         typer.Option(
@@ -119,12 +115,12 @@ def generate(
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
             _run_batch(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet,
-                plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx),
+                plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads),
             )
             return
 
         text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
         engine = load_engine(p, quiet=quiet)
         try:
             if json_output:
