@@ -138,7 +138,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=2, help="timed repeats after one warm-up")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--min-match", type=int, default=None,
+                    help="n-gram match length needed to draft (default: from the detected profile)")
     ap.add_argument("--json", dest="json_out", default=None, help="write the results here")
     ap.add_argument("--only", default=None, help="comma-separated prompt names")
     args = ap.parse_args()
@@ -146,7 +148,13 @@ def main() -> int:
     names = args.only.split(",") if args.only else list(PROMPTS)
     target = resolve_model(args.target)
     results = []
-    with Engine(target, draft="ngram", k=args.k, n_ctx=4096, n_threads=args.threads) as engine:
+    if args.min_match is None:
+        from edgespec.profiles import plan
+
+        args.min_match = plan("auto").ngram_min_match
+    print(f"ngram drafting from matches of >= {args.min_match} tokens, k <= {args.k}", flush=True)
+    with Engine(target, draft="ngram", k=args.k, k_max=args.k, n_ctx=4096, n_threads=args.threads,
+                ngram_min_match=args.min_match) as engine:
         for name in names:
             prompt = PROMPTS[name]
             tps = {"none": [], "ngram": []}

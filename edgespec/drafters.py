@@ -69,17 +69,19 @@ class NgramDrafter:
     An index maps every n-gram (n_min..n_max) of the context to the positions right
     after its occurrences; it is extended with each newly committed token instead of
     rescanning the context. Among the candidate occurrences, the one whose match extends
-    furthest back (the most context agreeing) wins; ties go to the most recent. The
-    proposal is as long as the drafter's confidence allows: matches on short suffixes
-    propose fewer tokens, since they are more often wrong and each drafted token costs
-    verify time.
+    furthest back (the most context agreeing) wins; ties go to the most recent. It
+    drafts only when that match is at least ``min_match`` tokens long, and proposes at
+    most as many tokens as the match is long: a wrong guess costs verify time, which on a
+    compute-bound CPU is nearly a full step per token (the profile sets ``min_match``
+    from its verify cost, see ``adaptive.ngram_min_match``).
     """
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8, min_match: int = 2) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 <= n_min <= n_max")
+        self.min_match = max(n_min, min_match)
         self.n_min = n_min
         self.n_max = n_max
         self.max_candidates = max_candidates
@@ -131,11 +133,10 @@ class NgramDrafter:
                     m += 1
                 if m > best_len:
                     best_pos, best_len = pos, m
-            if best_pos < 0:
-                continue
-            # a short match is a weak signal: let it draft a little, a long one a lot
-            budget = k if best_len >= 4 else max(1, min(k, best_len))
-            return toks[best_pos : best_pos + budget]
+            if best_len < self.min_match:
+                return []  # too weak a signal to pay for verifying a guess
+            # a match earns a proposal as long as itself: inside a copied span both grow
+            return toks[best_pos : best_pos + min(k, best_len)]
         return []
 
     def propose(self, tokens: Sequence[int], k: int) -> Proposal:

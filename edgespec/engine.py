@@ -57,7 +57,9 @@ class Engine:
     family (its vocabulary is checked against the target's). ``k`` is the starting draft
     length, adapted during generation within ``[1, k_max]`` unless ``adaptive_k`` is
     False. ``p_min`` makes the model drafter stop when its top probability drops below
-    it. ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+    it. ``ngram_min_match`` is how long a prompt-lookup match must be before it drafts
+    (2 suits GPUs; compute-bound CPUs want ~6, see ``adaptive.ngram_min_match``).
+    ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class Engine:
         n_gpu_layers: int = 0,
         draft_n_gpu_layers: int | None = None,
         adaptive_k: bool = True,
+        ngram_min_match: int = 2,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -90,6 +93,7 @@ class Engine:
         self._k_max_override = k_max
         self.p_min = p_min
         self.adaptive_k = adaptive_k
+        self.ngram_min_match = ngram_min_match
         self._draft_gpu_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
         self.draft_model: Model | None = None
         self._model_drafter: ModelDrafter | None = None
@@ -129,7 +133,7 @@ class Engine:
         if draft is None or str(draft) in ("none", "off", "plain"):
             self.drafter = NoDrafter()
         elif str(draft) == "ngram":
-            self.drafter = NgramDrafter()
+            self.drafter = NgramDrafter(min_match=self.ngram_min_match)
         elif str(draft) == "model":
             if self._model_drafter is None:
                 raise InputError("no draft model is loaded; pass a draft model path instead")

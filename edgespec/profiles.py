@@ -794,6 +794,7 @@ class Plan:
     k_max: int = 8  # upper bound for the loop's adaptive k
     notes: tuple[str, ...] = ()
     options: tuple[tuple[str, int, float], ...] = ()  # (drafter, best k, predicted speedup)
+    ngram_min_match: int = 2  # prompt lookup drafts only after a match this long
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
@@ -816,6 +817,7 @@ class Plan:
             "n_ctx": self.n_ctx,
             "n_threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
+            "ngram_min_match": self.ngram_min_match,
         }
 
     def to_dict(self) -> dict:
@@ -991,6 +993,7 @@ def plan(
         k_max=max(prof.k_max, kk),
         notes=tuple(notes + list(prof.notes)),
         options=choice.options,
+        ngram_min_match=adaptive.ngram_min_match(c),
     )
 
 

@@ -92,3 +92,21 @@ def test_draft_cost_ratio_from_sizes():
     assert g == pytest.approx(0.1)
     g = adaptive.draft_cost_ratio(500_000_000, 5_000_000_000, overhead_ms=2.0, gbs=250)
     assert 0.1 < g < 0.25
+
+
+def test_ngram_min_match_follows_the_verify_cost():
+    from edgespec.adaptive import VerifyCost, ngram_min_match
+
+    gpu = VerifyCost((2, 4, 8), (1.05, 1.15, 1.4))
+    cpu = VerifyCost((2, 5, 16), (1.8, 4.26, 12.2))
+    assert ngram_min_match(gpu) == 2
+    assert ngram_min_match(cpu) == 6
+
+
+def test_ngram_drafter_waits_for_a_long_enough_match():
+    from edgespec.drafters import NgramDrafter
+
+    text = [10, 11, 12, 13, 14, 15, 16, 17, 99, 10, 11, 12]
+    assert NgramDrafter(min_match=2).lookup(text, 8) == [13, 14, 15]  # no longer than the match
+    assert NgramDrafter(min_match=4).lookup(text, 8) == []
+    assert NgramDrafter(min_match=3).lookup(text + [13], 2) == [14, 15]

@@ -62,3 +62,28 @@ def test_real_model_refuses_a_draft_with_another_vocabulary(qwen05, tiny_target)
 
     with pytest.raises(IncompatibleVocabError, match="target"):
         Engine(qwen05, draft=tiny_target)
+
+
+def test_real_model_logits_do_not_depend_on_batch_size(qwen05):
+    """The batch-invariant kernel setup (see edgespec/llama.py): a token's logits are
+    bit-identical whether it is decoded alone or first in a verify batch of up to 17,
+    also past 256 cached tokens where flash attention changes path for single tokens."""
+    import numpy as np
+
+    from edgespec.llama import Context, Model
+
+    model = Model(qwen05)
+    ctx = Context(model, n_ctx=1024)
+    try:
+        assert ctx.batch_invariant
+        ids = model.tokenize("def add(a, b):\n    return a + b\n" * 30)
+        assert len(ids) > 300
+        ctx.decode(ids[:-1], rows=())
+        alone = ctx.decode([ids[-1]]).copy()
+        for n in (2, 4, 5, 8, 9, 17):
+            ctx.rollback(len(ids) - 1)
+            batch = ctx.decode([ids[-1]] + ids[:n - 1], rows=range(n))
+            assert np.array_equal(batch[0], alone[0]), f"batch of {n} differs"
+    finally:
+        ctx.close()
+        model.close()
