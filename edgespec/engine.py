@@ -115,6 +115,11 @@ class Engine:
         return self.draft_model.path if self.draft_model else None
 
     @property
+    def draft_ctx(self) -> Context | None:
+        """The loaded draft model's context (None without a draft model)."""
+        return self._model_drafter.ctx if self._model_drafter is not None else None
+
+    @property
     def drafter_name(self) -> str:
         return self.drafter.name
 
@@ -126,6 +131,20 @@ class Engine:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
         self.k = k
+
+    def set_k_max(self, k_max: int | None) -> None:
+        """Bound the adaptive k (None: the drafter's default bound)."""
+        if k_max is not None and k_max < 1:
+            raise InputError(f"k_max must be at least 1 (got {k_max})")
+        self._k_max_override = k_max
+
+    def set_p_min(self, p_min: float) -> None:
+        """The model drafter's confidence cut-off, for this and later drafters."""
+        if not 0.0 <= p_min < 1.0:
+            raise InputError(f"p_min must be in [0, 1) (got {p_min})")
+        self.p_min = p_min
+        if self._model_drafter is not None:
+            self._model_drafter.p_min = p_min
 
     def set_drafter(self, draft: str | os.PathLike | None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft

@@ -80,3 +80,11 @@ def tiny_truncated(tiny_models_dir, tiny_target) -> Path:
 @pytest.fixture(scope="session")
 def tiny_not_gguf(tiny_models_dir) -> Path:
     return write_random_bytes(tiny_models_dir / "not_gguf.gguf", 4096, seed=0)
+
+
+@pytest.fixture()
+def prompt_file(tmp_path) -> Path:
+    """A JSONL file of short prompts for the tiny models (bench_support.TINY_PROMPTS)."""
+    from bench_support import write_prompt_file
+
+    return write_prompt_file(tmp_path / "prompts.jsonl")

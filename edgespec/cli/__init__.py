@@ -11,6 +11,7 @@ import typer
 
 from edgespec import __version__
 
+from .bench import bench, tune
 from .chat import chat
 from .generate import generate
 from .profiles import models_app, profiles_app
@@ -40,6 +41,8 @@ def _root(
 
 app.command("generate")(generate)
 app.command("chat")(chat)
+app.command("bench")(bench)
+app.command("tune")(tune)
 app.add_typer(profiles_app, name="profiles", help="Device profiles and the choice they make.")
 app.add_typer(models_app, name="models", help="The model catalog: list, pull, check a pair.")
 

@@ -1,0 +1,344 @@
+"""Measuring decoding configurations against plain decoding, side by side, in one process.
+
+A configuration is a drafter ("none", "ngram" or the loaded draft "model"), a draft
+length k, and whether the loop may adapt k. ``measure`` runs every configuration on the
+same prompts with ONE engine (drafters are switched with ``set_drafter``/``set_k``, no
+model is reloaded), interleaved: for each prompt, every configuration runs once before
+the next prompt starts, in an order that rotates from prompt to prompt. Drift on a
+shared, noisy machine (another process waking up, thermal throttling) then lands on all
+configurations alike instead of on whichever happened to run last. Before that, every
+configuration runs once on the first prompt as a warm-up that is thrown away (page
+cache, thread pools, the draft context's first allocation).
+
+Time is the loop's own wall time from the first round to the end (``Stats.t_generate``):
+prompt processing is the same for every configuration and is left out. Speedup is
+tokens per second over plain decoding's, both summed over all measured runs. At
+temperature 0 every configuration must reproduce plain decoding token for token;
+``identical`` says whether it did.
+
+``bench_report`` adds the automatic choice and turns the runs into the numbers ``edgespec
+bench`` prints. This module never prints; ``tune`` reuses ``measure``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from .adaptive import estimate_alpha
+from .bench_prompts import BenchPrompt
+from .events import Done, Round
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way to decode. ``k_max`` bounds an adaptive k (None: the engine's default
+    for the drafter); with ``adaptive_k`` False the loop drafts exactly k per round."""
+
+    drafter: str  # "none" | "ngram" | "model"
+    k: int = 1
+    adaptive_k: bool = False
+    k_max: int | None = None
+    p_min: float = 0.0
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        if self.drafter == "none":
+            return "plain"
+        return f"{self.drafter} k={self.k}" + (" adaptive" if self.adaptive_k else "")
+
+    def to_dict(self) -> dict:
+        return {"config": self.name, "drafter": self.drafter, "k": self.k if self.drafter != "none" else 0,
+                "adaptive_k": self.adaptive_k, "k_max": self.k_max, "p_min": self.p_min}
+
+
+PLAIN = Config("none", label="plain")
+
+
+def grid(drafters: Iterable[str], ks: Iterable[int], *, p_min: float = 0.0) -> list[Config]:
+    """Every drafter × k at a fixed k (what a k grid measures)."""
+    ks = sorted(set(int(k) for k in ks))
+    if not ks or ks[0] < 1:
+        raise InputError(f"the k grid needs integers ≥ 1 (got {ks})")
+    out = []
+    for d in drafters:
+        if d not in ("ngram", "model"):
+            raise InputError(f"unknown drafter {d!r}: use 'ngram' or a draft model")
+        out += [Config(d, k, p_min=p_min if d == "model" else 0.0) for k in ks]
+    return out
+
+
+def configure(engine: Any, cfg: Config) -> None:
+    """Put ``engine`` in the state ``cfg`` describes, without reloading anything."""
+    engine.set_drafter(cfg.drafter)  # "model" = the draft model already loaded
+    engine.set_k(max(1, cfg.k))
+    engine.adaptive_k = cfg.adaptive_k
+    # k_max bounds the loop's k controller: a fixed k above the drafter's default bound
+    # would otherwise be clamped
+    engine.set_k_max(max(cfg.k_max or 0, cfg.k) if cfg.drafter != "none" else None)
+    if cfg.drafter == "model":
+        engine.set_p_min(cfg.p_min)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured generation."""
+
+    config: str
+    prompt_id: str
+    kind: str
+    token_ids: tuple[int, ...]
+    seconds: float          # the loop's wall time (Stats.t_generate)
+    rounds: int
+    drafted: int
+    accepted: int
+    rounds_drafting: int    # rounds in which the drafter proposed something
+    rounds_rejected: int    # rounds that ended in a rejected draft
+    t_draft: float          # seconds inside the drafter's propose()
+
+    @property
+    def tokens(self) -> int:
+        return len(self.token_ids)
+
+
+ProgressFn = Callable[[int, int, str, str], None]  # (done, total, config name, prompt id)
+
+
+def run_once(engine: Any, prompt: BenchPrompt, cfg: Config, *, max_tokens: int,
+             temperature: float = 0.0, seed: int | None = None) -> Run:
+    """Generate once from ``prompt`` with ``cfg`` and record what happened."""
+    configure(engine, cfg)
+    drafting = rejected = 0
+    done: Done | None = None
+    for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed):
+        if isinstance(ev, Round):
+            drafting += ev.drafted > 0
+            rejected += ev.rejected > 0
+        elif isinstance(ev, Done):
+            done = ev
+    assert done is not None
+    s = done.stats
+    return Run(cfg.name, prompt.id, prompt.kind, tuple(done.token_ids), s.t_generate, s.rounds,
+               s.drafted, s.accepted, drafting, rejected, s.t_draft)
+
+
+def measure(
+    engine: Any,
+    configs: Sequence[Config],
+    prompts: Sequence[BenchPrompt],
+    *,
+    max_tokens: int = 128,
+    repeat: int = 1,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    warmup: bool = True,
+    progress: ProgressFn | None = None,
+) -> dict[str, list[Run]]:
+    """Run every config on every prompt ``repeat`` times, interleaved; the measured runs
+    of each config by name (warm-up runs are not included)."""
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise InputError(f"two configurations have the same name: {names}")
+    if not prompts:
+        raise InputError("no prompts to run")
+    if repeat < 1 or max_tokens < 1:
+        raise InputError("repeat and max_tokens must be at least 1")
+    runs: dict[str, list[Run]] = {c.name: [] for c in configs}
+    total = len(configs) * (len(prompts) * repeat + (1 if warmup else 0))
+    done = 0
+
+    def one(prompt: BenchPrompt, cfg: Config) -> Run:
+        nonlocal done
+        # temperature > 0: the same seed for every config, so all see the same draws
+        run = run_once(engine, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        done += 1
+        if progress is not None:
+            progress(done, total, cfg.name, prompt.id)
+        return run
+
+    if warmup:
+        for cfg in configs:
+            one(prompts[0], cfg)
+    slot = 0
+    for _ in range(repeat):
+        for prompt in prompts:
+            # rotate the order so no config is always first (or last) on a prompt
+            r = slot % len(configs)
+            for cfg in list(configs[r:]) + list(configs[:r]):
+                runs[cfg.name].append(one(prompt, cfg))
+            slot += 1
+    return runs
+
+
+# --------------------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one configuration did over all its measured runs."""
+
+    config: Config
+    tokens: int
+    seconds: float
+    speedup: float                # tokens/s over plain decoding's
+    acceptance_rate: float | None  # accepted / drafted (None: drafted nothing)
+    mean_accepted_length: float | None  # accepted drafts per round
+    alpha: float | None           # per-token acceptance, the cost model's α
+    hit: float | None             # share of rounds in which the drafter proposed
+    identical: bool | None        # same token ids as plain decoding (temperature 0 only)
+    by_kind: dict[str, float] = field(default_factory=dict)  # speedup per prompt kind
+    runs: tuple[Run, ...] = ()
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        def r(x: float | None, nd: int = 4) -> float | None:
+            return None if x is None else round(x, nd)
+
+        return {
+            **self.config.to_dict(),
+            "tokens_per_second": r(self.tokens_per_second, 3),
+            "speedup": r(self.speedup),
+            "acceptance_rate": r(self.acceptance_rate),
+            "mean_accepted_length": r(self.mean_accepted_length),
+            "alpha": r(self.alpha),
+            "hit": r(self.hit),
+            "identical": self.identical,
+            "tokens": self.tokens,
+            "seconds": r(self.seconds),
+            "by_kind": {k: r(v) for k, v in self.by_kind.items()},
+        }
+
+
+def rate(runs: Iterable[Run]) -> float:
+    """Tokens per second over ``runs``: all their tokens over all their time."""
+    runs = list(runs)
+    secs = sum(r.seconds for r in runs)
+    return sum(r.tokens for r in runs) / secs if secs > 0 else 0.0
+
+
+def pooled_alpha(runs: Iterable[Run]) -> tuple[float | None, float | None]:
+    """(α, hit) over ``runs``: α by ``adaptive.estimate_alpha``, hit = the share of
+    rounds in which the drafter proposed anything."""
+    runs = list(runs)
+    drafted = sum(r.drafted for r in runs)
+    rounds = sum(r.rounds for r in runs)
+    alpha = estimate_alpha(sum(r.accepted for r in runs), drafted, sum(r.rounds_rejected for r in runs))
+    hit = sum(r.rounds_drafting for r in runs) / rounds if rounds else None
+    return alpha, hit
+
+
+def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool) -> Summary:
+    """``cfg``'s runs against plain decoding's runs on the same prompts."""
+    base = rate(plain)
+    kinds = sorted({r.kind for r in runs}, key=lambda k: (k == "custom", k))
+    by_kind = {}
+    for kind in kinds:
+        b = rate(p for p in plain if p.kind == kind)
+        by_kind[kind] = rate(r for r in runs if r.kind == kind) / b if b else 0.0
+    drafted = sum(r.drafted for r in runs)
+    rounds = sum(r.rounds for r in runs)
+    accepted = sum(r.accepted for r in runs)
+    alpha, hit = pooled_alpha(runs) if cfg.drafter != "none" else (None, None)
+    identical = None
+    if greedy:
+        ref = {p.prompt_id: p.token_ids for p in plain}
+        identical = all(ref.get(r.prompt_id) == r.token_ids for r in runs)
+    return Summary(
+        config=cfg,
+        tokens=sum(r.tokens for r in runs),
+        seconds=sum(r.seconds for r in runs),
+        speedup=rate(runs) / base if base else 0.0,
+        acceptance_rate=accepted / drafted if drafted else (None if cfg.drafter == "none" else 0.0),
+        mean_accepted_length=accepted / rounds if rounds and cfg.drafter != "none" else None,
+        alpha=alpha,
+        hit=hit,
+        identical=identical,
+        by_kind=by_kind,
+        runs=tuple(runs),
+    )
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    plain: Summary
+    results: tuple[Summary, ...]   # the candidate grid
+    auto: Summary                  # the automatic choice (plain's own runs if it is plain)
+    auto_plan: dict                # drafter, k, predicted_speedup, reason of the choice
+    settings: dict
+
+    @property
+    def best(self) -> Summary:
+        return max((self.plain, *self.results), key=lambda s: s.speedup)
+
+    def to_dict(self) -> dict:
+        best = self.best
+        return {
+            "plain": self.plain.to_dict(),
+            "results": [s.to_dict() for s in self.results],
+            "auto": {**self.auto.to_dict(), **{f"planned_{k}": v for k, v in self.auto_plan.items()}},
+            "best": {"config": best.config.name, "speedup": round(best.speedup, 4)},
+            "auto_vs_best": round(self.auto.speedup / best.speedup, 4) if best.speedup else None,
+            "settings": self.settings,
+        }
+
+
+def load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # pragma: no cover - not on every platform
+        return None
+
+
+def bench_report(
+    engine: Any,
+    candidates: Sequence[Config],
+    auto: Config,
+    prompts: Sequence[BenchPrompt],
+    *,
+    auto_plan: dict | None = None,
+    max_tokens: int = 128,
+    repeat: int = 1,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    progress: ProgressFn | None = None,
+) -> BenchReport:
+    """Measure plain decoding, every candidate and the automatic choice ``auto``.
+
+    When the automatic choice is plain decoding it is not run twice: its figures are
+    plain's. Otherwise it runs as its own configuration (adaptive k, as a user would
+    run it) in the same interleaving.
+    """
+    auto_is_plain = auto.drafter == "none"
+    auto_cfg = auto if auto.label else Config(auto.drafter, auto.k, auto.adaptive_k, auto.k_max,
+                                              auto.p_min, label=f"auto: {auto.name}")
+    configs = [PLAIN, *candidates] + ([] if auto_is_plain else [auto_cfg])
+    load_before = load_average()
+    runs = measure(engine, configs, prompts, max_tokens=max_tokens, repeat=repeat,
+                   temperature=temperature, seed=seed, progress=progress)
+    greedy = temperature == 0.0
+    plain_runs = runs[PLAIN.name]
+    plain = summarize(PLAIN, plain_runs, plain_runs, greedy=greedy)
+    results = tuple(summarize(c, runs[c.name], plain_runs, greedy=greedy) for c in candidates)
+    auto_sum = plain if auto_is_plain else summarize(auto_cfg, runs[auto_cfg.name], plain_runs, greedy=greedy)
+    settings = {
+        "max_tokens": max_tokens,
+        "repeat": repeat,
+        "temperature": temperature,
+        "seed": seed,
+        "prompts": [p.id for p in prompts],
+        "target": str(engine.target_path),
+        "draft": str(engine.draft_path) if engine.draft_path else None,
+        "n_threads": engine.n_threads,
+        "load_average": {"before": load_before, "after": load_average()},
+    }
+    return BenchReport(plain, results, auto_sum, dict(auto_plan or {}), settings)

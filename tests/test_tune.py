@@ -1,0 +1,263 @@
+"""``edgespec.tune`` and ``edgespec tune``: the measurement procedure (on a simulated
+clock, so the arithmetic is checked exactly), fitting, choosing, saving into a profile
+that ``plan()`` then uses, and the JSON contract. No assertion depends on how fast
+anything ran."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bench_support import TINY_PROMPTS as _PROMPTS
+from bench_support import cli
+
+from edgespec import Engine, adaptive, catalog, profiles, tune
+from edgespec.cli.bench import tune as tune_cmd
+
+TINY_PROMPTS = _PROMPTS[:2]
+PAIR = catalog.DEFAULT_PAIR
+
+
+# -- timing procedure on a simulated clock -----------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeContext:
+    """Stands in for ``llama.Context``: decoding n tokens advances the clock by cost(n)."""
+
+    def __init__(self, clock: FakeClock, cost, n_ctx: int = 512) -> None:
+        self.clock, self.cost, self.n_ctx = clock, cost, n_ctx
+        self.tokens: list[int] = []
+        self.calls: list[tuple[int, tuple[int, ...]]] = []
+
+    def decode(self, tokens, rows=None):
+        self.calls.append((len(tokens), tuple(rows) if rows is not None else (len(tokens) - 1,)))
+        self.clock.now += self.cost(len(tokens))
+        self.tokens.extend(tokens)
+
+    def rollback(self, n_keep: int) -> None:
+        del self.tokens[n_keep:]
+
+
+def test_time_decodes_measures_each_batch_size_at_one_position():
+    clock = FakeClock()
+    target = FakeContext(clock, lambda n: 0.080 * (1 + 0.6 * (n - 1)))
+    draft = FakeContext(clock, lambda n: 0.044 * n)
+    prefix = list(range(10, 40))
+    t = tune.time_decodes(target, prefix, n_max=8, repeats=3, draft=draft, clock=clock)
+    assert t.position == 30 and t.repeats == 3
+    assert t.step_ms == pytest.approx(80.0)
+    assert t.relative == {n: pytest.approx(1 + 0.6 * (n - 1)) for n in range(1, 9)}
+    assert t.draft_ms == pytest.approx(44.0) and t.gamma == pytest.approx(0.55)
+    # both contexts end holding exactly the prefix; every timed batch asked for all rows
+    assert target.tokens == prefix and draft.tokens == prefix
+    timed = [c for c in target.calls[1:]]
+    assert all(rows == tuple(range(n)) for n, rows in timed)
+    # warm-up sweep + 3 timed sweeps of n = 1..8
+    assert sorted(n for n, _ in timed) == sorted(list(range(1, 9)) * 4)
+
+
+def test_time_decodes_takes_medians():
+    clock = FakeClock()
+    hiccups = iter([0.0] * 30 + [5.0] + [0.0] * 100)  # one call stalls for 5 s
+    target = FakeContext(clock, lambda n: 0.01 * n + next(hiccups))
+    t = tune.time_decodes(target, [1, 2, 3], n_max=4, repeats=5, clock=clock)
+    assert t.target_ms == {n: pytest.approx(10.0 * n) for n in range(1, 5)}
+    assert t.draft_ms is None and t.gamma is None
+
+
+def test_time_decodes_checks_room():
+    with pytest.raises(tune.InputError):
+        tune.time_decodes(FakeContext(FakeClock(), lambda n: 1.0, n_ctx=20), list(range(10)), n_max=16)
+
+
+# -- fitting and choosing ----------------------------------------------------------------------
+
+
+def test_fit_verify_cost_is_non_decreasing_and_at_least_one():
+    raw = {1: 1.0, 2: 0.97, 3: 1.9, 4: 1.7, 5: 3.5, 6: 3.3, 7: 3.4}
+    c = tune.fit_verify_cost(raw)
+    assert c.n == tuple(range(1, 8)) and c(1) == 1.0
+    values = [c(n) for n in range(1, 8)]
+    assert values == sorted(values) and min(values) >= 1.0
+    assert c(3) == pytest.approx((1.9 + 1.7) / 2) and c(4) == c(3)      # pooled neighbours
+    assert c(5) == pytest.approx((3.5 + 3.3 + 3.4) / 3)
+    ok = {1: 1.0, 2: 1.5, 3: 2.0}
+    assert tune.fit_verify_cost(ok).c == (1.0, 1.5, 2.0)                # already monotone: kept
+
+
+def test_step_model_reproduces_both_steps():
+    o, g = tune.step_model(80.0, 44.0, 1_117_320_768, 491_400_064)
+    for ms, size in ((80.0, 1_117_320_768), (44.0, 491_400_064)):
+        assert adaptive.step_ms(size, overhead_ms=o, gbs=g) == pytest.approx(ms)
+    assert tune.step_model(80.0, 90.0, 2, 1) is None     # draft slower: nothing sensible
+    assert tune.step_model(80.0, 40.0, 1, 2) is None
+
+
+def test_p_min_follows_the_marginal_cost():
+    cheap = adaptive.VerifyCost((1, 2, 5), (1.0, 1.02, 1.1))
+    dear = adaptive.VerifyCost((1, 5), (1.0, 3.5))
+    assert tune.p_min_for(0.1, cheap, 4) < 0.3
+    assert tune.p_min_for(0.55, dear, 4) == tune.P_MIN_CAP
+    assert tune.p_min_for(0.3, cheap, 1) > tune.p_min_for(0.1, cheap, 1)
+
+
+def test_pair_of():
+    assert tune.pair_of(catalog.DEFAULT_TARGET, catalog.DEFAULT_DRAFT) == PAIR
+    assert tune.pair_of(f"/x/{catalog.DEFAULT_TARGET}.gguf", f"/y/{catalog.DEFAULT_DRAFT}.gguf") == PAIR
+    assert tune.pair_of("/x/mine.gguf", "/y/other.gguf") is None
+    assert tune.pair_of(catalog.DEFAULT_TARGET, None) is None
+
+
+# -- the whole measurement on tiny models ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def result(tiny_target, tiny_noisy):
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, n_threads=1) as e:
+        phases = []
+        r = tune.tune(e, ks=[1, 3], prompts=TINY_PROMPTS, max_tokens=10, repeats=1, n_max=6,
+                      phase=phases.append)
+        assert len(phases) == 2
+        # the engine still generates correctly afterwards (caches left consistent)
+        e.set_drafter("none")
+        ref = e.generate(TINY_PROMPTS[0].prompt, max_tokens=10).token_ids
+        e.set_drafter("model")
+        assert e.generate(TINY_PROMPTS[0].prompt, max_tokens=10).token_ids == ref
+        return r
+
+
+def test_tune_result_contract(result):
+    d = result.to_dict()
+    assert list(d["verify_cost"]) == [str(n) for n in range(1, 7)] and d["verify_cost"]["1"] == 1.0
+    vc = list(d["verify_cost"].values())
+    assert vc == sorted(vc)
+    assert d["draft_cost_ratio"] > 0 and d["target_step_ms"] > 0
+    assert set(d["acceptance"]) == {"model", "ngram"}
+    assert all(0.0 <= a <= 1.0 for a in d["acceptance"].values())
+    assert {(p["drafter"], p["k"]) for p in d["points"]} == {("model", 1), ("model", 3), ("ngram", 1), ("ngram", 3)}
+    ch = d["choice"]
+    assert {"drafter", "k", "predicted_speedup"} <= set(ch)
+    assert ch["drafter"] in ("model", "ngram", "none")
+    # the choice is the cost model's on the measured figures
+    opts = [f.option() for f in result.drafters]
+    expect = adaptive.choose(opts, result.verify, k_min=1, k_max=8, min_gain=0.05)
+    assert (ch["drafter"], ch["k"]) == (expect.drafter, expect.k)
+    for f in result.drafters:
+        assert (f.k, f.predicted_speedup) == adaptive.best_k(f.alpha, result.verify, f.gamma, k_max=8, hit=f.hit)
+        assert (f.p_min is not None) == (f.drafter == "model")
+    json.dumps(d)
+
+
+def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    path, skipped = tune.save(result, "cpu-small", pair=PAIR)
+    assert path == profiles.user_dir() / "cpu-small.toml" and skipped == []
+    prof = profiles.load_profile("cpu-small")
+    pc = prof.pair_cost(PAIR)
+    assert pc.verify.status == "measured" and pc.verify(3) == pytest.approx(result.verify(3), abs=1e-3)
+    assert pc.gamma.value == pytest.approx(result.drafter("model").gamma, abs=1e-3)
+    assert pc.alpha.value == pytest.approx(min(0.99, result.drafter("model").alpha), abs=1e-3)
+    assert pc.target_step_ms.status == "measured"
+    assert prof.alpha_ngram.status == "measured" and prof.ngram_hit.status == "measured"
+    p = profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
+    k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max)
+    assert (p.drafter, p.k, p.predicted_speedup) == ("model", k, pytest.approx(s))
+
+
+def test_save_without_a_pair_keeps_device_figures(result, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    path, skipped = tune.save(result, "mine", pair=None, extends="cpu-small")
+    prof = profiles.load_profile("mine")
+    assert prof.verify.status == "measured" and skipped
+    assert prof.pair_cost(PAIR).gamma.status == "measured"  # still the shipped pair figure
+
+
+def test_saved_figures_drive_the_choice(tmp_path, monkeypatch):
+    """A machine where batches are nearly free and the n-gram drafter is right often:
+    after saving, the plan for the profile picks ngram; where batches are expensive,
+    plain decoding."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+
+    def fake(c5: float, alpha: float, hit: float) -> tune.TuneResult:
+        times = tune.DecodeTimes(10, 1, {n: 50.0 * (1 + (c5 - 1) * (n - 1) / 4) for n in range(1, 9)}, None)
+        c = tune.fit_verify_cost(times.relative)
+        ngram = tune.DrafterFit("ngram", alpha, hit, 0.001, alpha, 4, 1.0)
+        choice = adaptive.choose([ngram.option()], c)
+        return tune.TuneResult(times, c, (ngram,), (), choice, 20.0,
+                               {"target": "t.gguf", "n_threads": 2, "prompts": ["a"], "max_tokens": 8,
+                                "load_average": 0.1})
+
+    tune.save(fake(1.1, 0.8, 0.6), "cpu-small", pair=None)
+    assert profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
+    assert profiles.plan("cpu-small").drafter == "ngram"
+    tune.save(fake(4.0, 0.5, 0.3), "cpu-small", pair=None)
+    assert profiles.plan("cpu-small").drafter == "none"
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def run(tmp_path, monkeypatch):
+    return cli("tune", tune_cmd, tmp_path, monkeypatch)
+
+
+def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", tiny_noisy, "--k-grid", "1,2",
+            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
+            "--json", "--quiet", "--save-as", "tiny-box")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert list(d["verify_cost"]) == [str(n) for n in range(1, 17)] and d["verify_cost"]["1"] == 1.0
+    assert d["draft_cost_ratio"] > 0 and set(d["acceptance"]) == {"model", "ngram"}
+    assert {"drafter", "k", "predicted_speedup"} <= set(d["choice"])
+    saved = d["saved"]
+    assert saved["profile"] == "tiny-box" and saved["pair"] is None and saved["skipped"]
+    prof = profiles.load_profile("tiny-box")
+    assert prof.verify.status == "measured" and prof.origin == "user, extends cpu-small"
+
+
+def test_cli_tune_chart(run, tiny_target, prompt_file):
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram", "--k-grid", "1,4",
+            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "verify cost" in out and "c(16)=" in out and "ngram drafter" in out
+    assert "predicted" in out and "measured" in out and "k=4" in out and "choice:" in out
+    assert "model drafter" not in out
+
+
+def test_cli_tune_none_measures_costs_only(run, tiny_target, prompt_file):
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--prompt-file", prompt_file,
+            "--max-tokens", 4, "--repeats", 1, "--threads", 1, "--json", "--quiet")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["acceptance"] == {} and d["choice"]["drafter"] == "none" and d["draft_cost_ratio"] is None
+
+
+def test_cli_tune_unknown_profile(run, tiny_target):
+    r = run("--profile", "no-such-device", "--target", tiny_target)
+    assert r.exit_code != 0 and "unknown profile" in r.output
+
+
+@pytest.mark.integration
+def test_real_model_verify_cost_is_measured():
+    try:
+        path = catalog.resolve_model("qwen2.5-coder-0.5b")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"Qwen2.5-Coder-0.5B not available: {e}")
+    with Engine(path, draft=None, n_ctx=1024, n_threads=1) as e:
+        prefix = e.prompt_tokens("Write a function that reverses a string.")
+        t = tune.time_decodes(e.ctx, prefix, n_max=6, repeats=1)
+        assert set(t.target_ms) == set(range(1, 7)) and t.relative[1] == 1.0
+        assert e.ctx.tokens == prefix and e.ctx.pos_max() == len(prefix) - 1
+        c = tune.fit_verify_cost(t.relative)
+        assert [c(n) for n in range(1, 7)] == sorted(c(n) for n in range(1, 7))
