@@ -17,6 +17,11 @@ of rounds where it proposes, a round without a proposal is a plain step:
 
     S(k) = (hit·E(α, k) + (1 - hit)) / (hit·(c(k+1) + k·γ) + (1 - hit))
 
+Speculation needs batch-invariant kernels on the target (see ``edgespec.llama``), which on
+CPUs are slower per token than llama.cpp's defaults that plain decoding uses. With
+``slowdown`` = (plain tokens/s on llama.cpp's kernels) / (plain tokens/s on exact ones),
+the speedup a user sees over plain decoding is S(k) / slowdown (1 on GPUs).
+
 This module is pure arithmetic: it knows nothing about devices (``profiles`` supplies
 the figures) or models.
 """
@@ -74,23 +79,25 @@ class VerifyCost:
         return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
 
 
-def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0) -> float:
+def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0,
+            slowdown: float = 1.0) -> float:
     """Predicted speedup over plain decoding (see the module docstring)."""
     if k <= 0:
         return 1.0
     tokens = hit * expected_tokens(alpha, k) + (1.0 - hit)
     cost = hit * (c(k + 1) + k * gamma) + (1.0 - hit)
-    return tokens / cost
+    return tokens / cost / slowdown
 
 
 def best_k(
-    alpha: float, c: VerifyCost, gamma: float, *, k_min: int = 1, k_max: int = 8, hit: float = 1.0
+    alpha: float, c: VerifyCost, gamma: float, *, k_min: int = 1, k_max: int = 8, hit: float = 1.0,
+    slowdown: float = 1.0,
 ) -> tuple[int, float]:
     """The k in [k_min, k_max] with the highest predicted speedup, and that speedup.
     Ties go to the smaller k (less work wasted when α is overestimated)."""
-    best = (k_min, speedup(alpha, k_min, c, gamma, hit))
+    best = (k_min, speedup(alpha, k_min, c, gamma, hit, slowdown))
     for k in range(k_min + 1, k_max + 1):
-        s = speedup(alpha, k, c, gamma, hit)
+        s = speedup(alpha, k, c, gamma, hit, slowdown)
         if s > best[1] + 1e-9:
             best = (k, s)
     return best
@@ -122,13 +129,14 @@ def choose(
     k_min: int = 1,
     k_max: int = 8,
     min_gain: float = 0.05,
+    slowdown: float = 1.0,
 ) -> Choice:
     """The option with the best predicted speedup, or plain decoding ("none") when no
     option beats it by at least ``min_gain`` (edgespec must never make a user slower,
     and a prediction within a few percent of 1 is within its own error)."""
     scored = []
     for opt in options:
-        k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=k_max, hit=opt.hit)
+        k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=k_max, hit=opt.hit, slowdown=slowdown)
         scored.append((opt.drafter, k, s))
     if not scored:
         return Choice("none", 0, 1.0)

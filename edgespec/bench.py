@@ -43,6 +43,7 @@ class Config:
     k_max: int | None = None
     p_min: float = 0.0
     label: str = ""
+    kernels: str = "exact"  # "fast": plain decoding on llama.cpp's own kernels (``fast_engine``)
 
     @property
     def name(self) -> str:
@@ -58,6 +59,11 @@ class Config:
 
 
 PLAIN = Config("none", label="plain")
+# With a second, plain engine on llama.cpp's kernels (CPUs, see edgespec.llama): that is
+# the plain decoding a user gets, and the baseline; the exact-kernel plain run is the
+# reference speculation must reproduce token for token.
+PLAIN_FAST = Config("none", label="plain", kernels="fast")
+PLAIN_EXACT = Config("none", label="plain, exact kernels")
 
 
 def grid(drafters: Iterable[str], ks: Iterable[int], *, p_min: float = 0.0) -> list[Config]:
@@ -138,9 +144,11 @@ def measure(
     seed: int | None = None,
     warmup: bool = True,
     progress: ProgressFn | None = None,
+    fast_engine: Any = None,
 ) -> dict[str, list[Run]]:
     """Run every config on every prompt ``repeat`` times, interleaved; the measured runs
-    of each config by name (warm-up runs are not included)."""
+    of each config by name (warm-up runs are not included). Configs with
+    ``kernels="fast"`` run on ``fast_engine``."""
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise InputError(f"two configurations have the same name: {names}")
@@ -148,6 +156,8 @@ def measure(
         raise InputError("no prompts to run")
     if repeat < 1 or max_tokens < 1:
         raise InputError("repeat and max_tokens must be at least 1")
+    if fast_engine is None and any(c.kernels == "fast" for c in configs):
+        raise InputError("a configuration on llama.cpp's kernels needs fast_engine")
     runs: dict[str, list[Run]] = {c.name: [] for c in configs}
     total = len(configs) * (len(prompts) * repeat + (1 if warmup else 0))
     done = 0
@@ -155,7 +165,8 @@ def measure(
     def one(prompt: BenchPrompt, cfg: Config) -> Run:
         nonlocal done
         # temperature > 0: the same seed for every config, so all see the same draws
-        run = run_once(engine, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        eng = fast_engine if cfg.kernels == "fast" else engine
+        run = run_once(eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed)
         done += 1
         if progress is not None:
             progress(done, total, cfg.name, prompt.id)
@@ -237,8 +248,10 @@ def pooled_alpha(runs: Iterable[Run]) -> tuple[float | None, float | None]:
     return alpha, hit
 
 
-def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool) -> Summary:
-    """``cfg``'s runs against plain decoding's runs on the same prompts."""
+def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool,
+              reference: Sequence[Run] | None = None) -> Summary:
+    """``cfg``'s runs against plain decoding's runs on the same prompts: speed against
+    ``plain``, token identity (when ``greedy``) against ``reference`` (default ``plain``)."""
     base = rate(plain)
     kinds = sorted({r.kind for r in runs}, key=lambda k: (k == "custom", k))
     by_kind = {}
@@ -251,7 +264,7 @@ def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy:
     alpha, hit = pooled_alpha(runs) if cfg.drafter != "none" else (None, None)
     identical = None
     if greedy:
-        ref = {p.prompt_id: p.token_ids for p in plain}
+        ref = {p.prompt_id: p.token_ids for p in (plain if reference is None else reference)}
         identical = all(ref.get(r.prompt_id) == r.token_ids for r in runs)
     return Summary(
         config=cfg,
@@ -311,25 +324,37 @@ def bench_report(
     temperature: float = 0.0,
     seed: int | None = None,
     progress: ProgressFn | None = None,
+    fast_engine: Any = None,
 ) -> BenchReport:
     """Measure plain decoding, every candidate and the automatic choice ``auto``.
 
-    When the automatic choice is plain decoding it is not run twice: its figures are
-    plain's. Otherwise it runs as its own configuration (adaptive k, as a user would
-    run it) in the same interleaving.
+    With ``fast_engine`` (the target on llama.cpp's own kernels, decoding plainly),
+    "plain" runs there — it is what a user who does not speculate gets — and plain
+    decoding on ``engine``'s batch-invariant kernels runs too, as the reference every
+    speculative configuration must reproduce. When the automatic choice is plain
+    decoding it is not run twice: its figures are plain's. Otherwise it runs as its own
+    configuration (adaptive k, as a user would run it) in the same interleaving.
     """
+    plain_cfg = PLAIN_FAST if fast_engine is not None else PLAIN
+    ref_cfg = PLAIN_EXACT if fast_engine is not None else PLAIN
     auto_is_plain = auto.drafter == "none"
     auto_cfg = auto if auto.label else Config(auto.drafter, auto.k, auto.adaptive_k, auto.k_max,
                                               auto.p_min, label=f"auto: {auto.name}")
-    configs = [PLAIN, *candidates] + ([] if auto_is_plain else [auto_cfg])
+    configs = list(dict.fromkeys([plain_cfg, ref_cfg, *candidates] + ([] if auto_is_plain else [auto_cfg])))
     load_before = load_average()
     runs = measure(engine, configs, prompts, max_tokens=max_tokens, repeat=repeat,
-                   temperature=temperature, seed=seed, progress=progress)
+                   temperature=temperature, seed=seed, progress=progress, fast_engine=fast_engine)
     greedy = temperature == 0.0
-    plain_runs = runs[PLAIN.name]
-    plain = summarize(PLAIN, plain_runs, plain_runs, greedy=greedy)
-    results = tuple(summarize(c, runs[c.name], plain_runs, greedy=greedy) for c in candidates)
-    auto_sum = plain if auto_is_plain else summarize(auto_cfg, runs[auto_cfg.name], plain_runs, greedy=greedy)
+    plain_runs, ref_runs = runs[plain_cfg.name], runs[ref_cfg.name]
+
+    def summ(cfg: Config) -> Summary:
+        return summarize(cfg, runs[cfg.name], plain_runs, greedy=greedy and cfg.kernels == "exact",
+                         reference=ref_runs)
+
+    plain = summ(plain_cfg)
+    extra = (summ(ref_cfg),) if ref_cfg is not plain_cfg else ()
+    results = extra + tuple(summ(c) for c in candidates)
+    auto_sum = plain if auto_is_plain else summ(auto_cfg)
     settings = {
         "max_tokens": max_tokens,
         "repeat": repeat,
@@ -339,6 +364,11 @@ def bench_report(
         "target": str(engine.target_path),
         "draft": str(engine.draft_path) if engine.draft_path else None,
         "n_threads": engine.n_threads,
+        "plain_kernels": "llama.cpp" if fast_engine is not None else
+                         ("batch-invariant" if engine.exact_kernels else "llama.cpp"),
         "load_average": {"before": load_before, "after": load_average()},
     }
+    if fast_engine is not None and greedy:
+        ref = {r.prompt_id: r.token_ids for r in ref_runs}
+        settings["plain_kernels_identical"] = all(ref[r.prompt_id] == r.token_ids for r in plain_runs)
     return BenchReport(plain, results, auto_sum, dict(auto_plan or {}), settings)

@@ -49,6 +49,10 @@ class Result:
 PromptLike = str | Sequence[dict] | Sequence[int]
 
 
+def _is_drafter(draft: str | os.PathLike | None) -> bool:
+    return draft is not None and str(draft) not in ("none", "off", "plain")
+
+
 class Engine:
     """A target model, an optional drafter, and the KV session between calls.
 
@@ -60,6 +64,15 @@ class Engine:
     it. ``ngram_min_match`` is how long a prompt-lookup match must be before it drafts
     (2 suits GPUs; compute-bound CPUs want ~6, see ``adaptive.ngram_min_match``).
     ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+
+    ``exact`` picks the target's kernels (see ``edgespec.llama``). ``True`` (the default):
+    batch-invariant kernels, so speculation reproduces this engine's plain greedy
+    decoding token for token. ``None``: llama.cpp's own kernels while decoding plainly
+    (faster per token on CPUs, ~1.3x on AVX2) and exact ones as soon as a drafter is set
+    (the target is reloaded; the session's cache is dropped) — what the automatic choice
+    uses when it decodes plainly. ``False``: llama.cpp's kernels throughout (speculation
+    is then lossless only up to floating-point rounding, as llama.cpp's own is). A draft
+    model uses the target's kind of kernels.
     """
 
     def __init__(
@@ -77,6 +90,7 @@ class Engine:
         draft_n_gpu_layers: int | None = None,
         adaptive_k: bool = True,
         ngram_min_match: int = 2,
+        exact: bool | None = True,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -86,9 +100,10 @@ class Engine:
             raise InputError(f"p_min must be in [0, 1) (got {p_min})")
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
-        self.target_model = Model(target, n_gpu_layers=n_gpu_layers)
-        self.n_ctx = min(n_ctx, max(self.target_model.n_ctx_train, 16)) if self.target_model.n_ctx_train else n_ctx
-        self.ctx = Context(self.target_model, n_ctx=self.n_ctx, n_batch=n_batch, n_threads=self.n_threads)
+        self._exact = exact
+        self._gpu_layers = n_gpu_layers
+        self._n_ctx_asked = n_ctx
+        self._load_target(target, exact=_is_drafter(draft) if exact is None else exact)
         self.k = k
         self._k_max_override = k_max
         self.p_min = p_min
@@ -104,6 +119,23 @@ class Engine:
         except BaseException:
             self.close()
             raise
+
+    def _load_target(self, path: str | os.PathLike, *, exact: bool) -> None:
+        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact)
+        try:
+            n_ctx = self._n_ctx_asked
+            self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx
+            self.ctx = Context(model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads)
+        except BaseException:
+            model.close()
+            raise
+        self.target_model = model
+
+    @property
+    def exact_kernels(self) -> bool:
+        """Whether the target runs batch-invariant kernels (speculation is then
+        token-for-token identical to plain greedy decoding)."""
+        return self.ctx.batch_invariant
 
     # -- configuration ------------------------------------------------------------
     @property
@@ -149,9 +181,18 @@ class Engine:
     def set_drafter(self, draft: str | os.PathLike | None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
         model already loaded) or a path to a GGUF draft model."""
-        if draft is None or str(draft) in ("none", "off", "plain"):
+        if not _is_drafter(draft):
             self.drafter = NoDrafter()
-        elif str(draft) == "ngram":
+            return
+        if self._exact is None and not self.target_model.exact:
+            # plain decoding ran on llama.cpp's kernels; speculation needs exact ones
+            path = self.target_model.path
+            self.ctx.close()
+            self.target_model.close()
+            self._load_target(path, exact=True)
+            if self._model_drafter is not None:
+                self._model_drafter.ctx.clear()
+        if str(draft) == "ngram":
             self.drafter = NgramDrafter(min_match=self.ngram_min_match)
         elif str(draft) == "model":
             if self._model_drafter is None:
@@ -160,7 +201,7 @@ class Engine:
         else:
             path = Path(draft).expanduser()
             if self.draft_model is None or self.draft_model.path.resolve() != path.resolve():
-                model = Model(path, n_gpu_layers=self._draft_gpu_layers)
+                model = Model(path, n_gpu_layers=self._draft_gpu_layers, exact=self.target_model.exact)
                 try:
                     check_vocab_compatible(self.target_model, model)
                     drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch,

@@ -56,10 +56,16 @@ LLAMA_CPP_PYTHON_VERSION = getattr(_llama, "__version__", "unknown")
 #   - the tiled K-quant matmul takes over at 8+ rows (env GGML_CPU_TILED_MM, read once);
 #   - flash attention's split-KV path, used for 1 row once the KV view reaches 512
 #     cells and K and V have the same f16/f32 type.
-# So by default edgespec loads weights without repacking, turns the tiled matmul off, and
-# keeps V in q8_0 (accumulated in f32) next to an f16 K, which keeps attention on the
-# same per-row path for every batch size. The cost is some prompt-processing speed; set
-# EDGESPEC_FAST_KERNELS=1 to trade exactness for it.
+# So a model loaded for speculation (``Model(..., exact=True)``, the default) skips weight
+# repacking, the tiled matmul is off (GGML_CPU_TILED_MM=0, process-wide, set here before
+# the backend starts) and its contexts keep V in q8_0 (accumulated in f32) next to an f16
+# K, which keeps attention on the same per-row path for every batch size.
+# The price is real: on an AVX2 CPU the repacked Q4_K kernels decode ~1.3x faster than
+# the per-row ones (measured on Qwen2.5-Coder-1.5B, 2 cores). Only the TARGET of a
+# speculative engine needs exact kernels: plain decoding and draft models load with
+# ``exact=False`` (llama.cpp's defaults, repacking included). EDGESPEC_FAST_KERNELS=1
+# makes every load fast, speculation included (then lossless only up to floating-point
+# differences between batch sizes, as llama.cpp's own speculative decoding is).
 FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") not in ("", "0")
 if not FAST_KERNELS:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
@@ -201,14 +207,17 @@ class Model:
         n_gpu_layers: int = 0,
         use_mmap: bool = True,
         vocab_only: bool = False,
+        exact: bool = True,
     ) -> None:
         self.path = check_gguf_file(path)
+        # batch-invariant kernels (see "Batch-invariant numerics" above)
+        self.exact = exact and not FAST_KERNELS
         _ensure_backend()
         params = _llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
-        params.use_extra_bufts = FAST_KERNELS  # see "Batch-invariant numerics" above
+        params.use_extra_bufts = not self.exact
         mark = _log_mark()
         ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
         if not ptr:
@@ -436,14 +445,15 @@ class Context:
         params.n_seq_max = 1
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch or n_threads
-        if not FAST_KERNELS:  # see "Batch-invariant numerics" above
+        exact = model.exact  # see "Batch-invariant numerics" above
+        if exact:
             params.flash_attn_type = _FLASH_ATTN_ENABLED
             params.type_k = _GGML_TYPE_F16
             params.type_v = _GGML_TYPE_Q8_0
         mark = _log_mark()
         ptr = _llama.llama_init_from_model(model._ptr, params)
-        self.batch_invariant = not FAST_KERNELS
-        if not ptr and not FAST_KERNELS:
+        self.batch_invariant = exact
+        if not ptr and exact:
             # q8_0 V needs head sizes that are multiples of 32; fall back to llama.cpp's
             # default cache types (exact up to 256 cached tokens, see above)
             params.type_v = _GGML_TYPE_F16

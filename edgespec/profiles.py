@@ -55,6 +55,7 @@ Schema (version 1)::
     alpha_ngram = FIGURE                # acceptance per token when the n-gram drafter proposes
     ngram_hit = FIGURE                  # share of rounds in which it proposes
     gamma_ngram = FIGURE                # cost of an n-gram proposal, in target steps
+    exact_slowdown = FIGURE             # plain tok/s on llama.cpp's kernels / on batch-invariant ones
     [cost.pair."qwen2.5-coder-1.5b+0.5b"]   # figures for one pair (all optional)
     alpha = FIGURE
     gamma = FIGURE                      # draft step / target step
@@ -180,6 +181,7 @@ class Profile:
     alpha_ngram: Figure
     ngram_hit: Figure
     gamma_ngram: Figure
+    exact_slowdown: Figure
     pair_costs: tuple[tuple[str, PairCost], ...] = ()
     origin: str = "shipped"  # "shipped" | "user" | "user over shipped"
     path: str = ""
@@ -203,6 +205,7 @@ class Profile:
             ("cost.alpha_ngram", self.alpha_ngram),
             ("cost.ngram_hit", self.ngram_hit),
             ("cost.gamma_ngram", self.gamma_ngram),
+            ("cost.exact_slowdown", self.exact_slowdown),
         ]
         for name, pc in self.pair_costs:
             for f in dataclasses.fields(pc):
@@ -247,6 +250,7 @@ class Profile:
                 "alpha_ngram": self.alpha_ngram.to_dict(),
                 "ngram_hit": self.ngram_hit.to_dict(),
                 "gamma_ngram": self.gamma_ngram.to_dict(),
+                "exact_slowdown": self.exact_slowdown.to_dict(),
                 "pair": {
                     name: {
                         f.name: getattr(pc, f.name).to_dict()
@@ -584,6 +588,7 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
     alpha_ngram = cost.figure("alpha_ngram", 0, 0.99)
     ngram_hit = cost.figure("ngram_hit", 0, 1)
     gamma_ngram = cost.figure("gamma_ngram", 0, 1)
+    exact_slowdown = cost.figure("exact_slowdown", 0.5, 5)
     pair_table = cost.table("pair", required=False)
     pair_costs = []
     for pname in list(pair_table.data):
@@ -613,7 +618,7 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
         pairs=pairs, drafters=drafters, k_min=k_min, k_max=k_max, p_min=p_min,
         min_gain=min_gain, overhead_ms=overhead, decode_gbs=decode_gbs, verify=verify,
         alpha_model=alpha_model, alpha_ngram=alpha_ngram, ngram_hit=ngram_hit,
-        gamma_ngram=gamma_ngram, pair_costs=tuple(pair_costs),
+        gamma_ngram=gamma_ngram, exact_slowdown=exact_slowdown, pair_costs=tuple(pair_costs),
     )  # type: ignore[arg-type]
 
 
@@ -634,6 +639,7 @@ def record_measurements(
     decode_gbs: float | None = None,
     alpha_ngram: float | None = None,
     ngram_hit: float | None = None,
+    exact_slowdown: float | None = None,
     source: str = "edgespec tune",
     when: _dt.date | None = None,
     extends: str | None = None,
@@ -667,7 +673,8 @@ def record_measurements(
 
     cost = data.setdefault("cost", {})
     for key, value in (("overhead_ms", overhead_ms), ("decode_gbs", decode_gbs),
-                       ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit)):
+                       ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit),
+                       ("exact_slowdown", exact_slowdown)):
         if value is not None:
             cost[key] = fig(value)
     pair_figs = {k: v for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms)) if v is not None}
@@ -795,6 +802,10 @@ class Plan:
     notes: tuple[str, ...] = ()
     options: tuple[tuple[str, int, float], ...] = ()  # (drafter, best k, predicted speedup)
     ngram_min_match: int = 2  # prompt lookup drafts only after a match this long
+    # the target's kernels (Engine's ``exact``): None when the automatic choice decodes
+    # plainly (llama.cpp's faster kernels until a drafter is switched on); True otherwise,
+    # so --draft none is the exact baseline speculation reproduces token for token
+    exact: bool | None = True
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
@@ -818,6 +829,7 @@ class Plan:
             "n_threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
             "ngram_min_match": self.ngram_min_match,
+            "exact": self.exact,
         }
 
     def to_dict(self) -> dict:
@@ -947,15 +959,19 @@ def plan(
             adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value, prof.ngram_hit.value)
         )
 
+    # speculation runs the target on batch-invariant kernels; plain decoding on llama.cpp's
+    slow = prof.exact_slowdown.value if prof.n_gpu_layers == 0 else 1.0
     if mode == "none":
         choice = adaptive.Choice("none", 0, 1.0)
         reason = "plain decoding: --draft none"
     elif mode == "auto":
-        choice = adaptive.choose(options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain)
-        reason = _explain(choice, prof, options, c, c_fig.status, gamma_status)
+        choice = adaptive.choose(options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
+                                 slowdown=slow)
+        reason = _explain(choice, prof, options, c, c_fig.status, gamma_status, slow)
     else:  # the drafter was named on the command line: use it, say what it is predicted to do
         opt = options[0]
-        kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit)
+        kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
+                                slowdown=slow)
         choice = adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),))
         reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {draft_kw}); predicted {_x(s)}"
         if s < 1.0:
@@ -969,7 +985,7 @@ def plan(
         else:
             opt = next(o for o in options if o.drafter == choice.drafter)
             kk = k
-            s = adaptive.speedup(opt.alpha, k, c, opt.gamma, opt.hit)
+            s = adaptive.speedup(opt.alpha, k, c, opt.gamma, opt.hit, slow)
             reason += f"; k={k} from the command line (predicted {_x(s)})"
     if kk == 0 and choice.drafter != "none":
         choice = adaptive.Choice("none", 0, 1.0, choice.options)
@@ -994,6 +1010,7 @@ def plan(
         notes=tuple(notes + list(prof.notes)),
         options=choice.options,
         ngram_min_match=adaptive.ngram_min_match(c),
+        exact=None if choice.drafter == "none" and mode == "auto" and k is None else True,
     )
 
 
@@ -1056,6 +1073,7 @@ def _explain(
     c: adaptive.VerifyCost,
     c_status: str,
     gamma_status: str,
+    slowdown: float = 1.0,
 ) -> str:
     by = {d: (k, s) for d, k, s in choice.options}
     opts = {o.drafter: o for o in options}
@@ -1092,4 +1110,9 @@ def _explain(
             head = "plain decoding: no drafter is enabled in this profile"
     else:
         head = f"{choice.drafter} drafter, k={choice.k}: predicted {_x(choice.speedup)}"
+    if slowdown > 1.0 and choice.options:
+        parts.append(
+            f"speculation needs batch-invariant kernels, {slowdown:.2f}× slower per token here than the "
+            f"llama.cpp kernels plain decoding uses ({prof.exact_slowdown.status}); included above"
+        )
     return head + ("; " + "; ".join(parts) if parts else "")

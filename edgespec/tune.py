@@ -12,7 +12,10 @@ of them on the real machine instead of estimating it:
 * γ, the draft model's single-token step over the target's, timed in the same sweeps;
 * α (and, for the n-gram drafter, the share of rounds in which it proposes) of each
   drafter on the calibration prompts, from real generations at fixed k, which also give
-  the measured speedup at each k to hold the prediction against.
+  the measured speedup at each k to hold the prediction against;
+* on CPUs, the slowdown of the batch-invariant kernels speculation needs against the
+  llama.cpp kernels plain decoding uses: plain generations on a second, plain engine,
+  interleaved with the others (a timed single step understates it, so generations it is).
 
 From these it picks k per drafter and the best configuration with ``adaptive.choose``
 (plain decoding when nothing is predicted to gain), and a ``p_min`` for the model
@@ -203,8 +206,10 @@ class TuneResult:
     drafters: tuple[DrafterFit, ...]
     points: tuple[KPoint, ...]
     choice: adaptive.Choice
-    plain_tokens_per_second: float
+    plain_tokens_per_second: float    # plain decoding as a user gets it (llama.cpp's kernels on CPUs)
     settings: dict
+    exact_slowdown: float = 1.0       # plain tok/s on llama.cpp's kernels / on exact ones
+    exact_tokens_per_second: float | None = None  # plain decoding on the exact kernels
 
     def drafter(self, name: str) -> DrafterFit | None:
         return next((d for d in self.drafters if d.drafter == name), None)
@@ -244,6 +249,9 @@ class TuneResult:
                 for p in self.points
             ],
             "plain_tokens_per_second": round(self.plain_tokens_per_second, 3),
+            "exact_plain_tokens_per_second": None if self.exact_tokens_per_second is None
+            else round(self.exact_tokens_per_second, 3),
+            "exact_slowdown": round(self.exact_slowdown, 4),
             "choice": {
                 "drafter": self.choice.drafter,
                 "k": self.choice.k,
@@ -269,12 +277,15 @@ def tune(
     min_gain: float = 0.05,
     progress: bench.ProgressFn | None = None,
     phase: Callable[[str], None] | None = None,
+    fast_engine: Any = None,
 ) -> TuneResult:
     """Measure step times, c(n), γ and each drafter's α on ``engine``; choose.
 
     ``drafters`` may hold "model" (the engine's loaded draft model) and "ngram". The
     generations run at temperature 0 with a fixed k (the cost model's assumption) and
     the model drafter at p_min = 0, so α is the plain per-token acceptance.
+    ``fast_engine`` (the target on llama.cpp's kernels, plain) measures how much slower
+    the exact kernels are; speedups are then predicted and measured against it.
     """
     drafters = list(dict.fromkeys(drafters))
     if "model" in drafters and engine.draft_ctx is None:
@@ -289,9 +300,13 @@ def tune(
 
     say(f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
         f"{', '.join(map(str, sorted(set(ks))))}")
-    configs = [bench.PLAIN, *bench.grid(drafters, ks)]
-    runs = bench.measure(engine, configs, prompts, max_tokens=max_tokens, repeat=1, progress=progress)
-    plain = runs[bench.PLAIN.name]
+    fast = fast_engine is not None
+    plain_cfg, ref_cfg = (bench.PLAIN_FAST, bench.PLAIN_EXACT) if fast else (bench.PLAIN, bench.PLAIN)
+    configs = list(dict.fromkeys([plain_cfg, ref_cfg, *bench.grid(drafters, ks)]))
+    runs = bench.measure(engine, configs, prompts, max_tokens=max_tokens, repeat=1, progress=progress,
+                         fast_engine=fast_engine)
+    plain, ref = runs[plain_cfg.name], runs[ref_cfg.name]
+    slowdown = bench.rate(plain) / bench.rate(ref) if fast and bench.rate(ref) > 0 else 1.0
 
     fits: list[DrafterFit] = []
     points: list[KPoint] = []
@@ -306,18 +321,19 @@ def tune(
         else:
             # the n-gram lookup's own time per drafted token, in target steps
             gamma = (sum(r.t_draft for r in pooled) / drafted) / (times.step_ms * 1e-3) if drafted else 0.0
-        k, s = adaptive.best_k(alpha, c, gamma, k_min=k_min, k_max=k_max, hit=hit)
+        k, s = adaptive.best_k(alpha, c, gamma, k_min=k_min, k_max=k_max, hit=hit, slowdown=slowdown)
         fits.append(DrafterFit(
             drafter=d, alpha=alpha, hit=hit, gamma=gamma,
             acceptance_rate=sum(r.accepted for r in pooled) / drafted if drafted else 0.0,
             k=k, predicted_speedup=s, p_min=p_min_for(gamma, c, k) if d == "model" else None,
         ))
         for cfg in cfgs:
-            summ = bench.summarize(cfg, runs[cfg.name], plain, greedy=True)
-            points.append(KPoint(d, cfg.k, adaptive.speedup(alpha, cfg.k, c, gamma, hit),
+            summ = bench.summarize(cfg, runs[cfg.name], plain, greedy=True, reference=ref)
+            points.append(KPoint(d, cfg.k, adaptive.speedup(alpha, cfg.k, c, gamma, hit, slowdown),
                                  summ.speedup, summ.acceptance_rate))
 
-    choice = adaptive.choose([f.option() for f in fits], c, k_min=k_min, k_max=k_max, min_gain=min_gain)
+    choice = adaptive.choose([f.option() for f in fits], c, k_min=k_min, k_max=k_max, min_gain=min_gain,
+                             slowdown=slowdown)
     settings = {
         "target": str(engine.target_path),
         "draft": str(engine.draft_path) if engine.draft_path else None,
@@ -331,7 +347,8 @@ def tune(
         "min_gain": min_gain,
         "load_average": bench.load_average(),
     }
-    return TuneResult(times, c, tuple(fits), tuple(points), choice, bench.rate(plain), settings)
+    return TuneResult(times, c, tuple(fits), tuple(points), choice, bench.rate(plain), settings,
+                      exact_slowdown=slowdown, exact_tokens_per_second=bench.rate(ref) if fast else None)
 
 
 # --------------------------------------------------------------------------------------
@@ -363,6 +380,8 @@ def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | N
     model, ngram = result.drafter("model"), result.drafter("ngram")
     skipped: list[str] = []
     kwargs: dict[str, Any] = {"verify": verify}
+    if result.exact_tokens_per_second is not None:
+        kwargs["exact_slowdown"] = min(5.0, max(0.5, result.exact_slowdown))
     if ngram is not None:
         kwargs.update(alpha_ngram=min(ngram.alpha, 0.99), ngram_hit=ngram.hit)
     if pair is not None:

@@ -178,7 +178,12 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
     d = json.loads(r.stdout)
     assert {"plain", "results", "auto"} <= set(d)
     assert {"tokens_per_second", "speedup", "identical"} <= set(d["plain"])
-    assert [x["config"] for x in d["results"]] == ["model k=1", "model k=2", "ngram k=1", "ngram k=2"]
+    # on a CPU, plain decoding runs on llama.cpp's kernels (the baseline) and on the exact
+    # kernels (the reference every speculative configuration reproduces)
+    assert d["settings"]["plain_kernels"] == "llama.cpp"
+    assert [x["config"] for x in d["results"]] == ["plain, exact kernels", "model k=1", "model k=2",
+                                                   "ngram k=1", "ngram k=2"]
+    assert d["plain"]["identical"] is None and d["plain"]["speedup"] == 1.0
     for x in d["results"]:
         assert {"config", "tokens_per_second", "speedup", "acceptance_rate", "identical"} <= set(x)
         assert x["identical"] is True

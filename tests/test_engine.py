@@ -208,3 +208,25 @@ def test_stream_event_shape(tiny_target, tiny_noisy, prompts):
     for key in ("acceptance_rate", "mean_accepted_length", "tokens_per_second", "overhead_fraction",
                 "acceptance_by_position", "t_draft", "t_verify", "t_other", "rounds", "drafted"):
         assert key in d
+
+
+def test_kernel_choice_follows_the_drafter(tiny_target, tiny_noisy, prompts, greedy_reference):
+    """exact=None: llama.cpp's kernels while plain, exact ones (reloaded) once a drafter
+    is set, and then the output is the exact-kernel greedy output; exact=False never
+    switches; a draft model follows the target's kind of kernels."""
+    prompt, ref = prompts[0], greedy_reference[0]
+    with Engine(tiny_target, n_ctx=512, n_threads=1, exact=None) as e:
+        assert not e.exact_kernels and not e.target_model.exact
+        e.generate(prompt, max_tokens=4)
+        e.set_drafter("ngram")
+        assert e.exact_kernels and e.n_cached == 0
+        assert e.generate(prompt, max_tokens=40).token_ids == ref
+        e.set_drafter(tiny_noisy)
+        assert e.draft_model.exact
+        assert e.generate(prompt, max_tokens=40).token_ids == ref
+    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1, exact=False) as e:
+        assert not e.exact_kernels
+        e.set_drafter(tiny_noisy)
+        assert not e.exact_kernels and not e.draft_model.exact
+    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1, exact=None) as e:
+        assert e.exact_kernels

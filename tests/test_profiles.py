@@ -378,3 +378,25 @@ def test_cli_malformed_user_profile_is_one_line_and_exit_7(cli, user_dir):
 def test_cli_unknown_profile(cli):
     r = cli("profiles", "show", "m9")
     assert r.exit_code == 7 and r.stderr.startswith("error: unknown profile 'm9'")
+
+
+def test_plain_choice_uses_llama_cpp_kernels_only_when_automatic(tmp_path, monkeypatch):
+    """The automatic choice decoding plainly runs llama.cpp's (faster) kernels; an
+    explicit --draft none is the exact baseline; speculation is exact; and on a CPU the
+    exact kernels' slowdown counts against every drafter."""
+    from edgespec import adaptive, profiles
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    auto = profiles.plan("cpu-small")
+    assert auto.drafter == "none" and auto.exact is None and auto.engine_kwargs()["exact"] is None
+    assert profiles.plan("cpu-small", draft="none").exact is True
+    ng = profiles.plan("cpu-small", draft="ngram")
+    assert ng.exact is True
+    prof = profiles.load_profile("cpu-small")
+    assert prof.exact_slowdown.value > 1.0
+    k, s = adaptive.best_k(prof.alpha_ngram.value, prof.verify.cost, prof.gamma_ngram.value, k_min=prof.k_min,
+                           k_max=prof.k_max, hit=prof.ngram_hit.value, slowdown=prof.exact_slowdown.value)
+    assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(s))
+    assert "batch-invariant kernels" in auto.reason
+    gpu = profiles.plan("m2max")
+    assert gpu.n_gpu_layers != 0 and "batch-invariant kernels" not in gpu.reason

@@ -168,7 +168,10 @@ def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch)
     assert pc.target_step_ms.status == "measured"
     assert prof.alpha_ngram.status == "measured" and prof.ngram_hit.status == "measured"
     p = profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
-    k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max)
+    # the shipped exact-kernel slowdown stays: this result did not measure it
+    assert prof.exact_slowdown.status == "measured" and prof.exact_slowdown.value > 1.0
+    k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max,
+                           slowdown=prof.exact_slowdown.value)
     assert (p.drafter, p.k, p.predicted_speedup) == ("model", k, pytest.approx(s))
 
 
@@ -219,6 +222,8 @@ def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tm
     assert list(d["verify_cost"]) == [str(n) for n in range(1, 17)] and d["verify_cost"]["1"] == 1.0
     assert d["draft_cost_ratio"] > 0 and set(d["acceptance"]) == {"model", "ngram"}
     assert {"drafter", "k", "predicted_speedup"} <= set(d["choice"])
+    # a CPU profile: plain decoding also ran on llama.cpp's kernels, for the slowdown
+    assert d["exact_plain_tokens_per_second"] > 0 and d["exact_slowdown"] > 0
     saved = d["saved"]
     assert saved["profile"] == "tiny-box" and saved["pair"] is None and saved["skipped"]
     prof = profiles.load_profile("tiny-box")
@@ -261,3 +266,25 @@ def test_real_model_verify_cost_is_measured():
         assert e.ctx.tokens == prefix and e.ctx.pos_max() == len(prefix) - 1
         c = tune.fit_verify_cost(t.relative)
         assert [c(n) for n in range(1, 7)] == sorted(c(n) for n in range(1, 7))
+
+
+def test_exact_kernel_slowdown_is_measured_against_a_plain_fast_engine(tiny_target, tmp_path, monkeypatch):
+    """With a second plain engine on llama.cpp's kernels, tune measures how much faster
+    plain decoding is there than on the exact kernels, and saving records it."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    with Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1) as e, \
+            Engine(tiny_target, n_ctx=512, n_threads=1, exact=False) as fast:
+        assert e.exact_kernels and not fast.exact_kernels
+        r = tune.tune(e, drafters=["ngram"], ks=[2], prompts=TINY_PROMPTS, max_tokens=8, repeats=1, n_max=3,
+                      fast_engine=fast)
+    d = r.to_dict()
+    assert d["exact_plain_tokens_per_second"] > 0 and d["plain_tokens_per_second"] > 0
+    assert d["exact_slowdown"] == pytest.approx(d["plain_tokens_per_second"] / d["exact_plain_tokens_per_second"],
+                                                rel=1e-3)
+    p = r.points[0]
+    fit = r.drafter("ngram")
+    assert p.predicted == pytest.approx(adaptive.speedup(fit.alpha, 2, r.verify, fit.gamma, fit.hit, r.exact_slowdown))
+    tune.save(r, "cpu-small", pair=None)
+    prof = profiles.load_profile("cpu-small")
+    assert prof.exact_slowdown.status == "measured"
+    assert prof.exact_slowdown.value == pytest.approx(min(5.0, max(0.5, r.exact_slowdown)), abs=1e-3)

@@ -70,7 +70,7 @@ def bench(
         ks, prompts, auto_plan = _setup(k_grid, prompt_file, limit, "held-out", profile, target)
         drafters, draft_model = _candidates(draft_candidates, profile, target, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
-        engine = _engine(auto_plan, draft_model if needs_model else None, threads, quiet)
+        engine, fast_engine = _engines(auto_plan, draft_model if needs_model else None, threads, quiet)
         try:
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
             auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=True,
@@ -81,10 +81,10 @@ def bench(
                 report = lib.bench_report(
                     engine, candidates, auto, prompts, auto_plan=plan_info, max_tokens=max_tokens,
                     repeat=repeat, temperature=temperature, seed=seed if temperature > 0 else None,
-                    progress=progress,
+                    progress=progress, fast_engine=fast_engine,
                 )
         finally:
-            engine.close()
+            _close(engine, fast_engine)
         data = report.to_dict()
         if csv_file is not None:
             _write_csv(csv_file, data)
@@ -129,7 +129,7 @@ def tune(
             spec = None if mode == "auto" else "ngram" if mode == "ngram" else f"{draft},ngram"
             drafters, draft_model = _candidates(spec, profile, target, base, quiet)
             draft_model = draft_model if "model" in drafters else None
-        engine = _engine(base, draft_model, threads, quiet)
+        engine, fast_engine = _engines(base, draft_model, threads, quiet)
         prof = prof_lib.load_profile(base.profile)
         err = err_console()
         err.quiet = quiet
@@ -139,9 +139,10 @@ def tune(
                     engine, drafters=drafters, ks=ks, prompts=prompts, max_tokens=max_tokens,
                     repeats=repeats, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
                     progress=progress, phase=lambda m: err.print(Text(m, style="dim")),
+                    fast_engine=fast_engine,
                 )
         finally:
-            engine.close()
+            _close(engine, fast_engine)
         data = result.to_dict()
         data["profile"] = base.profile
         if save or save_as:
@@ -237,15 +238,31 @@ def _candidates(spec: str | None, profile: str, target: str | None, auto_plan: A
     return list(dict.fromkeys(drafters)), draft_model
 
 
-def _engine(plan: Any, draft_model: str | None, threads: int | None, quiet: bool) -> Any:
-    """The one engine every configuration runs on: the plan's target, with the draft
-    model loaded when a configuration needs it."""
+def _engines(plan: Any, draft_model: str | None, threads: int | None, quiet: bool) -> tuple[Any, Any]:
+    """The engine every configuration runs on — the plan's target on batch-invariant
+    kernels, with the draft model loaded when a configuration needs it — and, on a CPU,
+    a second plain engine on llama.cpp's own kernels: the plain decoding users get."""
     p = replace(plan, drafter="model", draft=draft_model) if draft_model else replace(plan, drafter="none", draft=None)
     if threads is not None:
         p = replace(p, n_threads=threads)
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
     # configuration runs on this engine
-    return load_engine(replace(p, reason=""), quiet=quiet)
+    p = replace(p, reason="")
+    engine = load_engine(p, quiet=quiet, exact=True)
+    fast = None
+    if engine.exact_kernels and p.n_gpu_layers == 0:
+        try:
+            fast = load_engine(replace(p, drafter="none", draft=None), quiet=True, exact=False)
+        except BaseException:
+            engine.close()
+            raise
+    return engine, fast
+
+
+def _close(*engines: Any) -> None:
+    for e in engines:
+        if e is not None:
+            e.close()
 
 
 class _progress:

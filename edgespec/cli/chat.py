@@ -326,12 +326,17 @@ class ChatSession:
             self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|PATH"))
             return
         choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
+        was_exact = self.engine.exact_kernels
         if choice not in ("none", "ngram", "model") and self.err.is_terminal:
             with self.err.status(f"loading {Path(choice).name}…"):
                 self.engine.set_drafter(choice)
         else:
             self.engine.set_drafter(choice)
         self.console.print(Text(f"drafter: {self.engine.drafter_name}", style="dim"))
+        if self.engine.exact_kernels and not was_exact:
+            self.console.print(Text("reloaded the target on batch-invariant kernels (speculation needs them to "
+                                    "match plain decoding exactly); the next turn re-reads the conversation",
+                                    style="dim"))
         if self.engine.drafter_name != "none":
             self.readout.print_legend()
 

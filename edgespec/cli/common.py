@@ -103,11 +103,12 @@ def describe_plan(p: Any) -> str:
     return f"edgespec: {reason}" if reason else ""
 
 
-def load_engine(p: Any, *, quiet: bool = False) -> Any:
-    """Build the Engine a plan describes, with a spinner on stderr while models load."""
+def load_engine(p: Any, *, quiet: bool = False, **overrides: Any) -> Any:
+    """Build the Engine a plan describes (``overrides`` go to ``Engine`` as they are),
+    with a spinner on stderr while models load."""
     from edgespec.engine import Engine
 
-    kwargs = p.engine_kwargs()
+    kwargs = {**p.engine_kwargs(), **overrides}
     err = err_console()
     if not quiet:
         line = describe_plan(p)
