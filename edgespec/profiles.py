@@ -1097,11 +1097,18 @@ def _explain(
     if "ngram" in by:
         k, s = by["ngram"]
         o = opts["ngram"]
+        # on a prompt the answer copies from, the drafter proposes in nearly every round
+        k_copy, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
+                                         hit=1.0, slowdown=slowdown)
+        if s_copy >= 1.0 + prof.min_gain:
+            copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
+                    f"{_x(s_copy)}: try --draft ngram there")
+        else:
+            copy = (f"even on prompts that quote their input it is predicted at most {_x(s_copy)} here, "
+                    "so it is not worth turning on")
         parts.append(
             f"ngram {_x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
-            f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); it gains more on prompts that quote their "
-            "input (code edits, summaries: try --draft ngram) and costs ~nothing when it "
-            "finds no match"
+            f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}"
         )
     if choice.drafter == "none":
         if choice.options:

@@ -393,6 +393,10 @@ def _render_tune(data: dict) -> None:
               "upper bound of plain decoding)")
     if data["draft_step_ms"] is not None:
         t.add_row("draft step", f"{data['draft_step_ms']:.1f} ms: γ = {data['draft_cost_ratio']:.2f} target steps")
+    if data.get("exact_plain_tokens_per_second"):
+        t.add_row("exact kernels", f"plain decoding {data['exact_plain_tokens_per_second']:.1f} tok/s on the batch-"
+                  f"invariant kernels speculation needs, {data['plain_tokens_per_second']:.1f} tok/s on llama.cpp's: "
+                  f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below")
     t.add_row("verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16)))
     for name, d in data["drafters"].items():
         extra = f", proposes in {d['hit']:.0%} of rounds" if name == "ngram" else ""
