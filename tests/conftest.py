@@ -20,9 +20,15 @@ They need the ``gguf`` package (test extra); without it the fixtures skip.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# No test may read or write the developer's own profiles (~/.config/edgespec): tests that
+# need user profiles point XDG_CONFIG_HOME at their own tmp_path; the rest see none.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edgespec-test-config-")
 
 from tiny_models import make_tiny_model, write_random_bytes, write_truncated
 
