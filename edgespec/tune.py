@@ -394,8 +394,12 @@ def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | N
             except Exception:  # noqa: BLE001 - sizes are only needed for the device fit
                 sizes = None
             fitted = step_model(result.times.step_ms, result.times.draft_ms or 0.0, *sizes) if sizes else None
-            if fitted is not None:
+            # the profile schema's ranges; outside them the two steps did not determine a
+            # sensible fit (noise, or models far from the catalog's sizes)
+            if fitted is not None and 0 <= fitted[0] <= 10_000 and 0.01 <= fitted[1] <= 100_000:
                 kwargs.update(overhead_ms=fitted[0], decode_gbs=fitted[1])
+            else:
+                skipped.append("the step-time model (overhead_ms, decode_gbs): the measured steps do not fit it")
     else:
         skipped.append("target step time, c(n) per pair, α and γ of the model drafter: the models are "
                        "not a catalog pair, so c(n) is saved for the device")
