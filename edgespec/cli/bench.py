@@ -358,6 +358,13 @@ def _render_bench(data: dict) -> None:
         _speed_text(best["speedup"]), f" (auto reaches {_pct(data['auto_vs_best'])} of it)",
     ))
     load = s["load_average"]
+    if s.get("plain_kernels") == "llama.cpp" and len(data["results"]) and \
+            data["results"][0]["config"] == "plain, exact kernels":
+        out.print(Text(
+            "plain runs on llama.cpp's own kernels (what edgespec uses when it does not speculate); "
+            "speculation needs the batch-invariant ones, and =plain compares its tokens with plain decoding there",
+            style="dim",
+        ))
     out.print(Text(
         f"{len(s['prompts'])} prompts × {s['max_tokens']} tokens × {s['repeat']} pass(es) after a warm-up, "
         f"temperature {s['temperature']:g}, {s['n_threads']} threads, load average {load['before']} → "
