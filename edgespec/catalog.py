@@ -29,11 +29,14 @@ import json
 import mmap
 import os
 import re
+import socket
 import struct
+import urllib.request
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 from .errors import CatalogError, ModelFileError
 
@@ -359,6 +362,26 @@ def hf_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
+def endpoint_reachable(endpoint: str | None = None, *, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the Hub endpoint opens within ``timeout`` seconds.
+
+    huggingface_hub retries a failed request five times with backoff (~25 s, with a
+    warning per try) before it gives up; asking first lets an offline machine fall back
+    to the cache at once."""
+    url = urlsplit(endpoint or hf_endpoint())
+    host = url.hostname
+    if not host:
+        return False
+    if urllib.request.getproxies() and not urllib.request.proxy_bypass(host):
+        return True  # behind a proxy a direct connection proves nothing: let the client try
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def _looks_like_path(s: str) -> bool:
     return (
         os.sep in s
@@ -654,6 +677,7 @@ def _hf_download_all(src: HFSource, *, offline: bool, where: str) -> Path:
 
     cache = hf_cache_dir()
     paths = []
+    unreachable = not offline and not endpoint_reachable()
     for filename in src.files:
         try:
             paths.append(
@@ -663,7 +687,7 @@ def _hf_download_all(src: HFSource, *, offline: bool, where: str) -> Path:
                     revision=src.revision,
                     cache_dir=str(cache),
                     endpoint=hf_endpoint(),
-                    local_files_only=offline,
+                    local_files_only=offline or unreachable,
                 )
             )
         except GatedRepoError:
@@ -676,6 +700,8 @@ def _hf_download_all(src: HFSource, *, offline: bool, where: str) -> Path:
         except LocalEntryNotFoundError:
             # Raised both offline and when the Hub cannot be reached with nothing cached.
             reason = "offline" if offline else f"{hf_endpoint()} unreachable"
+            if unreachable:
+                reason += "; without a network, HF_HUB_OFFLINE=1 skips the connection check"
             raise _HFUnavailable(f"{where} ({filename} not in the cache at {cache}; {reason})") from None
         except EntryNotFoundError:
             raise _HFUnavailable(f"{where} ({filename} not found in the repository)") from None

@@ -344,16 +344,42 @@ def test_a_file_missing_from_the_hub_is_a_catalog_error(monkeypatch):
             catalog.fetch(model)
 
 
-@pytest.mark.slow
+def _no_proxies(monkeypatch):
+    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def test_an_unreachable_hub_with_nothing_cached_is_a_catalog_error(monkeypatch):
-    """huggingface_hub retries a refused connection with backoff (~25 s) before giving up."""
+    """A Hub that refuses connections is noticed before huggingface_hub's own retries
+    (five, with backoff): the error names the endpoint and the offline switch."""
     pytest.importorskip("huggingface_hub")
     model = _hf_model("hub-unreachable", "edgespec-test/tiny-GGUF", ("tiny.gguf",))
+    _no_proxies(monkeypatch)
     with FakeHub({}) as hub:
         url = hub.url
     monkeypatch.setenv("HF_ENDPOINT", url)  # nothing listens there any more
-    with pytest.raises(CatalogError, match=r"not in the cache .*unreachable"):
+    assert catalog.endpoint_reachable() is False
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # a proxy: the client decides
+    assert catalog.endpoint_reachable("https://huggingface.co") is True
+    monkeypatch.delenv("HTTPS_PROXY")
+    with pytest.raises(CatalogError, match=r"not in the cache .*unreachable.*HF_HUB_OFFLINE=1"):
         catalog.fetch(model)
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache(monkeypatch, tmp_path):
+    """Downloaded once, then the network goes away: the cached file is used, without
+    HF_HUB_OFFLINE."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    data = b"GGUF" + bytes(60)
+    model = _hf_model("hub-then-offline", "edgespec-test/cached-GGUF", ("c.gguf",))
+    _no_proxies(monkeypatch)
+    with FakeHub({("edgespec-test/cached-GGUF", "c.gguf"): data}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        first = catalog.fetch(model)
+    assert catalog.endpoint_reachable() is False
+    again = catalog.fetch(model)
+    assert again == first and again.read_bytes() == data
 
 
 def test_offline_without_a_cached_file_never_touches_the_network(monkeypatch):
