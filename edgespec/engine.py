@@ -185,13 +185,12 @@ class Engine:
             self.drafter = NoDrafter()
             return
         if self._exact is None and not self.target_model.exact:
-            # plain decoding ran on llama.cpp's kernels; speculation needs exact ones
+            # plain decoding ran on llama.cpp's kernels; speculation needs exact ones. (No
+            # draft model can be loaded yet: loading one comes through here first.)
             path = self.target_model.path
             self.ctx.close()
             self.target_model.close()
             self._load_target(path, exact=True)
-            if self._model_drafter is not None:
-                self._model_drafter.ctx.clear()
         if str(draft) == "ngram":
             self.drafter = NgramDrafter(min_match=self.ngram_min_match)
         elif str(draft) == "model":

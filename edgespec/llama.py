@@ -61,9 +61,10 @@ LLAMA_CPP_PYTHON_VERSION = getattr(_llama, "__version__", "unknown")
 # the backend starts) and its contexts keep V in q8_0 (accumulated in f32) next to an f16
 # K, which keeps attention on the same per-row path for every batch size.
 # The price is real: on an AVX2 CPU the repacked Q4_K kernels decode ~1.3x faster than
-# the per-row ones (measured on Qwen2.5-Coder-1.5B, 2 cores). Only the TARGET of a
-# speculative engine needs exact kernels: plain decoding and draft models load with
-# ``exact=False`` (llama.cpp's defaults, repacking included). EDGESPEC_FAST_KERNELS=1
+# the per-row ones (measured on Qwen2.5-Coder-1.5B, 2 cores). Only speculation needs
+# exact kernels: when edgespec decodes plainly by its own choice it loads the target with
+# ``exact=False`` (llama.cpp's defaults, repacking included; see ``Engine``'s ``exact``).
+# A draft model follows its target's kind of kernels. EDGESPEC_FAST_KERNELS=1
 # makes every load fast, speculation included (then lossless only up to floating-point
 # differences between batch sizes, as llama.cpp's own speculative decoding is).
 FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") not in ("", "0")

@@ -1098,8 +1098,8 @@ def _explain(
         k, s = by["ngram"]
         o = opts["ngram"]
         # on a prompt the answer copies from, the drafter proposes in nearly every round
-        k_copy, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
-                                         hit=1.0, slowdown=slowdown)
+        _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
+                                    hit=1.0, slowdown=slowdown)
         if s_copy >= 1.0 + prof.min_gain:
             copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
                     f"{_x(s_copy)}: try --draft ngram there")

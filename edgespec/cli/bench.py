@@ -300,10 +300,17 @@ _CSV_FIELDS = ("config", "drafter", "k", "adaptive_k", "tokens_per_second", "spe
                "mean_accepted_length", "alpha", "hit", "identical", "tokens", "seconds")
 
 
-def _write_csv(path: Path, data: dict) -> None:
+def _rows(data: dict) -> list[dict]:
+    """One row per configuration measured: plain, the grid, and the automatic choice
+    unless it is plain decoding (then its figures are plain's)."""
     rows = [data["plain"], *data["results"]]
     if data["auto"]["config"] != data["plain"]["config"]:
         rows.append(data["auto"])
+    return rows
+
+
+def _write_csv(path: Path, data: dict) -> None:
+    rows = _rows(data)
     kinds = list(data["plain"]["by_kind"])
     try:
         with open(path, "w", newline="", encoding="utf-8") as f:
@@ -340,9 +347,7 @@ def _render_bench(data: dict) -> None:
     t.add_column("=plain", justify="center")
     for k in kinds:
         t.add_column(k, justify="right", style="dim")
-    rows = [data["plain"], *data["results"]]
-    if data["auto"]["config"] != data["plain"]["config"]:
-        rows.append(data["auto"])
+    rows = _rows(data)
     for r in rows:
         same = {True: Text("yes", style="green"), False: Text("NO", style="bold red"), None: Text("-")}[r["identical"]]
         name = Text(r["config"], style="bold" if r["config"].startswith("auto") else "")
