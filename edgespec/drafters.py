@@ -2,9 +2,12 @@
 
 The protocol is small (the idea of transformers' CandidateGenerator, without its config
 copying): ``begin(tokens, params, rng)`` once per generation, then per round
-``propose(tokens, k) -> Proposal(ids, q)`` where ``tokens`` is everything committed so
-far (prompt + generated), and ``accepted(n)`` with how many of the proposed ids the
-target kept. ``q`` holds the draft's probability rows for the proposed ids when the
+``propose(tokens, k, keep_drafting) -> Proposal(ids, q, ...)`` where ``tokens`` is
+everything committed so far (prompt + generated), ``k`` the most ids wanted and
+``keep_drafting`` the drafting policy's say, token by token, for drafters that pay per
+token; and ``accepted(n)`` with how many of the proposed ids the target kept. How many
+of the proposed ids are verified is the policy's choice (``edgespec.policy``), from the
+proposal's ``match_len`` or ``confidence``. ``q`` holds the draft's probability rows for the proposed ids when the
 drafter sampled them from a distribution; ``q is None`` means a fixed proposal that the
 loop verifies by matching against the target's own choice, which is exact at every
 temperature.
@@ -15,7 +18,7 @@ Drafters know nothing about the target, the KV of the target, or acceptance rule
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -28,6 +31,14 @@ from .sampling import SamplingParams
 class Proposal:
     ids: list[int]
     q: np.ndarray | None = None  # (len(ids), n_vocab_draft) draft probabilities, or None
+    # what the drafting policy judges a proposal by (see edgespec.policy):
+    match_len: int = 0  # prompt lookup: length of the context match the ids continue
+    confidence: tuple[float, ...] = ()  # model drafter: its top probability at each id
+
+
+# Called by a drafter that drafts token by token, after draft j (1-based) with the
+# drafter's confidence in it: True to draft another (DraftPolicy.keep_drafting).
+KeepDrafting = Callable[[int, float], bool]
 
 
 class Drafter(Protocol):
@@ -35,7 +46,7 @@ class Drafter(Protocol):
 
     def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal: ...
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal: ...
 
     def accepted(self, n: int) -> None: ...
 
@@ -51,7 +62,7 @@ class NoDrafter:
     def begin(self, tokens, params, rng) -> None:
         pass
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
         return Proposal([])
 
     def accepted(self, n: int) -> None:
@@ -70,10 +81,9 @@ class NgramDrafter:
     after its occurrences; it is extended with each newly committed token instead of
     rescanning the context. Among the candidate occurrences, the one whose match extends
     furthest back (the most context agreeing) wins; ties go to the most recent. It
-    drafts only when that match is at least ``min_match`` tokens long, and proposes at
-    most as many tokens as the match is long: a wrong guess costs verify time, which on a
-    compute-bound CPU is nearly a full step per token (the profile sets ``min_match``
-    from its verify cost, see ``adaptive.ngram_min_match``).
+    proposes up to k tokens of what followed, with the match length, when that match is
+    at least ``min_match`` tokens long; how many of them are worth verifying is the
+    drafting policy's call, which learns how often matches of each length are right.
     """
 
     name = "ngram"
@@ -114,13 +124,14 @@ class NgramDrafter:
     def begin(self, tokens, params, rng) -> None:
         self._sync(tokens)
 
-    def lookup(self, tokens: Sequence[int], k: int) -> list[int]:
-        """Up to ``k`` tokens that followed the longest earlier match of the suffix."""
+    def lookup(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
+        """Up to ``k`` tokens that followed the longest earlier match of the suffix, and
+        the length of that match (``[], 0`` when there is none long enough)."""
         self._sync(tokens)
         toks = self._tokens
         L = len(toks)
         if k <= 0 or L < self.n_min + 1:
-            return []
+            return [], 0
         for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
             positions = self._index.get(tuple(toks[L - n :]))
             if not positions:
@@ -134,13 +145,13 @@ class NgramDrafter:
                 if m > best_len:
                     best_pos, best_len = pos, m
             if best_len < self.min_match:
-                return []  # too weak a signal to pay for verifying a guess
-            # a match earns a proposal as long as itself: inside a copied span both grow
-            return toks[best_pos : best_pos + min(k, best_len)]
-        return []
+                return [], 0
+            return toks[best_pos : best_pos + k], best_len
+        return [], 0
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
-        return Proposal(self.lookup(tokens, k))
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
+        ids, m = self.lookup(tokens, k)
+        return Proposal(ids, match_len=m)
 
     def accepted(self, n: int) -> None:
         pass
@@ -193,7 +204,7 @@ class ModelDrafter:
             return None
         return ctx.decode(new, rows=(len(new) - 1,) if want_logits else ())
 
-    def propose(self, tokens: Sequence[int], k: int) -> Proposal:
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
         if k <= 0:
             return Proposal([])
         # Never draft past the context: the draft cache holds len(tokens) + k - 1 tokens.
@@ -204,30 +215,33 @@ class ModelDrafter:
         params = self._params
         greedy = params.greedy
         ids: list[int] = []
+        confs: list[float] = []
         qs: list[np.ndarray] = []
         for i in range(k):
             row = logits[0]
             if greedy:
                 tok = int(np.argmax(row))
-                if self.p_min > 0.0:
-                    top = _top_prob(row, tok)
-                    if top < self.p_min:
-                        break
+                conf = _top_prob(row, tok)
             else:
                 q = sampling.probs_from_logits(row, params)
-                if self.p_min > 0.0 and float(q.max()) < self.p_min:
-                    break
+                conf = float(q.max())
                 tok = sampling.sample(q, self._rng)
-                qs.append(q)
+            if conf < self.p_min:
+                break  # a fixed cut-off, when one is set (the learned policy needs none)
             ids.append(tok)
+            confs.append(conf)
+            if not greedy:
+                qs.append(q)
             if self.model.is_eog(tok):
                 break  # nothing follows the end of generation
+            if keep_drafting is not None and not keep_drafting(i + 1, conf):
+                break
             if i + 1 < k:
                 # the last draft token is not decoded here: if it is accepted, the next
                 # round's _sync decodes it together with the target's bonus token
                 logits = self.ctx.decode([tok])
         q_arr = np.stack(qs) if (qs and not greedy) else None
-        return Proposal(ids, q_arr)
+        return Proposal(ids, q_arr, confidence=tuple(confs))
 
     def accepted(self, n: int) -> None:
         pass  # the next _sync trims whatever the target rejected
@@ -238,5 +252,5 @@ class ModelDrafter:
 
 def _top_prob(row: np.ndarray, tok: int) -> float:
     """Softmax probability of ``tok`` (the argmax) at temperature 1."""
-    m = float(row[tok])
-    return 1.0 / float(np.exp(row.astype(np.float64) - m).sum())
+    m = row[tok]
+    return 1.0 / float(np.exp(row - m).sum())  # float32 is plenty for a confidence

@@ -24,10 +24,16 @@ from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Stats, Token
 from .llama import Context, Detokenizer, Model, check_vocab_compatible, common_prefix_len, default_threads
 from .sampling import SamplingParams
-from .speculative import KController, SpeculativeLoop
+from .adaptive import VerifyCost
+from .policy import (CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_VERIFY_PRIOR, DraftPolicy,
+                     FixedPolicy, OnlineCost)
+from .speculative import SpeculativeLoop
+from .text import TextAssembler
 
 DEFAULT_K = 4
-DEFAULT_K_MAX = {"model": 8, "ngram": 16, "none": 1}
+# The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
+# GEMM decodes for less than 15 (see policy.CPU_VERIFY_PRIOR).
+DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
 @dataclass(frozen=True)
@@ -58,21 +64,25 @@ class Engine:
 
     ``draft`` is ``None``/``"none"`` (plain decoding through the same loop),
     ``"ngram"`` (prompt lookup), or the path of a GGUF draft model from the target's
-    family (its vocabulary is checked against the target's). ``k`` is the starting draft
-    length, adapted during generation within ``[1, k_max]`` unless ``adaptive_k`` is
-    False. ``p_min`` makes the model drafter stop when its top probability drops below
-    it. ``ngram_min_match`` is how long a prompt-lookup match must be before it drafts
-    (2 suits GPUs; compute-bound CPUs want ~6, see ``adaptive.ngram_min_match``).
-    ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+    family (its vocabulary is checked against the target's).
 
-    ``exact`` picks the target's kernels (see ``edgespec.llama``). ``True`` (the default):
-    batch-invariant kernels, so speculation reproduces this engine's plain greedy
-    decoding token for token. ``None``: llama.cpp's own kernels while decoding plainly
-    (faster per token on CPUs, ~1.3x on AVX2) and exact ones as soon as a drafter is set
-    (the target is reloaded; the session's cache is dropped) — what the automatic choice
-    uses when it decodes plainly. ``False``: llama.cpp's kernels throughout (speculation
-    is then lossless only up to floating-point rounding, as llama.cpp's own is). A draft
-    model uses the target's kind of kernels.
+    How many tokens each round drafts is the drafting policy's choice
+    (``edgespec.policy``): the length with the most expected tokens per unit of cost,
+    from the verify cost c(n) — ``verify_cost`` is the prior, from the profile or
+    ``tune``, refined by this engine's own timings — the draft cost ``draft_gamma``
+    (target steps per drafted token; estimated from the model sizes when not given) and
+    acceptance learned during each generation. At most ``k_max`` per round (15 for prompt
+    lookup, 8 for a draft model). With ``adaptive_k=False`` every round drafts exactly
+    ``k`` instead (for sweeps); ``p_min`` and ``ngram_min_match`` are fixed cut-offs for
+    that mode. ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+
+    ``exact`` picks the target's kernels (see ``edgespec.llama``). ``False`` (the
+    default): llama.cpp's own, fastest kernels; speculation is lossless as the field
+    means it (the committed tokens follow the target's distribution; a greedy run can
+    differ from plain decoding only where rounding between batch sizes flips a near-tie,
+    as in llama.cpp, vLLM and transformers). ``True``: batch-invariant kernels, so greedy
+    speculation equals this engine's plain greedy decoding token for token, at ~1.2-1.3x
+    the cost per step on a CPU. A draft model uses the target's kind of kernels.
     """
 
     def __init__(
@@ -83,6 +93,8 @@ class Engine:
         k: int = DEFAULT_K,
         k_max: int | None = None,
         p_min: float = 0.0,
+        verify_cost: VerifyCost | None = None,
+        draft_gamma: float | None = None,
         n_ctx: int = 4096,
         n_batch: int = 512,
         n_threads: int | None = None,
@@ -90,7 +102,7 @@ class Engine:
         draft_n_gpu_layers: int | None = None,
         adaptive_k: bool = True,
         ngram_min_match: int = 2,
-        exact: bool | None = True,
+        exact: bool | None = False,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -100,10 +112,12 @@ class Engine:
             raise InputError(f"p_min must be in [0, 1) (got {p_min})")
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
-        self._exact = exact
         self._gpu_layers = n_gpu_layers
         self._n_ctx_asked = n_ctx
-        self._load_target(target, exact=_is_drafter(draft) if exact is None else exact)
+        self._load_target(target, exact=bool(exact))
+        self._cost = OnlineCost(verify_cost or self._default_verify_cost())
+        self._draft_gamma = draft_gamma
+        self._policies: dict[str, DraftPolicy] = {}
         self.k = k
         self._k_max_override = k_max
         self.p_min = p_min
@@ -130,6 +144,36 @@ class Engine:
             model.close()
             raise
         self.target_model = model
+
+    def _default_verify_cost(self) -> VerifyCost:
+        from .llama import supports_gpu_offload
+
+        if self._gpu_layers != 0 and supports_gpu_offload():
+            return GPU_VERIFY_PRIOR
+        return CPU_EXACT_VERIFY_PRIOR if self.target_model.exact else CPU_VERIFY_PRIOR
+
+    @property
+    def verify_cost(self) -> VerifyCost:
+        """c(n) as this engine knows it now: the prior refined by its timed rounds."""
+        return self._cost.as_verify_cost()
+
+    def _policy(self) -> DraftPolicy | FixedPolicy:
+        """The drafting policy for the current drafter (what it learned about the
+        machine — c(n), the draft cost — carries over between generations)."""
+        name = self.drafter.name
+        if name == "none":
+            return FixedPolicy(0)
+        if not self.adaptive_k:
+            return FixedPolicy(self.k)
+        pol = self._policies.get(name)
+        if pol is None:
+            gamma = 0.0
+            if name == "model":
+                gamma = self._draft_gamma if self._draft_gamma is not None else min(
+                    1.0, 1.2 * self.draft_model.size_bytes / max(1, self.target_model.size_bytes))
+            pol = self._policies[name] = DraftPolicy(name, self._cost, gamma=gamma)
+        pol.l_max = self.k_max
+        return pol
 
     @property
     def exact_kernels(self) -> bool:
@@ -184,13 +228,6 @@ class Engine:
         if not _is_drafter(draft):
             self.drafter = NoDrafter()
             return
-        if self._exact is None and not self.target_model.exact:
-            # plain decoding ran on llama.cpp's kernels; speculation needs exact ones. (No
-            # draft model can be loaded yet: loading one comes through here first.)
-            path = self.target_model.path
-            self.ctx.close()
-            self.target_model.close()
-            self._load_target(path, exact=True)
         if str(draft) == "ngram":
             self.drafter = NgramDrafter(min_match=self.ngram_min_match)
         elif str(draft) == "model":
@@ -212,6 +249,7 @@ class Engine:
                     self._model_drafter.close()
                     self.draft_model.close()
                 self.draft_model, self._model_drafter = model, drafter
+                self._policies.pop("model", None)  # a new draft model has its own cost
             self.drafter = self._model_drafter
 
     def reset(self) -> None:
@@ -342,9 +380,10 @@ class Engine:
         stats.t_prompt = time.perf_counter() - t_start
         draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0  # after the draft's prefill
 
-        kctl = KController(self.k, 1, self.k_max, adaptive=self.adaptive_k)
+        policy = self._policy()
+        policy.begin(params.seed)
         loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
-                               params=params, rng=rng, kctl=kctl, stats=stats,
+                               params=params, rng=rng, policy=policy, stats=stats,
                                n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog)
         detok = Detokenizer(self.target_model)
         text_out = TextAssembler(stops)
@@ -382,7 +421,7 @@ class Engine:
             stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
             stats.t_generate = time.perf_counter() - t_gen
             stats.t_total = time.perf_counter() - t_start
-            stats.k_final = kctl.k
+            stats.k_final = loop.last_k
             self.last_stats = stats
         yield Done(finish_reason=finish, stats=stats, text=text_out.text, token_ids=tuple(out_ids))
 
@@ -394,56 +433,3 @@ class Engine:
                 done = ev
         assert done is not None
         return Result(done.text, list(done.token_ids), done.finish_reason, done.stats)
-
-
-class TextAssembler:
-    """Joins streamed text pieces and applies stop strings.
-
-    Text that might be the beginning of a stop string is held back until the next
-    pieces decide; when a stop string completes, everything from its start on is
-    dropped and ``hit`` becomes True.
-    """
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.text = ""       # released text
-        self._held = ""
-        self.hit = False
-
-    def push(self, piece: str) -> tuple[str, bool]:
-        if self.hit:
-            return "", True
-        if not self.stops:
-            self.text += piece
-            return piece, False
-        buf = self._held + piece
-        first = None
-        for s in self.stops:
-            i = buf.find(s)
-            if i >= 0 and (first is None or i < first):
-                first = i
-        if first is not None:
-            released = buf[:first]
-            self.text += released
-            self._held = ""
-            self.hit = True
-            return released, True
-        hold = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(buf)), 0, -1):
-                if buf.endswith(s[:n]):
-                    hold = max(hold, n)
-                    break
-        released = buf[: len(buf) - hold]
-        self._held = buf[len(buf) - hold :]
-        self.text += released
-        return released, False
-
-    def finish(self, piece: str = "") -> str:
-        """Release what is still held at the end of generation."""
-        released, _ = self.push(piece) if piece else ("", False)
-        if not self.hit and self._held:
-            released += self._held
-            self.text += self._held
-            self._held = ""
-        return released

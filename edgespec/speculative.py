@@ -36,32 +36,8 @@ from . import sampling
 from .drafters import Drafter
 from .events import Round, Stats
 from .llama import Context
+from .policy import DraftPolicy, FixedPolicy
 from .sampling import SamplingParams
-
-
-class KController:
-    """Adapts the draft length k during a generation.
-
-    Grows k after a round whose drafts were all accepted (doubling, so long copied spans
-    are reached quickly), shrinks it by one after a rejection in the first half of the
-    drafts, and keeps it within [k_min, k_max]. The cost-model-driven starting point
-    comes from the profile; this only follows what the current text rewards.
-    """
-
-    def __init__(self, k: int, k_min: int = 1, k_max: int = 16, adaptive: bool = True) -> None:
-        self.k_min = max(1, k_min)
-        self.k_max = max(self.k_min, k_max)
-        self.k = min(self.k_max, max(self.k_min, k))
-        self.adaptive = adaptive
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if not self.adaptive or drafted == 0:
-            return
-        if accepted == drafted:
-            if drafted >= self.k:  # only a full-length success says "draft longer"
-                self.k = min(self.k_max, self.k * 2)
-        elif accepted < (drafted + 1) // 2:
-            self.k = max(self.k_min, self.k - 1)
 
 
 @dataclass
@@ -80,23 +56,28 @@ class SpeculativeLoop:
     committed: list[int]           # prompt + generated; the last one is not in the target KV
     params: SamplingParams
     rng: np.random.Generator
-    kctl: KController
+    policy: DraftPolicy | FixedPolicy
     stats: Stats
     n_vocab: int
     is_eog: Callable[[int], bool] = lambda t: False
     rounds: int = 0
+    last_k: int = 0  # drafts verified by the last round
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
-        target, committed, params = self.target, self.committed, self.params
+        target, committed, params, policy = self.target, self.committed, self.params, self.policy
         L = len(committed)
-        # Room left in the context: the verify batch occupies positions L-1 .. L-1+k.
-        k = min(self.kctl.k, budget - 1, target.n_ctx - L)
+        # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
+        l_max = policy.limit(min(budget - 1, target.n_ctx - L, target.n_batch - 1))
         t0 = time.perf_counter()
-        proposal = self.drafter.propose(committed, k) if k > 0 else _EMPTY
-        self.stats.t_draft += time.perf_counter() - t0
-        drafts = proposal.ids[: max(k, 0)]
+        proposal = self.drafter.propose(committed, l_max, policy.keep_drafting) if l_max > 0 else _EMPTY
+        t1 = time.perf_counter()
+        self.stats.t_draft += t1 - t0
+        # The policy picks how many of the proposed ids are worth verifying.
+        n = policy.choose(proposal.ids[:l_max], proposal.match_len, proposal.confidence)
+        drafts = proposal.ids[:n]
         q = proposal.q
+        self.last_k = n
 
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
@@ -144,6 +125,9 @@ class SpeculativeLoop:
         target.rollback(L + n_acc)
         self.drafter.accepted(n_acc)
         committed.extend(out)
+        policy.observe(batch=n + 1, tested=len(drafts), accepted=n_acc,
+                       verify_seconds=time.perf_counter() - t1, draft_seconds=t1 - t0,
+                       drafted=len(proposal.ids), match_len=proposal.match_len)
 
         st = self.stats
         self.rounds += 1
@@ -163,11 +147,10 @@ class SpeculativeLoop:
             drafted=len(drafts),
             accepted=n_acc,
             rejected=len(drafts) - n_acc,
-            k=self.kctl.k,
+            k=n,
             drafter=self.drafter.name,
             rejected_ids=tuple(drafts[n_acc:]),
         )
-        self.kctl.update(len(drafts), n_acc)
         return RoundResult(out, from_draft, info)
 
     def run(self, max_new: int) -> Iterator[RoundResult]:
@@ -182,7 +165,7 @@ class SpeculativeLoop:
             yield res
 
 
-_EMPTY = type("P", (), {"ids": [], "q": None})()
+_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": ()})()
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:

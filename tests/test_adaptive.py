@@ -107,6 +107,8 @@ def test_ngram_drafter_waits_for_a_long_enough_match():
     from edgespec.drafters import NgramDrafter
 
     text = [10, 11, 12, 13, 14, 15, 16, 17, 99, 10, 11, 12]
-    assert NgramDrafter(min_match=2).lookup(text, 8) == [13, 14, 15]  # no longer than the match
-    assert NgramDrafter(min_match=4).lookup(text, 8) == []
-    assert NgramDrafter(min_match=3).lookup(text + [13], 2) == [14, 15]
+    # the whole continuation, with the match length for the drafting policy to judge
+    assert NgramDrafter(min_match=2).lookup(text, 8) == ([13, 14, 15, 16, 17, 99, 10, 11], 3)
+    assert NgramDrafter(min_match=4).lookup(text, 8) == ([], 0)
+    assert NgramDrafter(min_match=3).lookup(text + [13], 2) == ([14, 15], 4)
+    assert NgramDrafter().propose(text, 3).match_len == 3

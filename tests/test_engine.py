@@ -32,7 +32,7 @@ def random_prompts(n_vocab: int, count: int, seed: int, length=(12, 48)) -> list
 
 @pytest.fixture(scope="module")
 def plain_engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512) as e:
+    with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as e:
         yield e
 
 
@@ -49,7 +49,7 @@ def greedy_reference(plain_engine, prompts):
 @pytest.mark.parametrize("drafter", ["self", "noisy", "ngram"])
 def test_greedy_equivalence_all_k(drafter, tiny_target, tiny_same, tiny_noisy, prompts, greedy_reference):
     draft = {"self": tiny_same, "noisy": tiny_noisy, "ngram": "ngram"}[drafter]
-    with Engine(tiny_target, draft=draft, n_ctx=512, adaptive_k=False) as e:
+    with Engine(tiny_target, draft=draft, n_ctx=512, adaptive_k=False, exact=True) as e:
         for k in range(1, 9):
             e.set_k(k)
             for prompt, ref in zip(prompts, greedy_reference):
@@ -58,13 +58,13 @@ def test_greedy_equivalence_all_k(drafter, tiny_target, tiny_same, tiny_noisy, p
 
 
 def test_greedy_equivalence_adaptive_k(tiny_target, tiny_noisy, prompts, greedy_reference):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=3, k_max=12) as e:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=3, k_max=12, exact=True) as e:
         for prompt, ref in zip(prompts, greedy_reference):
             assert e.generate(prompt, max_tokens=40).token_ids == ref
 
 
 def test_draft_equal_to_target_is_always_accepted(tiny_target, tiny_same, prompts):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, k=4, adaptive_k=False) as e:
+    with Engine(tiny_target, draft=tiny_same, n_ctx=512, k=4, adaptive_k=False, exact=True) as e:
         for prompt in prompts[:10]:
             r = e.generate(prompt, max_tokens=40)
             assert r.stats.drafted > 0
@@ -101,7 +101,7 @@ def test_kv_positions_after_every_round(drafter, tiny_target, tiny_same, tiny_no
 
 
 def test_prefix_reuse_decodes_only_new_tokens(tiny_target, prompts):
-    with Engine(tiny_target, draft="ngram", n_ctx=512) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True) as e:
         p = prompts[0]
         r1 = e.generate(p, max_tokens=10)
         assert r1.stats.prompt_tokens_processed == len(p)
@@ -110,12 +110,12 @@ def test_prefix_reuse_decodes_only_new_tokens(tiny_target, prompts):
         # the first prompt and the reply (but its last token) are reused
         assert r2.stats.prompt_tokens_processed == 4
         # the same output as a fresh engine would give
-        with Engine(tiny_target, draft=None, n_ctx=512) as fresh:
+        with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as fresh:
             assert fresh.generate(follow, max_tokens=10).token_ids == r2.token_ids
 
 
 def test_interrupt_mid_generation_keeps_session(tiny_target, tiny_noisy, prompts, greedy_reference):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4) as e:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4, exact=True) as e:
         gen = e.stream(prompts[2], max_tokens=40)
         for i, ev in enumerate(gen):
             if isinstance(ev, Token) and i > 5:
@@ -210,23 +210,23 @@ def test_stream_event_shape(tiny_target, tiny_noisy, prompts):
         assert key in d
 
 
-def test_kernel_choice_follows_the_drafter(tiny_target, tiny_noisy, prompts, greedy_reference):
-    """exact=None: llama.cpp's kernels while plain, exact ones (reloaded) once a drafter
-    is set, and then the output is the exact-kernel greedy output; exact=False never
-    switches; a draft model follows the target's kind of kernels."""
+def test_kernel_choice(tiny_target, tiny_noisy, prompts, greedy_reference):
+    """llama.cpp's kernels by default, for plain decoding and speculation alike (no
+    reload when a drafter is set); exact=True gives batch-invariant kernels, and then
+    speculation reproduces plain greedy decoding; a draft model follows its target."""
     prompt, ref = prompts[0], greedy_reference[0]
-    with Engine(tiny_target, n_ctx=512, n_threads=1, exact=None) as e:
+    with Engine(tiny_target, n_ctx=512, n_threads=1) as e:
         assert not e.exact_kernels and not e.target_model.exact
         e.generate(prompt, max_tokens=4)
+        cached = e.n_cached
         e.set_drafter("ngram")
-        assert e.exact_kernels and e.n_cached == 0
+        assert not e.exact_kernels and e.n_cached == cached  # nothing reloaded
+        e.set_drafter(tiny_noisy)
+        assert not e.draft_model.exact
+    with Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1, exact=True) as e:
+        assert e.exact_kernels
         assert e.generate(prompt, max_tokens=40).token_ids == ref
         e.set_drafter(tiny_noisy)
         assert e.draft_model.exact
         assert e.generate(prompt, max_tokens=40).token_ids == ref
-    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1, exact=False) as e:
-        assert not e.exact_kernels
-        e.set_drafter(tiny_noisy)
-        assert not e.exact_kernels and not e.draft_model.exact
-    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1, exact=None) as e:
-        assert e.exact_kernels
+

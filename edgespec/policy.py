@@ -1,0 +1,381 @@
+"""The drafting policy: how many drafted tokens each round verifies, learned while it runs.
+
+A round that verifies L drafted tokens commits, in expectation,
+
+    E(L) = 1 + a_1 + a_1·a_2 + … + a_1·…·a_L
+
+tokens, where a_j is the probability that draft j is accepted given that drafts 1..j-1
+were. It costs c(L + 1) target steps for the verify batch plus, for a model drafter,
+γ·L for drafting. Each round picks the L in [0, L_max] with the most committed tokens
+per unit of cost, E(L) / (c(L + 1) + γ·L); L = 0 is a plain step (E = 1, cost 1), so a
+round drafts only when drafting is expected to beat plain decoding.
+
+Both factors are learned online:
+
+* **c(n)** (``OnlineCost``): every round times its own verify (the target's decode plus
+  the acceptance test), so every round measures c at one n. Measurements refine the
+  prior from the profile or ``tune``, n by n, so a CPU's tiled GEMM — where verifying 8
+  or 16 tokens costs less than 7 or 15 — is seen and used: the table keeps its dips.
+* **a_j** (``MatchAcceptance``, ``ConfidenceAcceptance``): Beta-distributed acceptance
+  rates per feature bucket, with counts that decay so the estimate follows the text.
+  Prompt lookup's feature is the length of the context match behind the drafted token
+  (match length m for the first draft, m + j - 1 for the j-th, because accepted drafts
+  extend the match): long matches are copied spans. The model drafter's features are
+  the draft position and the draft model's own confidence (its top probability), which
+  replaces a fixed cut-off.
+
+When nothing pays the round drafts nothing. So that the policy notices when the text
+starts copying again, it draws the acceptance rates from their posteriors (Thompson
+sampling) instead of using their means: an uncertain bucket is sometimes tried, a bucket
+known to fail is not. Draws come from the policy's own generator, never from the
+sampling one, so the committed tokens do not depend on the policy.
+
+Pure arithmetic over numbers handed in: no llama.cpp, no timing of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .adaptive import VerifyCost
+
+# c(n) of Qwen2.5-Coder-1.5B Q4_K_M on llama.cpp's kernels, 2-core AVX2 VM (tune), used
+# as the prior on a CPU when no profile figure is given. Note the dips at 8 and 16.
+CPU_VERIFY_PRIOR = VerifyCost(
+    tuple(range(1, 17)),
+    (1.0, 1.67, 2.2, 2.69, 3.3, 3.85, 4.61, 4.57, 5.3, 5.8, 6.2, 6.49, 7.2, 7.8, 8.31, 6.84),
+)
+# The same on the batch-invariant kernels (``exact``): no tiles, so no dips.
+CPU_EXACT_VERIFY_PRIOR = VerifyCost(
+    tuple(range(1, 17)),
+    (1.0, 2.18, 2.65, 3.22, 3.93, 4.54, 5.0, 5.79, 6.13, 6.88, 7.35, 7.86, 8.45, 9.07, 9.73, 10.19),
+)
+# A memory-bound accelerator: verifying a few more tokens is nearly free.
+GPU_VERIFY_PRIOR = VerifyCost((1, 16), (1.0, 1.45))
+
+
+class OnlineCost:
+    """c(n) for n = 1..n_max: a prior refined by timed rounds.
+
+    For each n it keeps a decaying mean of the measured seconds. The single-step time
+    t1 is taken from the n = 1 rounds when there are enough of them, otherwise from all
+    rounds through the prior's shape. Then c(n) = (w_n·t̄_n / t1 + w0_n·prior(n)) /
+    (w_n + w0_n): the prior counts as ``prior_weight`` measurements at first, and fades
+    at the rate old measurements do.
+    """
+
+    def __init__(self, prior: VerifyCost, n_max: int = 16, *, prior_weight: float = 2.0,
+                 decay: float = 0.97) -> None:
+        self.n_max = max(1, n_max)
+        self.prior = [prior(n) for n in range(self.n_max + 1)]  # index 0 unused
+        self.prior_w = [prior_weight] * (self.n_max + 1)
+        self.decay = decay
+        self.mean_s = [0.0] * (self.n_max + 1)
+        self.weight = [0.0] * (self.n_max + 1)
+        self.table = list(self.prior)  # c(n) by index; table[1] == 1
+        self.table[0] = 0.0
+
+    def observe(self, n: int, seconds: float) -> None:
+        """One verify of n tokens took ``seconds``."""
+        if not 1 <= n <= self.n_max or not seconds > 0.0 or not math.isfinite(seconds):
+            return
+        w = self.weight[n] * self.decay
+        self.mean_s[n] = (self.mean_s[n] * w + seconds) / (w + 1.0)
+        self.weight[n] = w + 1.0
+        self.prior_w[n] *= self.decay
+        self._refresh()
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Estimated seconds of a one-token step (None before any measurement)."""
+        if self.weight[1] >= 3.0:
+            return self.mean_s[1]
+        num = den = 0.0
+        for n in range(1, self.n_max + 1):
+            if self.weight[n]:
+                num += self.weight[n] * self.mean_s[n]
+                den += self.weight[n] * self.prior[n]
+        return num / den if den else None
+
+    def _refresh(self) -> None:
+        t1 = self.step_seconds
+        if not t1:
+            return
+        for n in range(2, self.n_max + 1):
+            w, w0 = self.weight[n], self.prior_w[n]
+            measured = self.mean_s[n] / t1 if w else 0.0
+            self.table[n] = max(1.0, (w * measured + w0 * self.prior[n]) / (w + w0))
+
+    def __call__(self, n: int) -> float:
+        if n <= self.n_max:
+            return self.table[max(n, 1)]
+        return self.table[self.n_max] * n / self.n_max
+
+    def as_verify_cost(self) -> VerifyCost:
+        return VerifyCost(tuple(range(1, self.n_max + 1)), tuple(self.table[1:]))
+
+
+class _BetaBuckets:
+    """Acceptance rates per bucket as Beta(acc, rej) pseudo-counts that decay.
+
+    ``decay`` < 1 forgets old rounds: with 0.95 a bucket's estimate rests on roughly its
+    last 20 outcomes, so a collapse or a recovery shows within a few rounds.
+    """
+
+    def __init__(self, prior_mean: Sequence[float], *, prior_strength: float = 2.0,
+                 decay: float = 0.95) -> None:
+        m = np.clip(np.asarray(prior_mean, dtype=np.float64), 0.01, 0.99)
+        self.acc = m * prior_strength
+        self.rej = (1.0 - m) * prior_strength
+        self.decay = decay
+
+    def record(self, bucket: int, accepted: bool) -> None:
+        d = self.decay
+        self.acc[bucket] = self.acc[bucket] * d + (1.0 if accepted else 0.0)
+        self.rej[bucket] = self.rej[bucket] * d + (0.0 if accepted else 1.0)
+
+    def mean(self) -> np.ndarray:
+        return self.acc / (self.acc + self.rej)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        return rng.beta(self.acc, self.rej)
+
+
+# Match-length buckets for prompt lookup: lengths 1..5 alone, then coarser.
+_MATCH_EDGES = (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 40)
+
+
+def match_bucket(m: int) -> int:
+    """Index of the bucket holding match length m (>= 1)."""
+    i = 0
+    while i + 1 < len(_MATCH_EDGES) and m >= _MATCH_EDGES[i + 1]:
+        i += 1
+    return i
+
+
+class MatchAcceptance:
+    """Prompt lookup: P(draft accepted | the context match behind it is m tokens long).
+
+    The prior is pessimistic for short matches (a 2-token match is mostly chance) and
+    optimistic for long ones (a 24-token match is a copied span).
+    """
+
+    def __init__(self, *, decay: float = 0.95) -> None:
+        prior = [0.12 + 0.8 * (1.0 - math.exp(-(e - 1) / 10.0)) for e in _MATCH_EDGES]
+        self.beta = _BetaBuckets(prior, decay=decay)
+        self._bucket = [match_bucket(m) for m in range(0, 129)]
+
+    def bucket(self, m: int) -> int:
+        return self._bucket[min(max(m, 1), 128)]
+
+    def rates(self, match_len: int, n: int, draws: np.ndarray) -> list[float]:
+        """a_1..a_n for drafts that continue a match of ``match_len`` tokens."""
+        b = self._bucket
+        return [float(draws[b[min(match_len + j, 128)]]) for j in range(n)]
+
+    def record(self, match_len: int, drafted: int, accepted: int) -> None:
+        """Drafts 1..accepted were accepted; draft accepted+1 (if drafted) was rejected;
+        later drafts were never tested."""
+        for j in range(min(accepted + 1, drafted)):
+            self.beta.record(self.bucket(match_len + j), j < accepted)
+
+
+# Confidence (the draft model's top probability) buckets and draft-position groups.
+_CONF_EDGES = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
+_POS_GROUPS = 3  # positions 1, 2-3, 4+
+
+
+def _conf_bucket(conf: float) -> int:
+    i = 0
+    while i + 1 < len(_CONF_EDGES) and conf >= _CONF_EDGES[i + 1]:
+        i += 1
+    return i
+
+
+def _pos_group(j: int) -> int:
+    return 0 if j <= 1 else (1 if j <= 3 else 2)
+
+
+class ConfidenceAcceptance:
+    """Model drafter: P(draft j accepted | its position j and the draft's confidence).
+
+    The prior takes the draft model at its word, a little discounted: a token it gives
+    probability 0.9 is accepted about 80% of the time when draft and target agree well.
+    """
+
+    def __init__(self, *, decay: float = 0.95) -> None:
+        mids = [(lo + hi) / 2 for lo, hi in zip(_CONF_EDGES, (*_CONF_EDGES[1:], 1.0))]
+        prior = [0.9 * m for m in mids] * _POS_GROUPS
+        self.beta = _BetaBuckets(prior, decay=decay)
+        self.n_conf = len(_CONF_EDGES)
+
+    def bucket(self, j: int, conf: float) -> int:
+        return _pos_group(j) * self.n_conf + _conf_bucket(conf)
+
+    def record(self, confidences: Sequence[float], drafted: int, accepted: int) -> None:
+        for j in range(min(accepted + 1, drafted, len(confidences))):
+            self.beta.record(self.bucket(j + 1, confidences[j]), j < accepted)
+
+
+def best_length(rates: Sequence[float], cost: OnlineCost, gamma: float = 0.0,
+                sunk: float = 0.0) -> tuple[int, float]:
+    """The L maximising E(L) / (c(L+1) + γ·L + sunk) over L = 0..len(rates), and that
+    ratio. ``sunk`` is draft work already paid whatever L is (it still counts, so that
+    the ratio is comparable with a plain step's 1 / (1 + sunk))."""
+    best_l, best_r = 0, 1.0 / (1.0 + sunk)
+    e = p = 1.0
+    table = cost.table
+    n_max = cost.n_max
+    for j, a in enumerate(rates, start=1):
+        p *= a
+        e += p
+        c = table[j + 1] if j + 1 <= n_max else cost(j + 1)
+        r = e / (c + gamma * j + sunk)
+        if r > best_r:
+            best_l, best_r = j, r
+    return best_l, best_r
+
+
+@dataclass
+class PolicyStats:
+    """What the policy did, for the readout and the tests."""
+
+    rounds: int = 0
+    drafted_rounds: int = 0
+    explored_rounds: int = 0  # drafted although the posterior means said not to
+
+
+class DraftPolicy:
+    """The per-round choice of draft length, for one drafter over one engine's life.
+
+    Use per round: ``limit(L_max)`` (how many tokens to ask the drafter for; 0 skips
+    drafting), then ``keep_drafting(j, conf)`` after each token a model drafter drafts,
+    then ``choose(proposal)`` (how many of the proposed ids to verify), and after the
+    verify ``observe(...)``. ``begin()`` at the start of each generation resets what was
+    learned about the text (acceptance); what was learned about the machine (c(n), γ)
+    stays.
+    """
+
+    def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15,
+                 seed: int = 0) -> None:
+        if kind not in ("ngram", "model"):
+            raise ValueError(f"no drafting policy for drafter {kind!r}")
+        self.kind = kind
+        self.cost = cost
+        self.gamma = gamma          # draft cost per token in target steps (model drafter)
+        self._gamma_w = 2.0         # the prior counts as two measurements
+        self.l_max = max(0, l_max)
+        self._seed = seed
+        self.stats = PolicyStats()
+        self.begin()
+
+    # -- per generation ------------------------------------------------------------
+    def begin(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(self._seed if seed is None else seed)
+        self.acc = MatchAcceptance() if self.kind == "ngram" else ConfidenceAcceptance()
+        self._draws: np.ndarray | None = None
+        self._conf: list[float] = []
+        self._rates: list[float] = []
+
+    # -- per round -------------------------------------------------------------------
+    def limit(self, l_max: int) -> int:
+        """How many tokens to ask the drafter for this round (0: do not draft)."""
+        self.stats.rounds += 1
+        l_max = min(l_max, self.l_max)
+        if l_max <= 0:
+            return 0
+        self._draws = self.acc.beta.draw(self.rng)
+        self._conf, self._rates = [], []
+        self._e = self._p = self._best = 1.0  # E(j), a_1·…·a_j and the best ratio so far
+        if self.kind == "model":
+            # Even a draft accepted for sure must pay for its draft step and its row.
+            best = float(self._draws[self.acc.bucket(1, 1.0)])
+            if (1.0 + best) / (self.cost(2) + self.gamma) <= 1.0:
+                return 0
+        return l_max
+
+    def keep_drafting(self, j: int, conf: float) -> bool:
+        """After the model drafter drafted token j with top probability ``conf``:
+        draft another? Yes while one more token like this one could raise the ratio."""
+        a = float(self._draws[self.acc.bucket(j, conf)])
+        self._conf.append(conf)
+        self._rates.append(a)
+        self._p *= a
+        self._e += self._p
+        self._best = max(self._best, self._e / (self.cost(j + 1) + self.gamma * j))
+        nxt = (self._e + self._p * a) / (self.cost(j + 2) + self.gamma * (j + 1))
+        return j < self.l_max and nxt > self._best
+
+    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = ()) -> int:
+        """How many of the proposed ``ids`` to verify."""
+        if not ids or self._draws is None:
+            return 0
+        if self.kind == "ngram":
+            rates = self.acc.rates(match_len, len(ids), self._draws)
+            n, _ = best_length(rates, self.cost)
+            if n:
+                means = self.acc.rates(match_len, len(ids), self.acc.beta.mean())
+                if best_length(means, self.cost)[0] == 0:
+                    self.stats.explored_rounds += 1
+        else:
+            if len(self._rates) < len(ids):  # a drafter that did not call keep_drafting
+                self._rates = [float(self._draws[self.acc.bucket(j + 1, c)])
+                               for j, c in enumerate(confidence)]
+                self._conf = list(confidence)
+            # the draft work is done whatever we verify: it is sunk
+            n, _ = best_length(self._rates[: len(ids)], self.cost, 0.0, sunk=self.gamma * len(ids))
+        if n:
+            self.stats.drafted_rounds += 1
+        return n
+
+    def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
+                draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0) -> None:
+        """The round verified a batch of ``batch`` tokens (the last committed one and
+        the drafts) in ``verify_seconds`` (target decode + acceptance test); of the
+        ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``.
+        The drafter spent ``draft_seconds`` drafting ``drafted`` tokens."""
+        self.cost.observe(batch, verify_seconds)
+        if tested:
+            if self.kind == "ngram":
+                self.acc.record(match_len, tested, accepted)
+            else:
+                self.acc.record(self._conf, tested, accepted)
+        if drafted and draft_seconds > 0.0:
+            t1 = self.cost.step_seconds
+            if t1:
+                g = draft_seconds / drafted / t1
+                w = self._gamma_w
+                self.gamma = (self.gamma * w + g) / (w + 1.0)
+                self._gamma_w = min(w + 1.0, 20.0)
+
+
+class FixedPolicy:
+    """A fixed draft length every round (``adaptive_k=False``): for benchmarks sweeping
+    k and for comparing against the learned policy."""
+
+    def __init__(self, k: int) -> None:
+        self.k = max(0, k)
+        self.stats = PolicyStats()
+
+    def begin(self, seed: int | None = None) -> None:
+        pass
+
+    def limit(self, l_max: int) -> int:
+        self.stats.rounds += 1
+        return min(self.k, l_max)
+
+    def keep_drafting(self, j: int, conf: float) -> bool:
+        return j < self.k
+
+    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = ()) -> int:
+        n = min(len(ids), self.k)
+        if n:
+            self.stats.drafted_rounds += 1
+        return n
+
+    def observe(self, **_: float) -> None:
+        pass

@@ -1,0 +1,174 @@
+"""The drafting policy (edgespec.policy) on synthetic costs, timings and acceptances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.adaptive import VerifyCost
+from edgespec.policy import (
+    CPU_VERIFY_PRIOR,
+    DraftPolicy,
+    MatchAcceptance,
+    OnlineCost,
+    best_length,
+    match_bucket,
+)
+
+FLAT = VerifyCost((1, 16), (1.0, 1.05))
+LINEAR = VerifyCost(tuple(range(1, 17)), tuple(float(n) for n in range(1, 17)))
+# a CPU's tiled GEMM: 8 and 16 rows cost less than 7 and 15
+TILED = VerifyCost(
+    tuple(range(1, 17)),
+    (1.0, 1.67, 2.2, 2.69, 3.3, 3.85, 4.61, 4.57, 5.3, 5.8, 6.2, 6.49, 7.2, 7.8, 8.31, 6.84),
+)
+
+
+def lengths(c: VerifyCost, alpha: float, l_max: int = 15) -> int:
+    return best_length([alpha] * l_max, OnlineCost(c))[0]
+
+
+def test_flat_cost_gives_long_drafts():
+    assert lengths(FLAT, 0.9) == 15
+    assert lengths(FLAT, 0.6) >= 4
+
+
+def test_linear_cost_gives_no_drafts_whatever_the_acceptance():
+    for alpha in (0.5, 0.9, 0.99):
+        assert lengths(LINEAR, alpha) == 0
+
+
+def test_tile_effect_gives_drafts_of_7_or_15():
+    for alpha in (0.95, 0.97, 0.99):
+        assert lengths(TILED, alpha) == 15
+    # with 8 or 9 tokens on offer, 7 (a batch of 8) beats both
+    for available in (8, 9):
+        assert best_length([0.99] * available, OnlineCost(TILED))[0] == 7
+    # at a middling acceptance a short draft pays best; the curve decides, not a rule
+    assert lengths(TILED, 0.9) == 3
+
+
+def test_low_acceptance_on_a_cpu_drafts_nothing():
+    assert lengths(TILED, 0.3) == 0
+
+
+def test_plain_step_ratio_is_one_and_sunk_cost_counts():
+    n, r = best_length([], OnlineCost(FLAT))
+    assert (n, r) == (0, 1.0)
+    n, r = best_length([0.0, 0.0], OnlineCost(FLAT), sunk=0.5)
+    assert n == 0 and r == pytest.approx(1 / 1.5)
+
+
+def test_online_cost_learns_c_from_timings():
+    cost = OnlineCost(TILED)
+    assert cost(8) == pytest.approx(4.57)
+    # the machine really has c(n) = 1 + 0.1 (n - 1) with a 20 ms step (a GPU-like curve)
+    for _ in range(60):
+        for n in (1, 4, 8, 16):
+            cost.observe(n, 0.020 * (1 + 0.1 * (n - 1)))
+    assert cost.step_seconds == pytest.approx(0.020, rel=1e-6)
+    assert cost(4) == pytest.approx(1.3, rel=0.1)
+    assert cost(8) == pytest.approx(1.7, rel=0.1)
+    assert cost(16) == pytest.approx(2.5, rel=0.1)
+    # an n never measured keeps its prior
+    assert cost(12) == pytest.approx(6.49)
+    vc = cost.as_verify_cost()
+    assert vc(1) == 1.0 and vc(16) == pytest.approx(cost(16))
+
+
+def test_online_cost_scale_comes_from_any_batch_before_plain_steps():
+    cost = OnlineCost(TILED)
+    for _ in range(5):
+        cost.observe(16, 0.030 * 6.84)  # only full verify batches so far
+    assert cost.step_seconds == pytest.approx(0.030, rel=1e-6)
+    cost.observe(0, 1.0)  # out of range: ignored
+    cost.observe(3, float("nan"))
+    assert cost.step_seconds == pytest.approx(0.030, rel=1e-6)
+
+
+def test_online_cost_keeps_the_dip_it_measures():
+    cost = OnlineCost(LINEAR)
+    for _ in range(40):
+        for n in (1, 7, 8):
+            cost.observe(n, 0.01 * TILED(n))
+    assert cost(8) < cost(7)
+
+
+def test_match_buckets_are_ordered():
+    assert [match_bucket(m) for m in (1, 2, 3, 5, 6, 7, 8)] == [0, 1, 2, 4, 5, 5, 6]
+    assert match_bucket(500) == match_bucket(40)
+    acc = MatchAcceptance()
+    prior = acc.beta.mean()
+    assert all(np.diff(prior) > 0)  # longer matches are believed more
+
+
+def simulate(policy: DraftPolicy, accept: callable, rounds: int, match_len: int = 12) -> list[int]:
+    """Run ``rounds`` rounds where each draft is accepted iff accept(round, j); returns
+    the number of drafts verified per round."""
+    verified = []
+    for r in range(rounds):
+        l_max = policy.limit(15)
+        ids = list(range(l_max))
+        n = policy.choose(ids, match_len)
+        acc = 0
+        while acc < n and accept(r, acc):
+            acc += 1
+        policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * TILED(n + 1),
+                       match_len=match_len)
+        verified.append(n)
+    return verified
+
+
+def test_backs_off_when_acceptance_collapses_and_comes_back_when_copying_resumes():
+    policy = DraftPolicy("ngram", OnlineCost(TILED), seed=1)
+    copying = lambda r, j: True  # noqa: E731
+    first = simulate(policy, copying, 30)
+    assert np.mean(first[-10:]) >= 7  # a copied span: long drafts
+    collapsed = simulate(policy, lambda r, j: False, 60)
+    assert collapsed[-20:].count(0) >= 17  # nothing accepted: it stops drafting ...
+    assert 0 < sum(1 for n in collapsed[-40:] if n) <= 10  # ... but still looks now and then
+    resumed = simulate(policy, copying, 80)
+    assert np.mean(resumed[-10:]) >= 7  # copying again: long drafts again
+
+
+def test_policy_is_reproducible_and_begin_forgets_the_text_not_the_machine():
+    a = DraftPolicy("ngram", OnlineCost(TILED), seed=3)
+    b = DraftPolicy("ngram", OnlineCost(TILED), seed=3)
+    pattern = lambda r, j: (r + j) % 3 != 0  # noqa: E731
+    assert simulate(a, pattern, 40) == simulate(b, pattern, 40)
+    learned_cost = a.cost(16)
+    a.begin()
+    assert np.allclose(a.acc.beta.mean(), MatchAcceptance().beta.mean())
+    assert a.cost(16) == learned_cost
+
+
+def test_model_drafter_stops_when_the_next_token_cannot_pay():
+    # GPU-like costs, cheap drafts: keep drafting while confident, stop when not
+    policy = DraftPolicy("model", OnlineCost(FLAT), gamma=0.05, l_max=8, seed=0)
+    for _ in range(40):  # what this generation showed: confident drafts pass, unsure ones fail
+        policy.limit(8)
+        for j, conf in enumerate((0.999, 0.999, 0.05), start=1):
+            policy.keep_drafting(j, conf)
+        policy.observe(batch=4, tested=3, accepted=2, verify_seconds=0.01)
+    assert policy.limit(8) == 8
+    assert policy.keep_drafting(1, 0.999) and policy.keep_drafting(2, 0.999)
+    assert not policy.keep_drafting(3, 0.05)
+    assert policy.choose([5, 6, 7], confidence=(0.999, 0.999, 0.05)) >= 2
+    # CPU-like costs and a draft costing half a step: even a sure token cannot pay
+    cpu = DraftPolicy("model", OnlineCost(TILED), gamma=0.55, seed=0)
+    assert cpu.limit(8) == 0
+
+
+def test_model_drafter_learns_gamma_from_timings():
+    policy = DraftPolicy("model", OnlineCost(FLAT), gamma=0.5, seed=0)
+    for _ in range(30):
+        policy.limit(8)
+        policy.observe(batch=1, tested=0, accepted=0, verify_seconds=0.010)  # plain steps
+        policy.observe(batch=3, tested=2, accepted=2, verify_seconds=0.0105,
+                       draft_seconds=0.002 * 2, drafted=2)
+    assert policy.gamma == pytest.approx(0.2, abs=0.03)
+
+
+def test_cpu_prior_has_the_tiles():
+    assert CPU_VERIFY_PRIOR(8) < CPU_VERIFY_PRIOR(7)
+    assert CPU_VERIFY_PRIOR(16) < CPU_VERIFY_PRIOR(15)
