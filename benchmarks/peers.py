@@ -10,6 +10,13 @@ one warm-up run each (discarded), like ``edgespec bench``. Greedy decoding (temp
 Timing: the wall time from the first generated token to the last, over the tokens after
 the first (prompt processing is excluded, as in ``edgespec bench``).
 
+With ``--cpp``, llama.cpp's own C++ tools run on the same prompt tokens (the same
+chat-templated text), model and threads, in the same rotation: plain ``llama-completion``
+and ``llama-speculative-simple`` with ``--spec-type ngram-simple`` and ``ngram-mod``
+(built from the llama.cpp vendored in llama-cpp-python 0.3.36 by
+``build_peer_tools.sh``; see ``cpp_peer.py``). Their speed is read from their own timing
+lines; their speedups are against C++ plain decoding, and they report no token ids.
+
 This script uses llama-cpp-python's defaults (its fast CPU kernels included). It loads
 edgespec's prompt list by file path so that importing edgespec does not switch those
 kernels off in this process (``edgespec.llama`` does that for batch-invariant numerics).
@@ -31,6 +38,9 @@ from pathlib import Path
 
 import llama_cpp
 from llama_cpp import Llama
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpp_peer import SPEC_TYPES, run_cpp, tools_dir  # noqa: E402
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -57,6 +67,28 @@ def prompt_tokens(llm: Llama, prompt) -> list[int]:
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     text = fmt(messages=messages).prompt
     return llm.tokenize(text.encode("utf-8"), add_bos=not text.startswith(fmt.bos_token or "\0"), special=True)
+
+
+def cpp_rows(args, prompts, plain: Llama) -> list[dict]:
+    """llama.cpp's C++ tools on the same prompts, alternating, ``args.repeat`` passes."""
+    import tempfile
+
+    bin_dir = tools_dir(args.cpp_bin)
+    labels = ["plain", *SPEC_TYPES]
+    rates: dict[str, list[float]] = {x: [] for x in labels}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, p in enumerate(prompts):
+            pf = Path(tmp) / f"{i}.txt"
+            pf.write_text(plain.detokenize(prompt_tokens(plain, p.prompt), special=True).decode("utf-8", "replace"))
+            for rep in range(args.repeat):
+                for label in (labels if (i + rep) % 2 == 0 else labels[::-1]):
+                    r = run_cpp(bin_dir, Path(args.target), pf, args.max_tokens, args.threads,
+                                None if label == "plain" else label)
+                    rates[label].append(r)
+                    print(f"  C++ {label:<44} {p.id:<18} {r:7.2f} tok/s", file=sys.stderr)
+    base = statistics.mean(rates["plain"])
+    return [{"config": f"llama.cpp C++ {label}", "tokens_per_second": round(statistics.mean(v), 3),
+             "speedup_vs_cpp_plain": round(statistics.mean(v) / base, 4)} for label, v in rates.items()]
 
 
 def run_once(llm: Llama, tokens: list[int], max_tokens: int) -> tuple[list[int], float]:
@@ -89,6 +121,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--cpp", action="store_true", help="also run llama.cpp's C++ tools (see cpp_peer.py)")
+    ap.add_argument("--cpp-bin", default=None, help="bin dir of build_peer_tools.sh (default: build/find it)")
     args = ap.parse_args()
 
     prompts = list(load_prompts(args.prompts))[: args.limit]
@@ -152,8 +186,10 @@ def main() -> int:
                         for k in kinds},
             "median_seconds": round(statistics.median(r[3] for r in rs), 3),
         })
+    cpp = cpp_rows(args, prompts, plain) if args.cpp else []
     report = {
         "results": results,
+        "cpp": cpp,
         "settings": {
             "target": args.target, "max_tokens": args.max_tokens, "threads": args.threads,
             "prompts": [p.id for p in prompts], "repeat": args.repeat,
@@ -170,6 +206,8 @@ def main() -> int:
             same = f"{r['identical_prompts']}/{len(runs[r['config']])}"
             print(f"{r['config']:<50} {r['tokens_per_second']:7.2f} {r['speedup']:7.2f}× {same:>7}  "
                   + " ".join(f"{r['by_kind'][k]:8.2f}×" for k in kinds))
+        for r in cpp:
+            print(f"{r['config']:<50} {r['tokens_per_second']:7.2f} {r['speedup_vs_cpp_plain']:7.2f}× (vs C++ plain)")
         s = report["settings"]
         print(f"{len(prompts)} prompts × {args.max_tokens} tokens, {args.threads} threads, "
               f"load average {s['load_average']['before']} → {s['load_average']['after']}")
