@@ -105,12 +105,16 @@ def best_k(
 
 @dataclass(frozen=True)
 class DrafterOption:
-    """One drafter as the cost model sees it."""
+    """One drafter as the cost model sees it. ``floor`` is the least speedup the
+    drafter's policy guarantees whatever the text: prompt lookup under the learned policy
+    (``edgespec.policy``) drafts only where it pays and costs nothing to look, so it
+    never falls below plain decoding (1.0); 0 where no such guarantee holds."""
 
     drafter: str  # "model" | "ngram"
     alpha: float
     gamma: float
     hit: float = 1.0
+    floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,15 +137,21 @@ def choose(
 ) -> Choice:
     """The option with the best predicted speedup, or plain decoding ("none") when no
     option beats it by at least ``min_gain`` (edgespec must never make a user slower,
-    and a prediction within a few percent of 1 is within its own error)."""
+    and a prediction within a few percent of 1 is within its own error) — unless an
+    option's policy guarantees it never loses (``floor`` ≥ 1): that one is chosen over
+    plain decoding, since it can only help."""
     scored = []
     for opt in options:
         k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=k_max, hit=opt.hit, slowdown=slowdown)
-        scored.append((opt.drafter, k, s))
+        scored.append((opt.drafter, k, max(s, opt.floor / slowdown)))
     if not scored:
         return Choice("none", 0, 1.0)
     drafter, k, s = max(scored, key=lambda t: t[2])
     if s < 1.0 + min_gain:
+        safe = [t for t, o in zip(scored, options) if o.floor / slowdown >= 1.0]
+        if safe:
+            drafter, k, s = max(safe, key=lambda t: t[2])
+            return Choice(drafter, k, s, tuple(scored))
         return Choice("none", 0, 1.0, tuple(scored))
     return Choice(drafter, k, s, tuple(scored))
 

@@ -112,3 +112,21 @@ def test_ngram_drafter_waits_for_a_long_enough_match():
     assert NgramDrafter(min_match=4).lookup(text, 8) == ([], 0)
     assert NgramDrafter(min_match=3).lookup(text + [13], 2) == ([14, 15], 4)
     assert NgramDrafter().propose(text, 3).match_len == 3
+
+
+def test_a_drafter_that_cannot_lose_is_chosen_over_plain_decoding():
+    from edgespec.adaptive import DrafterOption, VerifyCost, choose
+
+    cpu = VerifyCost((2, 8, 16), (1.67, 4.57, 6.84))
+    weak = DrafterOption("ngram", alpha=0.5, gamma=0.0, hit=0.3)
+    assert choose([weak], cpu).drafter == "none"
+    # the learned policy drafts only where it pays: it never loses, so it is taken
+    safe = DrafterOption("ngram", alpha=0.5, gamma=0.0, hit=0.3, floor=1.0)
+    got = choose([safe], cpu)
+    assert got.drafter == "ngram" and got.speedup == 1.0
+    # ... but not when exact kernels make every round slower than plain decoding
+    assert choose([safe], cpu, slowdown=1.28).drafter == "none"
+    # and a drafter predicted to win outright still wins
+    strong = DrafterOption("model", alpha=0.9, gamma=0.05)
+    flat = VerifyCost((2, 16), (1.02, 1.3))
+    assert choose([safe, strong], flat).drafter == "model"

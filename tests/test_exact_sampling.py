@@ -33,9 +33,9 @@ def small_pair(tiny_models_dir, tiny_small_vocab):
     return tiny_small_vocab, draft
 
 
-def exact_marginals(target_path) -> tuple[np.ndarray, np.ndarray]:
+def exact_marginals(target_path, kernels_exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """p(t1) and p(t2) = sum_t1 p(t1) p(t2 | t1), from the target's logits."""
-    model = Model(target_path)
+    model = Model(target_path, exact=kernels_exact)
     ctx = Context(model, n_ctx=64)
     params = SamplingParams(temperature=TEMPERATURE)
     try:
@@ -75,8 +75,9 @@ def chi_square_rejects(counts: np.ndarray, expected_p: np.ndarray, alpha: float 
     return stat > crit, stat, crit
 
 
-def speculative_counts(target, draft, *, k: int, n: int = N_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
-    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False) as e:
+def speculative_counts(target, draft, *, k: int, n: int = N_SAMPLES,
+                       kernels_exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False, exact=kernels_exact) as e:
         V = e.target_model.n_vocab
         c1, c2 = np.zeros(V), np.zeros(V)
         drafted = 0
@@ -95,19 +96,29 @@ def exact(small_pair):
     return exact_marginals(small_pair[0])
 
 
-def test_model_drafter_sampling_matches_target_distribution(small_pair, exact):
+@pytest.fixture(scope="module")
+def marginals(small_pair):
+    """The target's marginals on each kind of kernels (batch-invariant, llama.cpp's)."""
+    return {kind: exact_marginals(small_pair[0], kind) for kind in (True, False)}
+
+
+@pytest.mark.parametrize("kernels_exact", [True, False], ids=["exact-kernels", "llama.cpp-kernels"])
+def test_model_drafter_sampling_matches_target_distribution(small_pair, marginals, kernels_exact):
     target, draft = small_pair
-    c1, c2 = speculative_counts(target, draft, k=2)
-    for counts, p in ((c1, exact[0]), (c2, exact[1])):
+    c1, c2 = speculative_counts(target, draft, k=2, kernels_exact=kernels_exact)
+    p = marginals[kernels_exact]
+    for counts, p in ((c1, p[0]), (c2, p[1])):
         rejected, stat, crit = chi_square_rejects(counts, p)
         assert not rejected, f"chi2 {stat:.1f} > {crit:.1f}"
 
 
-def test_fixed_proposal_sampling_matches_target_distribution(small_pair, exact):
+@pytest.mark.parametrize("kernels_exact", [True, False], ids=["exact-kernels", "llama.cpp-kernels"])
+def test_fixed_proposal_sampling_matches_target_distribution(small_pair, marginals, kernels_exact):
     # prompt lookup proposes a fixed continuation (q is None): verified by matching the
     # target's own sample
-    c1, c2 = speculative_counts(small_pair[0], "ngram", k=3)
-    for counts, p in ((c1, exact[0]), (c2, exact[1])):
+    c1, c2 = speculative_counts(small_pair[0], "ngram", k=3, kernels_exact=kernels_exact)
+    p = marginals[kernels_exact]
+    for counts, p in ((c1, p[0]), (c2, p[1])):
         rejected, stat, crit = chi_square_rejects(counts, p)
         assert not rejected, f"chi2 {stat:.1f} > {crit:.1f}"
 
