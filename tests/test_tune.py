@@ -11,7 +11,7 @@ import pytest
 from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
 
-from edgespec import Engine, adaptive, catalog, profiles, tune
+from edgespec import Engine, adaptive, catalog, planner, profiles, tune
 from edgespec.cli.bench import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
@@ -167,7 +167,7 @@ def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch)
     assert pc.alpha.value == pytest.approx(min(0.99, result.drafter("model").alpha), abs=1e-3)
     assert pc.target_step_ms.status == "measured"
     assert prof.alpha_ngram.status == "measured" and prof.ngram_hit.status == "measured"
-    p = profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
+    p = planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
     # the shipped exact-kernel slowdown stays: this result did not measure it
     assert prof.exact_slowdown.status == "measured" and prof.exact_slowdown.value > 1.0
     k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max,
@@ -199,10 +199,10 @@ def test_saved_figures_drive_the_choice(tmp_path, monkeypatch):
                                 "load_average": 0.1})
 
     tune.save(fake(1.1, 0.8, 0.6), "cpu-small", pair=None)
-    assert profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
-    assert profiles.plan("cpu-small").drafter == "ngram"
+    assert planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
+    assert planner.plan("cpu-small").drafter == "ngram"
     tune.save(fake(4.0, 0.5, 0.3), "cpu-small", pair=None)
-    assert profiles.plan("cpu-small").drafter == "none"
+    assert planner.plan("cpu-small").drafter == "none"
 
 
 # -- the command -----------------------------------------------------------------------------

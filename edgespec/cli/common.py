@@ -92,7 +92,7 @@ def make_plan(
     threads: int | None = None,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
-    from edgespec.profiles import plan
+    from edgespec.planner import plan
 
     p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
     return dataclasses.replace(p, n_threads=threads) if threads else p
