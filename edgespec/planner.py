@@ -17,7 +17,7 @@ from typing import Any
 
 from . import adaptive, catalog
 from .errors import ProfileError
-from .profiles import GB, Profile, load_profile
+from .profiles import GB, Profile, detect_profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,7 @@ def plan(
     if isinstance(profile, Profile):
         prof = profile
     elif profile in (None, "auto"):
-        from . import detect
-
-        det = detect.detect(probe)
+        det = detect_profile(probe)
         prof = det.profile
         available = det.machine.available_bytes
         notes.append(det.explanation)

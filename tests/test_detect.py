@@ -21,8 +21,8 @@ def _no_user_profiles(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
-def recorded(name: str) -> detect.Detection:
-    return detect.detect(detect.RecordedProbe.load(DATA / f"{name}.toml"))
+def recorded(name: str) -> profiles.Detection:
+    return profiles.detect_profile(detect.RecordedProbe.load(DATA / f"{name}.toml"))
 
 
 @pytest.mark.parametrize(
@@ -139,7 +139,7 @@ def test_the_model_drafter_is_never_chosen_on_small_cpus():
 
 
 def test_this_machine_is_detected_for_real():
-    det = detect.detect()
+    det = profiles.detect_profile()
     assert det.machine.physical_cores >= 1
     assert det.profile.name in {p.name for p in profiles.list_profiles()}
     if det.machine.physical_cores <= 4 and not det.machine.gpus and not det.machine.chip:

@@ -119,9 +119,7 @@ def profiles_show(
 
     with cli_errors():
         if name == "auto":
-            from edgespec import detect
-
-            det = detect.detect()
+            det = profiles.detect_profile()
             prof = det.profile
             plan = _with_detection(planner.plan(prof), det)
         else:
@@ -150,11 +148,11 @@ def profiles_detect(
     ] = None,
 ) -> None:
     """Read this machine, pick the closest profile, and show what it would run."""
-    from edgespec import detect, planner
+    from edgespec import detect, planner, profiles
 
     with cli_errors():
         probe = detect.RecordedProbe.load(recording) if recording else None
-        det = detect.detect(probe)
+        det = profiles.detect_profile(probe)
         plan = planner.plan(det.profile)
         plan = _with_detection(plan, det)
         if as_json:

@@ -79,6 +79,7 @@ from .schema import (
     Profile,
     VerifyFigure,
 )
+from .match import Detection, detect_profile, match_profile, scale
 from .store import (
     DATA_PACKAGE,
     dump_toml,
@@ -91,7 +92,7 @@ from .store import (
 
 __all__ = [
     "BACKENDS", "DATA_PACKAGE", "DRAFTERS", "GB", "KINDS", "SCHEMA_VERSION", "STATUSES",
-    "Figure", "Match", "PairCost", "Profile", "ProfileError", "VerifyFigure",
-    "dump_toml", "list_profiles", "load_profile", "profile_names", "record_measurements",
-    "user_dir",
+    "Detection", "Figure", "Match", "PairCost", "Profile", "ProfileError", "VerifyFigure",
+    "detect_profile", "dump_toml", "list_profiles", "load_profile", "profile_names", "record_measurements",
+    "match_profile", "scale", "user_dir",
 ]
