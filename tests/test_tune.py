@@ -12,7 +12,7 @@ from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
 
 from edgespec import Engine, adaptive, catalog, planner, profiles, tune
-from edgespec.cli.bench import tune as tune_cmd
+from edgespec.cli.tune import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
 PAIR = catalog.DEFAULT_PAIR
