@@ -32,6 +32,7 @@ from edgespec.cli.common import (
     normalize_draft,
     out_console,
 )
+from edgespec.cli.chat_input import History
 from edgespec.errors import ContextOverflowError, EdgespecError
 
 HELP = """\
@@ -47,7 +48,6 @@ commands:
 a line that is just \"\"\" starts a multi-line message; another \"\"\" ends it.
 Ctrl-C during a reply stops the reply and keeps the conversation."""
 
-COMMANDS = ("/help", "/stats", "/reset", "/k", "/draft", "/system", "/save", "/quit", "/exit")
 
 
 @dataclass
@@ -97,7 +97,7 @@ class ChatSession:
 
     def run(self) -> None:
         self._banner()
-        history = _History()
+        history = History()
         try:
             while True:
                 try:
@@ -381,46 +381,6 @@ class ChatSession:
 
     def _error(self, message: str) -> None:
         self.err.print(Text(f"error: {message}", style="red" if self.err.is_terminal else ""))
-
-
-class _History:
-    """Readline line editing, history (kept between sessions) and /command completion."""
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        try:
-            import readline
-        except ImportError:  # pragma: no cover - Windows without pyreadline
-            self.readline = None
-            return
-        self.readline = readline
-        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        self.path = Path(state) / "edgespec" / "chat_history"
-        readline.set_history_length(1000)
-        try:
-            readline.read_history_file(self.path)
-        except (OSError, ValueError):
-            pass
-
-        def complete(text: str, state: int) -> str | None:
-            matches = [c + " " for c in COMMANDS if c.startswith(text)] if text.startswith("/") else []
-            return matches[state] if state < len(matches) else None
-
-        readline.set_completer(complete)
-        readline.set_completer_delims(" \t\n")
-        if "libedit" in (readline.__doc__ or ""):
-            readline.parse_and_bind("bind ^I rl_complete")
-        else:
-            readline.parse_and_bind("tab: complete")
-
-    def save(self) -> None:
-        if self.readline is None or self.path is None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.readline.write_history_file(self.path)
-        except OSError:
-            pass
 
 
 def _plural(n: int, one: str, many: str) -> str:
