@@ -122,70 +122,134 @@ def plan(
     ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
     """
     notes: list[str] = []
-    available: int | None = None
-    if isinstance(profile, Profile):
-        prof = profile
-    elif profile in (None, "auto"):
-        det = detect_profile(probe)
-        prof = det.profile
-        available = det.machine.available_bytes
-        notes.append(det.explanation)
-    else:
-        prof = load_profile(profile)
-        notes.append(f"profile {prof.name} ({prof.origin}): {prof.description}")
+    prof, available = _load(profile, probe, notes)
     if n_ctx is not None:
         prof = replace(prof, n_ctx=n_ctx)
     if n_gpu_layers is not None:
         prof = replace(prof, n_gpu_layers=n_gpu_layers)
     if k is not None and k < 0:
         raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
+    ask = _Ask.of(draft, k)
+    room = _Room.of(prof, available, offline, notes)
 
-    budget = int(prof.models_gb.value * GB)
-    if available is not None and available < budget:
-        notes.append(f"memory limited to the {available / GB:.1f} GB available now")
-        budget = available
-    headroom = int(prof.headroom_gb * GB)
-    offline = catalog.is_offline(offline)
-
-    draft_kw = (draft or "auto").strip()
-    if draft_kw.lower() in ("off", "plain"):
-        draft_kw = "none"
-    # how the draft was given: "auto" (choose), "none", "ngram", "model" (the pair's
-    # draft model) or "given" (a catalog name or a path)
-    mode = draft_kw.lower() if draft_kw.lower() in ("none", "ngram", "model", "auto") else "given"
-
-    # ---- 1. the target and the draft model candidate ----------------------------------
-    pair_name: str | None = None
-    draft_model: str | None = None
+    # 1. the target and the draft model candidate
     if target is not None:
-        tgt = target
-        if mode == "given":
-            draft_model = draft_kw
-            p = catalog.find_pair(target, draft_kw)
-        else:
-            p = catalog.find_pair(target)
-            if p is not None:
-                draft_model = p.draft
-            else:
-                same = catalog.drafts_for(target)
-                draft_model = same[0].name if same else None
-                if draft_model is None and mode in ("auto", "model"):
-                    notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
-        pair_name = p.name if p is not None else None
-        with_draft = draft_model if mode in ("auto", "model", "given") else None
-        fit = _fit(tgt, with_draft, prof, budget, headroom)
-        if fit is not None:
-            what = f"{tgt}" + (f" + {with_draft}" if with_draft else "")
-            notes.append(f"{what}: {fit.describe()}" + ("" if fit.fits else " — may not fit"))
+        tgt, draft_model, pair_name = _given_target(target, prof, ask, room, notes)
     else:
-        tgt, draft_model, pair_name = _choose_pair(prof, mode, draft_kw, budget, headroom, offline, notes)
-    if mode in ("model", "given") and draft_model is None:
-        raise ProfileError(f"--draft {draft_kw}: no draft model is known for target {tgt}; pass a path")
+        tgt, draft_model, pair_name = _choose_pair(prof, ask.mode, ask.draft, room.budget, room.headroom,
+                                                   room.offline, notes)
+    if ask.mode in ("model", "given") and draft_model is None:
+        raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
 
-    # ---- 2. the drafter and k -----------------------------------------------------------
+    # 2. the drafter and k
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode)
+    choice, reason = _choose_drafter(prof, ask, costs)
+    choice, kk, s, reason = _with_k(ask, choice, costs, reason, notes)
+
+    return Plan(
+        profile=prof.name, backend=prof.backend, target=tgt,
+        draft=draft_model if choice.drafter == "model" else None,
+        drafter=choice.drafter, k=kk if choice.drafter != "none" else 0, p_min=prof.p_min,
+        n_ctx=prof.n_ctx, n_threads=prof.n_threads, n_gpu_layers=prof.n_gpu_layers,
+        predicted_speedup=s, reason=reason, pair=pair_name, k_max=max(prof.k_max, kk),
+        notes=tuple(notes + list(prof.notes)), options=choice.options,
+        ngram_min_match=adaptive.ngram_min_match(costs.c),
+        # llama.cpp's fast kernels only while edgespec decodes plainly by its own choice
+        exact=None if choice.drafter == "none" and ask.mode == "auto" and k is None else True,
+    )
+
+
+def _load(profile: str | Profile | None, probe: Any, notes: list[str]) -> tuple[Profile, int | None]:
+    """The profile asked for, and the memory available now when it was detected."""
+    if isinstance(profile, Profile):
+        return profile, None
+    if profile in (None, "auto"):
+        det = detect_profile(probe)
+        notes.append(det.explanation)
+        return det.profile, det.machine.available_bytes
+    prof = load_profile(profile)
+    notes.append(f"profile {prof.name} ({prof.origin}): {prof.description}")
+    return prof, None
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What the command line asked of the drafter. ``mode``: "auto" (choose), "none",
+    "ngram", "model" (the pair's draft model) or "given" (a catalog name or a path)."""
+
+    mode: str
+    draft: str  # the --draft text, "auto" when not given
+    k: int | None
+
+    @classmethod
+    def of(cls, draft: str | None, k: int | None) -> "_Ask":
+        draft_kw = (draft or "auto").strip()
+        if draft_kw.lower() in ("off", "plain"):
+            draft_kw = "none"
+        low = draft_kw.lower()
+        return cls(low if low in ("none", "ngram", "model", "auto") else "given", draft_kw, k)
+
+    @property
+    def wants_model(self) -> bool:
+        return self.mode in ("auto", "model", "given")
+
+
+@dataclass(frozen=True)
+class _Room:
+    """The memory the models may use, in bytes, and whether to stay offline."""
+
+    budget: int
+    headroom: int
+    offline: bool
+
+    @classmethod
+    def of(cls, prof: Profile, available: int | None, offline: bool | None, notes: list[str]) -> "_Room":
+        budget = int(prof.models_gb.value * GB)
+        if available is not None and available < budget:
+            notes.append(f"memory limited to the {available / GB:.1f} GB available now")
+            budget = available
+        return cls(budget, int(prof.headroom_gb * GB), catalog.is_offline(offline))
+
+
+def _given_target(target: str, prof: Profile, ask: _Ask, room: _Room,
+                  notes: list[str]) -> tuple[str, str | None, str | None]:
+    """The target named on the command line, its draft model candidate and its pair."""
+    draft_model: str | None = None
+    if ask.mode == "given":
+        draft_model = ask.draft
+        p = catalog.find_pair(target, ask.draft)
+    else:
+        p = catalog.find_pair(target)
+        if p is not None:
+            draft_model = p.draft
+        else:
+            same = catalog.drafts_for(target)
+            draft_model = same[0].name if same else None
+            if draft_model is None and ask.mode in ("auto", "model"):
+                notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
+    with_draft = draft_model if ask.wants_model else None
+    fit = _fit(target, with_draft, prof, room.budget, room.headroom)
+    if fit is not None:
+        what = f"{target}" + (f" + {with_draft}" if with_draft else "")
+        notes.append(f"{what}: {fit.describe()}" + ("" if fit.fits else " — may not fit"))
+    return target, draft_model, (p.name if p is not None else None)
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """The cost model's inputs for one pair: the drafters to weigh, c(n) and its status,
+    how γ was found, and the exact kernels' slowdown speculation pays."""
+
+    options: list[adaptive.DrafterOption]
+    c: adaptive.VerifyCost
+    c_status: str
+    gamma_status: str
+    slowdown: float
+
+
+def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str) -> _Costs:
     pc = prof.pair_cost(pair_name)
     c_fig = pc.verify or prof.verify
-    c = c_fig.cost
     options: list[adaptive.DrafterOption] = []
     gamma_status = ""
     if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in prof.drafters)):
@@ -199,60 +263,49 @@ def plan(
         options.append(
             adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value, prof.ngram_hit.value)
         )
-
     # speculation runs the target on batch-invariant kernels; plain decoding on llama.cpp's
     slow = prof.exact_slowdown.value if prof.n_gpu_layers == 0 else 1.0
-    if mode == "none":
-        choice = adaptive.Choice("none", 0, 1.0)
-        reason = "plain decoding: --draft none"
-    elif mode == "auto":
-        choice = adaptive.choose(options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
-                                 slowdown=slow)
-        reason = _explain(choice, prof, options, c, c_fig.status, gamma_status, slow)
-    else:  # the drafter was named on the command line: use it, say what it is predicted to do
-        opt = options[0]
-        kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
-                                slowdown=slow)
-        choice = adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),))
-        reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {draft_kw}); predicted {_x(s)}"
-        if s < 1.0:
-            reason += ", slower than plain decoding on this device"
+    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow)
 
-    kk, s = choice.k, choice.speedup
+
+def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str]:
+    """The drafter and k: the cost model's choice, or the one the command line named,
+    and the reason."""
+    c, slow = costs.c, costs.slowdown
+    if ask.mode == "none":
+        return adaptive.Choice("none", 0, 1.0), "plain decoding: --draft none"
+    if ask.mode == "auto":
+        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
+                                 slowdown=slow)
+        return choice, _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow)
+    # the drafter was named on the command line: use it, say what it is predicted to do
+    opt = costs.options[0]
+    kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
+                            slowdown=slow)
+    reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {ask.draft}); predicted {_x(s)}"
+    if s < 1.0:
+        reason += ", slower than plain decoding on this device"
+    return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason
+
+
+def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str,
+            notes: list[str]) -> tuple[adaptive.Choice, int, float, str]:
+    """Apply ``--k``: k=0 means plain decoding; another k replaces the chosen one."""
+    kk, s, k = choice.k, choice.speedup, ask.k
     if k is not None:
         if choice.drafter == "none":
             if k > 0:
                 notes.append(f"k={k} ignored: no drafter (pass --draft ngram or a model to force one)")
         else:
-            opt = next(o for o in options if o.drafter == choice.drafter)
+            opt = next(o for o in costs.options if o.drafter == choice.drafter)
             kk = k
-            s = adaptive.speedup(opt.alpha, k, c, opt.gamma, opt.hit, slow)
+            s = adaptive.speedup(opt.alpha, k, costs.c, opt.gamma, opt.hit, costs.slowdown)
             reason += f"; k={k} from the command line (predicted {_x(s)})"
     if kk == 0 and choice.drafter != "none":
         choice = adaptive.Choice("none", 0, 1.0, choice.options)
         s = 1.0
         reason = "plain decoding: k=0 from the command line"
-
-    return Plan(
-        profile=prof.name,
-        backend=prof.backend,
-        target=tgt,
-        draft=draft_model if choice.drafter == "model" else None,
-        drafter=choice.drafter,
-        k=kk if choice.drafter != "none" else 0,
-        p_min=prof.p_min,
-        n_ctx=prof.n_ctx,
-        n_threads=prof.n_threads,
-        n_gpu_layers=prof.n_gpu_layers,
-        predicted_speedup=s,
-        reason=reason,
-        pair=pair_name,
-        k_max=max(prof.k_max, kk),
-        notes=tuple(notes + list(prof.notes)),
-        options=choice.options,
-        ngram_min_match=adaptive.ngram_min_match(c),
-        exact=None if choice.drafter == "none" and mode == "auto" and k is None else True,
-    )
+    return choice, kk, s, reason
 
 
 def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:

@@ -43,41 +43,49 @@ def _prefer_user(cands: list[Profile]) -> list[Profile]:
 
 
 def match_profile(machine: Machine, profiles: Sequence[Profile]) -> tuple[Profile, str]:
-    """The closest profile and a sentence saying why."""
+    """The closest profile and a sentence saying why: by Apple chip, then by board
+    (Jetson, Raspberry Pi), then by NVIDIA GPU, else the CPU profile for the core count."""
     by_kind: dict[str, list[Profile]] = {}
     for p in _prefer_user(list(profiles)):
         by_kind.setdefault(p.match.kind, []).append(p)
-
-    def nearest_cpu(why: str) -> tuple[Profile, str]:
-        cands = by_kind.get("cpu", [])
-        if not cands:
-            raise ProfileError("no CPU profile is installed; reinstall edgespec")
-        n = machine.physical_cores
-        for p in cands:
-            lo, hi = p.match.cores or (1, 1 << 16)
-            if lo <= n <= hi:
-                return p, f"{why}{n} physical cores: {p.name}"
-        p = min(cands, key=lambda p: min(abs(n - c) for c in (p.match.cores or (n, n))))
-        return p, f"{why}{n} physical cores, closest: {p.name}"
-
     if machine.chip:
-        chip = machine.chip
-        apple = by_kind.get("apple", [])
-        for p in apple:
-            if any(chip.lower() == c.lower() for c in p.match.chips):
-                return p, f"{chip}: {p.name}"
-        want = _apple_chip(chip)
-        scored = []
-        for p in apple:
-            for c in p.match.chips:
-                have = _apple_chip(c)
-                if want and have:
-                    scored.append(((abs(want[1] - have[1]), abs(want[0] - have[0]), -have[0]), p))
-        if scored:
-            p = min(scored, key=lambda t: t[0])[1]
-            return p, f"{chip}: no profile of its own; closest chip profile {p.name}, scaled to it"
-        return nearest_cpu(f"{chip}: no Apple profile; ")
+        return _by_chip(machine, by_kind)
+    return _by_board(machine, by_kind) or _by_gpu(machine, by_kind) or _nearest_cpu(machine, by_kind, "")
 
+
+def _nearest_cpu(machine: Machine, by_kind: dict[str, list[Profile]], why: str) -> tuple[Profile, str]:
+    cands = by_kind.get("cpu", [])
+    if not cands:
+        raise ProfileError("no CPU profile is installed; reinstall edgespec")
+    n = machine.physical_cores
+    for p in cands:
+        lo, hi = p.match.cores or (1, 1 << 16)
+        if lo <= n <= hi:
+            return p, f"{why}{n} physical cores: {p.name}"
+    p = min(cands, key=lambda p: min(abs(n - c) for c in (p.match.cores or (n, n))))
+    return p, f"{why}{n} physical cores, closest: {p.name}"
+
+
+def _by_chip(machine: Machine, by_kind: dict[str, list[Profile]]) -> tuple[Profile, str]:
+    chip = machine.chip or ""
+    apple = by_kind.get("apple", [])
+    for p in apple:
+        if any(chip.lower() == c.lower() for c in p.match.chips):
+            return p, f"{chip}: {p.name}"
+    want = _apple_chip(chip)
+    scored = []
+    for p in apple:
+        for c in p.match.chips:
+            have = _apple_chip(c)
+            if want and have:
+                scored.append(((abs(want[1] - have[1]), abs(want[0] - have[0]), -have[0]), p))
+    if scored:
+        p = min(scored, key=lambda t: t[0])[1]
+        return p, f"{chip}: no profile of its own; closest chip profile {p.name}, scaled to it"
+    return _nearest_cpu(machine, by_kind, f"{chip}: no Apple profile; ")
+
+
+def _by_board(machine: Machine, by_kind: dict[str, list[Profile]]) -> tuple[Profile, str] | None:
     board = machine.board or ""
     for kind in ("jetson", "raspberry-pi"):
         for p in by_kind.get(kind, []):
@@ -89,24 +97,29 @@ def match_profile(machine: Machine, profiles: Sequence[Profile]) -> tuple[Profil
     if board and re.search(r"raspberry", board, re.I) and by_kind.get("raspberry-pi"):
         p = by_kind["raspberry-pi"][0]
         return p, f"{board}: closest board profile {p.name}, scaled to it"
+    return None
 
-    if machine.gpus:
-        gpu = max(machine.gpus, key=lambda g: g.memory_bytes or 0)
-        if machine.gpu_offload is False:
-            return nearest_cpu(
-                f"found {gpu.name}, but this llama-cpp-python build cannot offload to a GPU "
-                "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to use it); "
-            )
-        cuda = by_kind.get("nvidia", [])
-        for p in cuda:
-            if any(g.lower() in gpu.name.lower() for g in p.match.gpus):
-                return p, f"{gpu.name}: {p.name}"
-        if cuda:
-            vram = gpu.memory_bytes or 0
-            fits = [p for p in cuda if p.models_gb.value * GB <= vram]
-            p = max(fits, key=lambda p: p.models_gb.value) if fits else min(cuda, key=lambda p: p.models_gb.value)
-            return p, f"{gpu.name}: no profile of its own; closest by memory {p.name}, scaled to it"
-    return nearest_cpu("")
+
+def _by_gpu(machine: Machine, by_kind: dict[str, list[Profile]]) -> tuple[Profile, str] | None:
+    if not machine.gpus:
+        return None
+    gpu = max(machine.gpus, key=lambda g: g.memory_bytes or 0)
+    if machine.gpu_offload is False:
+        return _nearest_cpu(
+            machine, by_kind,
+            f"found {gpu.name}, but this llama-cpp-python build cannot offload to a GPU "
+            "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to use it); ",
+        )
+    cuda = by_kind.get("nvidia", [])
+    for p in cuda:
+        if any(g.lower() in gpu.name.lower() for g in p.match.gpus):
+            return p, f"{gpu.name}: {p.name}"
+    if not cuda:
+        return None
+    vram = gpu.memory_bytes or 0
+    fits = [p for p in cuda if p.models_gb.value * GB <= vram]
+    p = max(fits, key=lambda p: p.models_gb.value) if fits else min(cuda, key=lambda p: p.models_gb.value)
+    return p, f"{gpu.name}: no profile of its own; closest by memory {p.name}, scaled to it"
 
 
 def _usable_apple(total: int) -> float:

@@ -172,6 +172,39 @@ def record_measurements(
     """
     when = when or _dt.date.today()
     path = user_dir() / f"{profile}.toml"
+    data = _user_data(path, profile, extends)
+
+    def fig(value: float) -> dict:
+        return {"value": round(float(value), 4), "status": "measured", "source": source, "date": when}
+
+    cost = data.setdefault("cost", {})
+    for key, value in (("overhead_ms", overhead_ms), ("decode_gbs", decode_gbs),
+                       ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit),
+                       ("exact_slowdown", exact_slowdown)):
+        if value is not None:
+            cost[key] = fig(value)
+    pair_figs = {k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms))
+                 if v is not None}
+    verify_table = None
+    if verify:
+        ns = sorted(int(n) for n in verify)
+        verify_table = {
+            "n": ns, "c": [round(float(verify[n]), 4) for n in ns],
+            "status": "measured", "source": source, "date": when,
+        }
+    _place_pair_figures(cost, pair, pair_figs, verify_table)
+    text = (
+        f"# edgespec profile {profile}: figures measured on this machine by {source}.\n"
+        f"# Last written {when.isoformat()}. Keys not set here come from "
+        f"{'the shipped profile' if profile in _shipped_files() else data.get('extends', 'the base')}.\n"
+        + dump_toml(data)
+    )
+    _write_checked(path, text, profile)
+    return path
+
+
+def _user_data(path: Path, profile: str, extends: str | None) -> dict:
+    """The user file's table as it is (or a new one), with ``extends`` and ``schema``."""
     data: dict = {}
     if path.exists():
         data = _parse(path.read_text(encoding="utf-8"), str(path))
@@ -184,54 +217,37 @@ def record_measurements(
     if extends is not None and extends != profile:
         data["extends"] = extends
     data.setdefault("schema", SCHEMA_VERSION)
+    return data
 
-    def fig(value: float) -> dict:
-        return {"value": round(float(value), 4), "status": "measured", "source": source, "date": when}
 
-    cost = data.setdefault("cost", {})
-    for key, value in (("overhead_ms", overhead_ms), ("decode_gbs", decode_gbs),
-                       ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit),
-                       ("exact_slowdown", exact_slowdown)):
-        if value is not None:
-            cost[key] = fig(value)
-    pair_figs = {k: v for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms)) if v is not None}
-    verify_table = None
-    if verify:
-        ns = sorted(int(n) for n in verify)
-        verify_table = {
-            "n": ns, "c": [round(float(verify[n]), 4) for n in ns],
-            "status": "measured", "source": source, "date": when,
-        }
+def _place_pair_figures(cost: dict, pair: str | None, pair_figs: dict, verify_table: dict | None) -> None:
+    """α, γ and step time belong to a pair; c(n) too when a pair is named, else to the device."""
     if pair_figs or (verify_table and pair):
         if not pair:
             raise ProfileError("record_measurements: alpha, gamma and target_step_ms belong to a pair; pass pair=")
         catalog.get_pair(pair)
         pt = cost.setdefault("pair", {}).setdefault(pair, {})
-        for k, v in pair_figs.items():
-            pt[k] = fig(v)
+        pt.update(pair_figs)
         if verify_table:
             pt["verify"] = verify_table
     elif verify_table:
         cost["verify"] = verify_table
 
-    text = (
-        f"# edgespec profile {profile}: figures measured on this machine by {source}.\n"
-        f"# Last written {when.isoformat()}. Keys not set here come from "
-        f"{'the shipped profile' if profile in _shipped_files() else data.get('extends', 'the base')}.\n"
-        + dump_toml(data)
-    )
+
+def _write_checked(path: Path, text: str, profile: str) -> None:
+    """Replace ``path`` atomically, then load the profile back: a write that does not
+    validate is undone, so it never replaces a working file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     old = path.read_bytes() if path.exists() else None
     _atomic_write(path, text.encode("utf-8"))
     try:
-        load_profile(profile)  # validate; a bad write must not replace a working file
+        load_profile(profile)
     except ProfileError:
         if old is None:
             path.unlink()
         else:
             _atomic_write(path, old)
         raise
-    return path
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

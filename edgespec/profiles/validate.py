@@ -163,6 +163,8 @@ def _show(value: Any) -> str:
 
 
 def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
+    """A validated ``Profile`` from one merged TOML table; every key is checked, table by
+    table, and a key nobody asked about is an error."""
     top = _Table(data, where)
     schema = top.number("schema", 1, SCHEMA_VERSION, default=SCHEMA_VERSION, integer=True)
     del schema
@@ -171,8 +173,18 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
         raise top.fail("name", name, f'"{expected_name}" (the file name without .toml)')
     description = top.string("description", default="")
     backend = top.string("backend", BACKENDS)
+    fields = dict(
+        match=_match(top.table("match", required=False)),
+        **_memory(top.table("memory")),
+        **_run(top.table("run"), backend),
+        **_choice(top.table("choice")),
+        **_cost(top.table("cost")),
+    )
+    top.done()
+    return Profile(name=name, description=description, backend=backend, **fields)  # type: ignore[arg-type]
 
-    m = top.table("match", required=False)
+
+def _match(m: _Table) -> Match:
     kind = m.string("kind", KINDS, default="cpu")
     cores = m.get("cores", None, "[min, max] physical cores")
     if cores is not None and not (
@@ -188,14 +200,20 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
         cores=tuple(cores) if cores else None,
     )
     m.done()
+    return match
 
-    mem = top.table("memory")
-    models_gb = mem.figure("models_gb", 0.1, 4096)
-    bandwidth = mem.figure("bandwidth_gbs", 0.1, 100_000)
-    headroom = float(mem.number("headroom_gb", 0, 64, default=0.75))
+
+def _memory(mem: _Table) -> dict[str, Any]:
+    out = dict(
+        models_gb=mem.figure("models_gb", 0.1, 4096),
+        bandwidth_gbs=mem.figure("bandwidth_gbs", 0.1, 100_000),
+        headroom_gb=float(mem.number("headroom_gb", 0, 64, default=0.75)),
+    )
     mem.done()
+    return out
 
-    run = top.table("run")
+
+def _run(run: _Table, backend: str) -> dict[str, Any]:
     threads = run.get("n_threads", "physical", '"physical" or an integer from 1 to 512')
     if threads == "physical":
         n_threads = None
@@ -208,8 +226,10 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
         raise run.fail("n_gpu_layers", n_gpu_layers, '0 for backend "cpu"')
     n_ctx = run.number("n_ctx", 256, 1 << 20, default=4096, integer=True)
     run.done()
+    return dict(n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_ctx=n_ctx)
 
-    ch = top.table("choice")
+
+def _choice(ch: _Table) -> dict[str, Any]:
     pairs = ch.strings("pairs")
     known_pairs = [p.name for p in catalog.PAIRS]
     for p in pairs:
@@ -225,17 +245,27 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
     p_min = float(ch.number("p_min", 0.0, 0.99, default=0.75))
     min_gain = float(ch.number("min_gain", 0.0, 1.0, default=0.05))
     ch.done()
+    return dict(pairs=pairs, drafters=drafters, k_min=k_min, k_max=k_max, p_min=p_min, min_gain=min_gain)
 
-    cost = top.table("cost")
-    overhead = cost.figure("overhead_ms", 0, 10_000)
-    decode_gbs = cost.figure("decode_gbs", 0.01, 100_000)
-    verify = cost.verify("verify")
-    alpha_model = cost.figure("alpha_model", 0, 0.99)
-    alpha_ngram = cost.figure("alpha_ngram", 0, 0.99)
-    ngram_hit = cost.figure("ngram_hit", 0, 1)
-    gamma_ngram = cost.figure("gamma_ngram", 0, 1)
-    exact_slowdown = cost.figure("exact_slowdown", 0.5, 5)
-    pair_table = cost.table("pair", required=False)
+
+def _cost(cost: _Table) -> dict[str, Any]:
+    out = dict(
+        overhead_ms=cost.figure("overhead_ms", 0, 10_000),
+        decode_gbs=cost.figure("decode_gbs", 0.01, 100_000),
+        verify=cost.verify("verify"),
+        alpha_model=cost.figure("alpha_model", 0, 0.99),
+        alpha_ngram=cost.figure("alpha_ngram", 0, 0.99),
+        ngram_hit=cost.figure("ngram_hit", 0, 1),
+        gamma_ngram=cost.figure("gamma_ngram", 0, 1),
+        exact_slowdown=cost.figure("exact_slowdown", 0.5, 5),
+        pair_costs=_pair_costs(cost.table("pair", required=False)),
+    )
+    cost.done()
+    return out
+
+
+def _pair_costs(pair_table: _Table) -> tuple[tuple[str, PairCost], ...]:
+    known_pairs = [p.name for p in catalog.PAIRS]
     pair_costs = []
     for pname in list(pair_table.data):
         if pname not in known_pairs:
@@ -254,16 +284,4 @@ def _build(data: Mapping, where: str, *, expected_name: str) -> Profile:
         )
         t.done()
     pair_table.done()
-    cost.done()
-    top.done()
-
-    return Profile(
-        name=name, description=description, backend=backend, match=match,
-        models_gb=models_gb, bandwidth_gbs=bandwidth, headroom_gb=headroom,
-        n_threads=n_threads, n_gpu_layers=n_gpu_layers, n_ctx=n_ctx,
-        pairs=pairs, drafters=drafters, k_min=k_min, k_max=k_max, p_min=p_min,
-        min_gain=min_gain, overhead_ms=overhead, decode_gbs=decode_gbs, verify=verify,
-        alpha_model=alpha_model, alpha_ngram=alpha_ngram, ngram_hit=ngram_hit,
-        gamma_ngram=gamma_ngram, exact_slowdown=exact_slowdown, pair_costs=tuple(pair_costs),
-    )  # type: ignore[arg-type]
-
+    return tuple(pair_costs)
