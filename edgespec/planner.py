@@ -49,6 +49,9 @@ class Plan:
     # plainly (llama.cpp's faster kernels until a drafter is switched on); True otherwise,
     # so --draft none is the exact baseline speculation reproduces token for token
     exact: bool | None = True
+    # ``reason`` in one line, for the line printed on every run (the full reason is for
+    # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
+    headline: str = ""
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
@@ -75,6 +78,11 @@ class Plan:
             "exact": self.exact,
         }
 
+    @property
+    def summary(self) -> str:
+        """The choice in one line."""
+        return self.headline or self.reason
+
     def to_dict(self) -> dict:
         return {
             "name": self.profile,
@@ -92,6 +100,7 @@ class Plan:
             "n_gpu_layers": self.n_gpu_layers,
             "predicted_speedup": round(self.predicted_speedup, 3),
             "reason": self.reason,
+            "headline": self.summary,
             "notes": list(self.notes),
             "options": [
                 {"drafter": d, "k": k, "predicted_speedup": round(s, 3)} for d, k, s in self.options
@@ -143,15 +152,15 @@ def plan(
 
     # 2. the drafter and k
     costs = _costs(prof, pair_name, draft_model, tgt, ask.mode)
-    choice, reason = _choose_drafter(prof, ask, costs)
-    choice, kk, s, reason = _with_k(ask, choice, costs, reason, notes)
+    choice, reason, headline = _choose_drafter(prof, ask, costs)
+    choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
     return Plan(
         profile=prof.name, backend=prof.backend, target=tgt,
         draft=draft_model if choice.drafter == "model" else None,
         drafter=choice.drafter, k=kk if choice.drafter != "none" else 0, p_min=prof.p_min,
         n_ctx=prof.n_ctx, n_threads=prof.n_threads, n_gpu_layers=prof.n_gpu_layers,
-        predicted_speedup=s, reason=reason, pair=pair_name, k_max=max(prof.k_max, kk),
+        predicted_speedup=s, reason=reason, headline=headline, pair=pair_name, k_max=max(prof.k_max, kk),
         notes=tuple(notes + list(prof.notes)), options=choice.options,
         ngram_min_match=adaptive.ngram_min_match(costs.c),
         # llama.cpp's fast kernels only while edgespec decodes plainly by its own choice
@@ -268,16 +277,18 @@ def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: s
     return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow)
 
 
-def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str]:
-    """The drafter and k: the cost model's choice, or the one the command line named,
-    and the reason."""
+def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str, str]:
+    """The drafter and k: the cost model's choice, or the one the command line named.
+    Returns the choice, the full reason and its one-line headline."""
     c, slow = costs.c, costs.slowdown
     if ask.mode == "none":
-        return adaptive.Choice("none", 0, 1.0), "plain decoding: --draft none"
+        reason = "plain decoding: --draft none"
+        return adaptive.Choice("none", 0, 1.0), reason, reason
     if ask.mode == "auto":
         choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
                                  slowdown=slow)
-        return choice, _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow)
+        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow)
+        return choice, head + ("; " + "; ".join(parts) if parts else ""), head
     # the drafter was named on the command line: use it, say what it is predicted to do
     opt = costs.options[0]
     kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
@@ -285,11 +296,11 @@ def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.C
     reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {ask.draft}); predicted {_x(s)}"
     if s < 1.0:
         reason += ", slower than plain decoding on this device"
-    return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason
+    return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason, reason
 
 
-def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str,
-            notes: list[str]) -> tuple[adaptive.Choice, int, float, str]:
+def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, headline: str,
+            notes: list[str]) -> tuple[adaptive.Choice, int, float, str, str]:
     """Apply ``--k``: k=0 means plain decoding; another k replaces the chosen one."""
     kk, s, k = choice.k, choice.speedup, ask.k
     if k is not None:
@@ -301,11 +312,13 @@ def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str,
             kk = k
             s = adaptive.speedup(opt.alpha, k, costs.c, opt.gamma, opt.hit, costs.slowdown)
             reason += f"; k={k} from the command line (predicted {_x(s)})"
+            headline = (f"{choice.drafter} drafter, k={k} from the command line: predicted {_x(s)}"
+                        if ask.mode == "auto" else reason)
     if kk == 0 and choice.drafter != "none":
         choice = adaptive.Choice("none", 0, 1.0, choice.options)
         s = 1.0
-        reason = "plain decoding: k=0 from the command line"
-    return choice, kk, s, reason
+        reason = headline = "plain decoding: k=0 from the command line"
+    return choice, kk, s, reason, headline
 
 
 def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:
@@ -368,42 +381,16 @@ def _explain(
     c_status: str,
     gamma_status: str,
     slowdown: float = 1.0,
-) -> str:
+) -> tuple[str, list[str]]:
+    """The automatic choice in one line, and the reasons behind it (one per drafter
+    weighed, and the exact kernels' cost)."""
     by = {d: (k, s) for d, k, s in choice.options}
     opts = {o.drafter: o for o in options}
     parts = []
     if "model" in by:
-        k, s = by["model"]
-        o = opts["model"]
-        if choice.drafter == "model":
-            verdict = "wins"
-        elif s < 1.0:
-            verdict = "loses"
-        elif s < 1.0 + prof.min_gain:
-            verdict = "gains too little"
-        else:
-            verdict = f"is beaten by {choice.drafter}"
-        parts.append(
-            f"model drafter {verdict}: {_x(s)} at best (k={k}; α={o.alpha:.2f}, "
-            f"γ={o.gamma:.2f} {gamma_status}, c({k + 1})={c(k + 1):.2f} "
-            f"{c_status if k + 1 in c.n else 'interpolated from ' + c_status + ' figures'})"
-        )
+        parts.append(_explain_model(choice, prof, opts["model"], *by["model"], c, c_status, gamma_status))
     if "ngram" in by:
-        k, s = by["ngram"]
-        o = opts["ngram"]
-        # on a prompt the answer copies from, the drafter proposes in nearly every round
-        _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
-                                    hit=1.0, slowdown=slowdown)
-        if s_copy >= 1.0 + prof.min_gain:
-            copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
-                    f"{_x(s_copy)}: try --draft ngram there")
-        else:
-            copy = (f"even on prompts that quote their input it is predicted at most {_x(s_copy)} here, "
-                    "so it is not worth turning on")
-        parts.append(
-            f"ngram {_x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
-            f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}"
-        )
+        parts.append(_explain_ngram(prof, opts["ngram"], *by["ngram"], c, slowdown))
     if choice.drafter == "none":
         if choice.options:
             head = f"plain decoding: no drafter is predicted to beat it by {prof.min_gain:.0%}"
@@ -416,4 +403,38 @@ def _explain(
             f"speculation needs batch-invariant kernels, {slowdown:.2f}× slower per token here than the "
             f"llama.cpp kernels plain decoding uses ({prof.exact_slowdown.status}); included above"
         )
-    return head + ("; " + "; ".join(parts) if parts else "")
+    return head, parts
+
+
+def _explain_model(choice: adaptive.Choice, prof: Profile, o: adaptive.DrafterOption, k: int, s: float,
+                   c: adaptive.VerifyCost, c_status: str, gamma_status: str) -> str:
+    if choice.drafter == "model":
+        verdict = "wins"
+    elif s < 1.0:
+        verdict = "loses"
+    elif s < 1.0 + prof.min_gain:
+        verdict = "gains too little"
+    else:
+        verdict = f"is beaten by {choice.drafter}"
+    return (
+        f"model drafter {verdict}: {_x(s)} at best (k={k}; α={o.alpha:.2f}, "
+        f"γ={o.gamma:.2f} {gamma_status}, c({k + 1})={c(k + 1):.2f} "
+        f"{c_status if k + 1 in c.n else 'interpolated from ' + c_status + ' figures'})"
+    )
+
+
+def _explain_ngram(prof: Profile, o: adaptive.DrafterOption, k: int, s: float, c: adaptive.VerifyCost,
+                   slowdown: float) -> str:
+    # on a prompt the answer copies from, the drafter proposes in nearly every round
+    _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
+                                hit=1.0, slowdown=slowdown)
+    if s_copy >= 1.0 + prof.min_gain:
+        copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
+                f"{_x(s_copy)}: try --draft ngram there")
+    else:
+        copy = (f"even on prompts that quote their input it is predicted at most {_x(s_copy)} here, "
+                "so it is not worth turning on")
+    return (
+        f"ngram {_x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
+        f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}"
+    )

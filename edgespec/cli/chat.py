@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -406,6 +406,7 @@ def chat(
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     show_rejected: ShowRejectedOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the target model, with a live view of speculation (/help inside)."""
     options: dict[str, Any] = dict(
@@ -413,7 +414,7 @@ def chat(
     )
     with cli_errors():
         p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
-        engine = load_engine(p)
+        engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors():
             ChatSession(engine, system=system, options=options, show_rejected=show_rejected).run()

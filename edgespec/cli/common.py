@@ -79,6 +79,9 @@ ThreadsOpt = Annotated[
     Optional[int],
     typer.Option("--threads", min=1, help="CPU threads for llama.cpp (default: the profile's, one per physical core)."),
 ]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Say in full why the profile chose this drafter and k.")
+]
 ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
 
 
@@ -98,12 +101,19 @@ def make_plan(
     return dataclasses.replace(p, n_threads=threads) if threads else p
 
 
-def describe_plan(p: Any) -> str:
+def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
+    """The plan for stderr: its choice in one line; with ``verbose`` the full reason and
+    the notes (detection, memory fit, pairs skipped)."""
     reason = getattr(p, "reason", "")
-    return f"edgespec: {reason}" if reason else ""
+    if not reason:
+        return []
+    if not verbose:
+        summary = getattr(p, "summary", reason)
+        return [f"edgespec: {summary}" + (" (-v says why)" if summary != reason else "")]
+    return [f"edgespec: {reason}", *(f"  {note}" for note in getattr(p, "notes", ()))]
 
 
-def load_engine(p: Any, *, quiet: bool = False, **overrides: Any) -> Any:
+def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrides: Any) -> Any:
     """Build the Engine a plan describes (``overrides`` go to ``Engine`` as they are),
     with a spinner on stderr while models load."""
     from edgespec.engine import Engine
@@ -111,8 +121,7 @@ def load_engine(p: Any, *, quiet: bool = False, **overrides: Any) -> Any:
     kwargs = {**p.engine_kwargs(), **overrides}
     err = err_console()
     if not quiet:
-        line = describe_plan(p)
-        if line:
+        for line in describe_plan(p, verbose=verbose):
             err.print(Text(line, style="dim"))
     if err.is_terminal and not quiet:
         with err.status(f"loading {Path(str(kwargs.get('target', 'model'))).name}…", spinner="dots"):

@@ -119,7 +119,7 @@ def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet:
         p = replace(p, n_threads=threads)
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
     # configuration runs on this engine
-    p = replace(p, reason="")
+    p = replace(p, reason="", headline="")
     engine = load_engine(p, quiet=quiet, exact=True)
     fast = None
     if engine.exact_kernels and p.n_gpu_layers == 0:
