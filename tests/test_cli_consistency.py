@@ -5,6 +5,9 @@ names for the same things, and non-UTF-8 input as a one-line error with exit 2."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,48 @@ def test_profiles_detect_gives_the_full_reason(run):
     r = run("profiles", "detect", "--from", rec)
     assert r.exit_code == 0, r.output
     assert "for a typical prompt mix" in " ".join(r.stdout.split())  # the table may wrap it
+
+
+# -- non-UTF-8 input ------------------------------------------------------------------------
+
+LATIN1 = "café au lait".encode("latin-1")  # é is byte 0xe9 at offset 3
+
+
+def edgespec(*args, stdin: bytes = b"", locale: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, with raw bytes on stdin and in argv."""
+    env = dict(os.environ)
+    if locale is not None:
+        env["LC_ALL"] = locale
+    cmd = [sys.executable, "-m", "edgespec", *(a if isinstance(a, bytes) else str(a) for a in args)]
+    return subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("locale", [None, "C"])
+def test_non_utf8_stdin_is_a_one_line_error_with_exit_2(tiny_target, locale):
+    r = edgespec("generate", "--target", tiny_target, "--raw", "--max-tokens", "2", stdin=LATIN1, locale=locale)
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: stdin is not UTF-8 text (byte 0xe9 at offset 3)")
+
+
+def test_non_utf8_prompt_file_and_argument_are_exit_2(tiny_target, tmp_path):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(LATIN1)
+    r = edgespec("generate", "--target", tiny_target, "--raw", "--prompt-file", f)
+    err = r.stderr.decode("utf-8", "replace").strip()
+    assert r.returncode == 2 and err == (
+        f"error: prompt file {f} is not UTF-8 text (byte 0xe9 at offset 3); edgespec reads UTF-8 text; "
+        "convert it first, e.g. iconv -f latin1 -t utf-8"
+    )
+    r = edgespec("generate", "--target", tiny_target, "--raw", LATIN1)
+    err = r.stderr.decode("utf-8", "replace").strip()
+    assert r.returncode == 2 and "Traceback" not in err
+    assert err.startswith("error: the prompt argument is not UTF-8 text (byte 0xe9 at character 3)")
+
+
+def test_utf8_stdin_still_works(tiny_target):
+    r = edgespec("generate", "--target", tiny_target, "--raw", "--max-tokens", "2", "--json",
+                 stdin="café au lait".encode("utf-8"), locale="C")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["stats"]["prompt_tokens"] > 0

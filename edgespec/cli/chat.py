@@ -26,6 +26,7 @@ from rich.text import Text
 from edgespec.cli.common import (
     DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
+    ensure_utf8,
     err_console,
     load_engine,
     make_plan,
@@ -106,6 +107,11 @@ class ChatSession:
                     self.console.print()
                     return
                 if line is None:
+                    continue
+                try:
+                    ensure_utf8(line, "the message")
+                except EdgespecError as e:
+                    self._error(str(e))
                     continue
                 if line.startswith("/"):
                     if not self.command(line):

@@ -134,19 +134,57 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise InputError("give the prompt either as an argument or with --prompt-file, not both")
     if prompt_file is not None:
-        if str(prompt_file) == "-":
-            return sys.stdin.read() if sys.stdin is not None else ""
-        try:
-            return prompt_file.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(f"prompt file not found: {prompt_file}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read prompt file {prompt_file}: {e}") from None
+        return read_stdin() if str(prompt_file) == "-" else read_text_file(prompt_file, "prompt file")
     if prompt is not None:
-        return prompt
+        return ensure_utf8(prompt, "the prompt argument")
     if sys.stdin is not None and not sys.stdin.isatty():
-        text = sys.stdin.read()
+        text = read_stdin()
         if text:
             return text
     raise InputError("no prompt: give it as an argument, with --prompt-file, or on stdin")
 
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file, or an ``InputError`` naming it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    return decode_utf8(data, f"{what} {path}")
+
+
+def read_stdin() -> str:
+    """Standard input as UTF-8 text, decoded here rather than by the locale: under a C or
+    POSIX locale Python would let undecodable bytes through as surrogates."""
+    if sys.stdin is None:
+        return ""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stream (embedding, some test runners)
+        return ensure_utf8(sys.stdin.read(), "stdin")
+    return decode_utf8(buffer.read(), "stdin")
+
+
+_NOT_UTF8_HINT = "edgespec reads UTF-8 text; convert it first, e.g. iconv -f latin1 -t utf-8"
+
+
+def decode_utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {_NOT_UTF8_HINT}"
+        ) from None
+
+
+def ensure_utf8(text: str, what: str) -> str:
+    """``text`` if it can be written as UTF-8. Command-line arguments and terminal input
+    that were not UTF-8 arrive as lone surrogates (Python's surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
+        raise InputError(f"{what} is not UTF-8 text ({byte} at character {e.start}); {_NOT_UTF8_HINT}") from None
+    return text
