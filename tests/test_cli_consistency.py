@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from edgespec import planner
@@ -118,3 +119,86 @@ def test_utf8_stdin_still_works(tiny_target):
                  stdin="café au lait".encode("utf-8"), locale="C")
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["stats"]["prompt_tokens"] > 0
+
+
+# -- --prompt-file is text, --input is JSONL --------------------------------------------------
+
+
+def test_bench_reads_a_text_prompt_file_and_jsonl_through_input(run, tiny_target, prompt_file, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = ("bench", "--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", "2",
+            "--max-tokens", 4, "--threads", 1, "--json", "--quiet")
+    text = tmp_path / "edit.txt"
+    text.write_text("def f(x): return x + 1\ndef f(x): return x + 1\ndef f(", encoding="utf-8")
+    r = run(*base, "--prompt-file", text)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["settings"]["prompts"] == ["edit"]
+    r = run(*base, "--input", prompt_file, "--limit", 2)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["settings"]["prompts"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("command", ["bench", "tune"])
+def test_jsonl_through_prompt_file_is_a_clear_error(run, tiny_target, prompt_file, command):
+    r = run(command, "--profile", "cpu-small", "--target", tiny_target, "--prompt-file", prompt_file)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        f"error: --prompt-file reads one text prompt; JSONL prompts go through --input {prompt_file}"
+    )
+    r = run(command, "--profile", "cpu-small", "--target", tiny_target, "--prompt-file", prompt_file,
+            "--input", prompt_file)
+    assert r.exit_code == 2 and "not both" in r.stderr
+
+
+def test_bench_text_prompt_file_must_be_utf8(run, tiny_target, tmp_path):
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(LATIN1)
+    r = run("bench", "--profile", "cpu-small", "--target", tiny_target, "--prompt-file", f)
+    assert r.exit_code == 2 and "is not UTF-8 text (byte 0xe9 at offset 3)" in r.stderr
+
+
+# -- one vocabulary --------------------------------------------------------------------------
+
+ENGINE_COMMANDS = ("generate", "chat", "bench", "tune")
+
+
+def options_of(command: str) -> dict[str, list[str]]:
+    """param name -> its flags, as the command line offers them."""
+    cmd = typer.main.get_command(edgespec_app).commands[command]
+    opts = {p.name: list(p.opts) for p in cmd.params if p.param_type_name == "option"}
+    assert opts, command
+    return opts
+
+
+def test_the_same_option_has_the_same_name_in_every_command():
+    by_flag: dict[str, set[str]] = {}
+    by_param: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+    for command in ENGINE_COMMANDS:
+        for name, flags in options_of(command).items():
+            for flag in flags:
+                by_flag.setdefault(flag, set()).add(name)
+            long = next(f for f in flags if f.startswith("--"))
+            shorts = tuple(sorted(f for f in flags if not f.startswith("--")))
+            by_param.setdefault(name, set()).add((long, shorts))
+    # a flag means one thing, and one thing has one main flag and one short flag
+    assert {flag: names for flag, names in by_flag.items() if len(names) > 1} == {}
+    assert {name: forms for name, forms in by_param.items() if len(forms) > 1} == {}
+
+
+def test_every_engine_command_has_the_shared_options():
+    shared = {"profile": "--profile", "target": "--target", "draft": "--draft", "max_tokens": "--max-tokens",
+              "n_ctx": "--n-ctx", "threads": "--threads", "verbose": "--verbose"}
+    for command in ENGINE_COMMANDS:
+        opts = options_of(command)
+        for name, flag in shared.items():
+            assert flag in opts.get(name, []), (command, flag)
+    for command in ("generate", "bench", "tune"):
+        opts = options_of(command)
+        assert opts["input_file"][0] == "--input" and opts["prompt_file"][0] == "--prompt-file", command
+        assert "--quiet" in opts["quiet"] and "--json" in opts["json_output"]
+
+
+def test_old_spellings_still_work():
+    assert "--draft-candidates" in options_of("bench")["draft"]
+    assert "--repeats" in options_of("tune")["repeat"]

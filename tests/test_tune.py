@@ -215,7 +215,7 @@ def run(tmp_path, monkeypatch):
 
 def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", tiny_noisy, "--k-grid", "1,2",
-            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
+            "--input", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
             "--json", "--quiet", "--save-as", "tiny-box")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -232,7 +232,7 @@ def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tm
 
 def test_cli_tune_chart(run, tiny_target, prompt_file):
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram", "--k-grid", "1,4",
-            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1)
+            "--input", prompt_file, "--max-tokens", 6, "--repeat", 1, "--threads", 1)
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert "verify cost" in out and "c(16)=" in out and "ngram drafter" in out
@@ -241,7 +241,7 @@ def test_cli_tune_chart(run, tiny_target, prompt_file):
 
 
 def test_cli_tune_none_measures_costs_only(run, tiny_target, prompt_file):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--prompt-file", prompt_file,
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--input", prompt_file,
             "--max-tokens", 4, "--repeats", 1, "--threads", 1, "--json", "--quiet")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

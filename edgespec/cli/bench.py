@@ -17,10 +17,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import cli_errors, out_console
+from edgespec.cli.common import (
+    NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
+    cli_errors,
+    out_console,
+)
 from edgespec.cli.measure import (
-    JsonOpt, KGridOpt, LimitOpt, ProfileOpt, PromptFileOpt, QuietOpt, TargetOpt, ThreadsOpt,
-    close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup,
+    InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
+    close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
 )
 from edgespec.errors import InputError
 
@@ -28,31 +32,35 @@ from edgespec.errors import InputError
 def bench(
     profile: ProfileOpt = "auto",
     target: TargetOpt = None,
-    draft_candidates: Annotated[
+    draft: Annotated[
         Optional[str],
-        typer.Option("--draft-candidates", "-d",
+        typer.Option("--draft", "--draft-candidates", "-d",
                      help="Drafters to compare, comma-separated: a draft GGUF path or catalog name, 'model' "
                           "(the pair's draft), 'ngram'. Default: the pair's draft model if it is available "
                           "locally, and ngram."),
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
+    input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,
     repeat: Annotated[int, typer.Option("--repeat", "-r", min=1, help="Measured passes over the prompts.")] = 1,
-    temperature: Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")] = 0.0,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling (temperature > 0).")] = 0,
+    temperature: TemperatureOpt = 0.0,
+    seed: SeedOpt = 0,
+    n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     json_output: JsonOpt = False,
     csv_file: Annotated[Optional[Path], typer.Option("--csv", help="Also write one row per configuration here.")] = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Plain decoding vs every drafter × k and the automatic choice, on the same prompts."""
     from edgespec import bench as lib
 
     with cli_errors():
-        ks, prompts, auto_plan = setup(k_grid, prompt_file, limit, "held-out", profile, target)
-        drafters, draft_model = drafter_candidates(draft_candidates, profile, target, auto_plan, quiet)
+        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx)
+        show_plan(auto_plan, verbose and not quiet)
+        drafters, draft_model = drafter_candidates(draft, profile, target, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
         engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, threads, quiet)
         try:

@@ -12,33 +12,40 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from edgespec.cli.common import err_console, load_engine, make_plan
+from edgespec.cli.common import describe_plan, err_console, load_engine, make_plan, read_prompt
 from edgespec.errors import InputError, ProfileError
 
-# -- shared options ----------------------------------------------------------------------
-ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")]
-TargetOpt = Annotated[
-    Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
-]
+# -- options (the ones generate and chat share come from cli.common) ----------------------
 KGridOpt = Annotated[str, typer.Option("--k-grid", help="Draft lengths to measure, comma-separated.")]
+InputOpt = Annotated[
+    Optional[Path],
+    typer.Option("--input", "-i", help="JSONL prompts (id + prompt or messages, as `generate --input`; "
+                 "'-' = stdin) instead of the built-in set."),
+]
 PromptFileOpt = Annotated[
     Optional[Path],
-    typer.Option("--prompt-file", "-f", help="JSONL prompts (id + prompt or messages, as `generate --input`) "
-                 "instead of the built-in set."),
+    typer.Option("--prompt-file", "-f", help="One text prompt from a file ('-' = stdin) instead of the built-in set."),
 ]
 LimitOpt = Annotated[Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")]
-ThreadsOpt = Annotated[
-    Optional[int], typer.Option("--threads", min=1, help="CPU threads (default: the profile's, one per physical core).")
-]
+RepeatOpt = Annotated[int, typer.Option("--repeat", "--repeats", "-r", min=1, help="Measured passes.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or diagnostics on stderr.")]
 
 
-def setup(k_grid: str, prompt_file: Path | None, limit: int | None, prompt_set: str, profile: str,
-           target: str | None) -> tuple[list[int], list, Any]:
-    """The k grid, the prompts and the profile's plan (its automatic choice), checked
+def setup(k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str,
+          profile: str, target: str | None, n_ctx: int | None = None) -> tuple[list[int], list, Any]:
+    """The k grid, the prompts (``--input`` JSONL, ``--prompt-file`` text, or the
+    built-in ``prompt_set``) and the profile's plan (its automatic choice), checked
     before any model is loaded."""
-    return parse_k_grid(k_grid), load_prompts(prompt_file, limit, prompt_set), make_plan(profile, target=target)
+    return (parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set),
+            make_plan(profile, target=target, n_ctx=n_ctx))
+
+
+def show_plan(plan: Any, verbose: bool) -> None:
+    """With -v: the profile's automatic choice and why, on stderr, before measuring."""
+    if verbose:
+        for line in describe_plan(plan, verbose=True):
+            err_console().print(Text(line, style="dim"))
 
 
 def parse_k_grid(text: str) -> list[int]:
@@ -51,20 +58,27 @@ def parse_k_grid(text: str) -> list[int]:
     return ks
 
 
-def load_prompts(prompt_file: Path | None, limit: int | None, default_set: str) -> list:
+def load_prompts(input_file: Path | None, prompt_file: Path | None, limit: int | None, default_set: str) -> list:
     from edgespec.batch import read_jobs
     from edgespec.bench_prompts import BenchPrompt, prompt_set
 
-    if prompt_file is None:
-        prompts = list(prompt_set(default_set))
-    else:
-        inp = read_jobs(prompt_file)
+    if input_file is not None and prompt_file is not None:
+        raise InputError("give the prompts with --input FILE.jsonl or one with --prompt-file, not both")
+    if prompt_file is not None:
+        if prompt_file.suffix.lower() == ".jsonl":
+            raise InputError(f"--prompt-file reads one text prompt; JSONL prompts go through --input {prompt_file}")
+        prompts = [BenchPrompt(prompt_file.stem if str(prompt_file) != "-" else "stdin", "custom",
+                               read_prompt(None, prompt_file))]
+    elif input_file is not None:
+        inp = read_jobs(input_file)
         if inp.errors:
             raise InputError(f"{inp.errors[0]} ({len(inp.errors)} bad line(s) in all)")
         if not inp.jobs:
             raise InputError(f"no prompts in {inp.source}")
         prompts = [BenchPrompt(str(j.id), "custom", j.prompt if isinstance(j.prompt, str) else tuple(j.prompt))
                    for j in inp.jobs]
+    else:
+        prompts = list(prompt_set(default_set))
     return prompts[:limit] if limit else prompts
 
 

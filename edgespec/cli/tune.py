@@ -15,10 +15,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import cli_errors, err_console, out_console
+from edgespec.cli.common import (
+    NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
+    cli_errors,
+    err_console,
+    out_console,
+)
 from edgespec.cli.measure import (
-    JsonOpt, KGridOpt, LimitOpt, ProfileOpt, PromptFileOpt, QuietOpt, TargetOpt, ThreadsOpt,
-    close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup,
+    InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
+    close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
 )
 
 
@@ -36,20 +41,26 @@ def tune(
         Optional[str], typer.Option("--save-as", help="Write them into a new user profile NAME extending this one.")
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
+    input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per calibration run.")] = 64,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed sweeps over n = 1..16.")] = 5,
+    repeat: Annotated[
+        int, typer.Option("--repeat", "--repeats", "-r", min=1, help="Timed sweeps over n = 1..16.")
+    ] = 5,
+    n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     json_output: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Measure step time, verify cost c(n), draft cost γ and acceptance α; choose drafter and k."""
     from edgespec import profiles as prof_lib
     from edgespec import tune as lib
 
     with cli_errors():
-        ks, prompts, base = setup(k_grid, prompt_file, limit, "calibration", profile, target)
+        ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx)
+        show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
         if mode in ("none", "off", "plain"):
             drafters, draft_model = [], None
@@ -65,7 +76,7 @@ def tune(
             with progress_bar(quiet, "tune") as progress:
                 result = lib.tune(
                     engine, drafters=drafters, ks=ks, prompts=prompts, max_tokens=max_tokens,
-                    repeats=repeats, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
+                    repeats=repeat, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
                     progress=progress, phase=lambda m: err.print(Text(m, style="dim")),
                     fast_engine=fast_engine,
                 )
