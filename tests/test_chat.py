@@ -1,5 +1,6 @@
 """``edgespec chat`` driven through a real terminal (pexpect): turns, cache reuse across
-turns, Ctrl-C during a reply, slash commands, a context that fills up, clean exits."""
+turns, Ctrl-C during a reply and at the prompt, slash commands, a context that fills up,
+clean exits."""
 
 from __future__ import annotations
 
@@ -175,13 +176,30 @@ def test_full_context_drops_old_turns_and_a_message_too_long_is_refused(tmp_path
         child.close(force=True)
 
 
-def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path, tiny_target):
+def test_ctrl_c_at_the_prompt_clears_the_line_and_ctrl_d_or_quit_leaves(tmp_path, tiny_target):
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--max-tokens", "4")
+    try:
+        child.sendintr()  # at an empty prompt: the session goes on
+        child.expect_exact("(/quit or Ctrl-D leaves)")
+        child.expect_exact(PROMPT)
+        child.send("/bogus half typed")  # a line being typed ...
+        child.sendintr()  # ... is dropped, not sent
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        # had the half-typed line stayed, this would be "/bogus half typed/stats"
+        assert child.expect_exact(["no replies yet", "unknown command"]) == 0
+        child.expect_exact(PROMPT)
+        finish_with_ctrl_d(child)
+        assert "Traceback" not in child.before
+    finally:
+        child.close(force=True)
     child = spawn_chat(tmp_path, "--target", tiny_target, "--max-tokens", "4")
     try:
         child.sendintr()
+        child.expect_exact(PROMPT)
+        child.sendline("/quit")
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
-        assert "Traceback" not in child.before
     finally:
         child.close(force=True)

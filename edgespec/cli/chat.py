@@ -3,8 +3,9 @@
 The whole conversation is sent as a message list each turn; the engine keeps its KV cache
 between calls, so a turn decodes only what is new since the last one (the summary after
 each reply says how many prompt tokens were processed). Ctrl-C during a reply stops that
-reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C or Ctrl-D
-at the prompt leaves. When the conversation outgrows the context, the oldest exchanges
+reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C at the
+prompt clears the line being typed, as in the Python REPL and ``ollama run``; Ctrl-D or
+``/quit`` leaves. When the conversation outgrows the context, the oldest exchanges
 are dropped (and said so) so that a reply still fits; ``/reset`` starts over.
 
 This module knows the engine through its public API only, and the terminal through
@@ -45,7 +46,7 @@ commands:
   /draft off|ngram|model|PATH   switch the drafter (model = the loaded draft model)
   /system [TEXT|off]  show, set or remove the system prompt
   /save FILE        save the conversation as JSON
-  /quit             leave (also Ctrl-D, or Ctrl-C at the prompt)
+  /quit             leave (also Ctrl-D; Ctrl-C at the prompt clears the line)
 a line that is just \"\"\" starts a multi-line message; another \"\"\" ends it.
 Ctrl-C during a reply stops the reply and keeps the conversation."""
 
@@ -103,9 +104,14 @@ class ChatSession:
             while True:
                 try:
                     line = self._read_message()
-                except (EOFError, KeyboardInterrupt):
+                except EOFError:
                     self.console.print()
                     return
+                except KeyboardInterrupt:
+                    # as in the Python REPL and `ollama run`: drop the line, stay
+                    self.console.print()
+                    self.console.print(Text("(/quit or Ctrl-D leaves)", style="dim"))
+                    continue
                 if line is None:
                     continue
                 try:
