@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -203,3 +204,15 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_ctrl_d_or_quit_leaves(tmp_path
         assert child.exitstatus == 0
     finally:
         child.close(force=True)
+
+
+def test_a_message_that_is_not_utf8_is_an_error_and_the_session_goes_on(tmp_path, tiny_target):
+    # piped: a terminal's readline does not pass undecodable bytes through as they are
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    r = subprocess.run(cli_command() + ["chat", "--target", str(tiny_target), "--max-tokens", "4"],
+                       input="café au lait\n/stats\n".encode("latin-1"), capture_output=True, env=env,
+                       timeout=120)
+    err, out = r.stderr.decode("utf-8", "replace"), r.stdout.decode("utf-8", "replace")
+    assert r.returncode == 0, err
+    assert "error: the message is not UTF-8 text (byte 0xe9 at character 3)" in err
+    assert "no replies yet" in out and "Traceback" not in err

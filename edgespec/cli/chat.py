@@ -112,6 +112,10 @@ class ChatSession:
                     self.console.print()
                     self.console.print(Text("(/quit or Ctrl-D leaves)", style="dim"))
                     continue
+                except UnicodeDecodeError as e:  # a terminal that does not send UTF-8
+                    self._error(f"the message is not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
+                                "set the terminal to UTF-8")
+                    continue
                 if line is None:
                     continue
                 try:
