@@ -184,6 +184,7 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_ctrl_d_or_quit_leaves(tmp_path
         child.expect_exact("(/quit or Ctrl-D leaves)")
         child.expect_exact(PROMPT)
         child.send("/bogus half typed")  # a line being typed ...
+        child.expect_exact("half typed")  # (echoed: readline has it)
         child.sendintr()  # ... is dropped, not sent
         child.expect_exact(PROMPT)
         child.sendline("/stats")
