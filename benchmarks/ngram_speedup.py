@@ -154,7 +154,7 @@ def main() -> int:
     target = resolve_model(args.target)
     results = []
     if args.min_match is None:
-        from edgespec.profiles import plan
+        from edgespec.planner import plan
 
         args.min_match = plan("auto").ngram_min_match
     print(f"ngram drafting from matches of >= {args.min_match} tokens, k <= {args.k}", flush=True)

@@ -1,3 +1,5 @@
+"""``python -m edgespec``: the command line."""
+
 from .cli import main
 
 if __name__ == "__main__":

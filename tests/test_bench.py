@@ -172,7 +172,7 @@ def run(tmp_path, monkeypatch):
 def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
     out_csv = tmp_path / "bench.csv"
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft-candidates", f"{tiny_noisy},ngram",
-            "--k-grid", "1,2", "--prompt-file", prompt_file, "--limit", 2, "--max-tokens", 8, "--threads", 1,
+            "--k-grid", "1,2", "--input", prompt_file, "--limit", 2, "--max-tokens", 8, "--threads", 1,
             "--json", "--csv", out_csv, "--quiet")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -196,7 +196,7 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
 
 def test_cli_bench_table(run, tiny_target, prompt_file):
     r = run("--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", "2",
-            "--prompt-file", prompt_file, "--max-tokens", 6, "--threads", 1)
+            "--input", prompt_file, "--max-tokens", 6, "--threads", 1)
     assert r.exit_code == 0, r.output
     assert "ngram k=2" in r.stdout and "automatic choice" in r.stdout and "speedup" in r.stdout
 
@@ -211,15 +211,15 @@ def test_cli_bench_table(run, tiny_target, prompt_file):
     ],
 )
 def test_cli_bench_errors(run, tiny_target, prompt_file, args, message):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--prompt-file", prompt_file, *args)
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--input", prompt_file, *args)
     assert r.exit_code != 0
     assert message in r.output and "Traceback" not in r.output
 
 
-def test_cli_bench_bad_prompt_file(run, tiny_target, tmp_path):
+def test_cli_bench_bad_input_file(run, tiny_target, tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"id": 1}\n')
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--prompt-file", f)
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--input", f)
     assert r.exit_code != 0 and "bad.jsonl:1" in r.output
 
 

@@ -147,7 +147,7 @@ def test_chunk_packages_assemble_once_into_the_cache_atomically_and_verified(chu
     assert catalog.fetch(model) == path
     assert path.stat().st_mtime_ns == mtime
     assert catalog.is_available("test-a") is False  # not a catalog name
-    assert catalog._is_verified(path, model, rehash=False)
+    assert catalog.chunks._is_verified(path, model, rehash=False)
 
 
 def test_a_damaged_cached_file_is_reassembled(chunk_site):
@@ -319,7 +319,7 @@ def test_hub_download_then_offline_from_the_hf_cache(monkeypatch, tmp_path):
     # The server is gone; offline, the file comes from the HF cache.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert catalog.fetch(model) == path
-    assert catalog._hf_cached(model.hf, "tiny-q4.gguf") == path
+    assert catalog.hub._hf_cached(model.hf, "tiny-q4.gguf") == path
 
 
 def test_hub_split_gguf_downloads_every_part_into_one_snapshot(monkeypatch):

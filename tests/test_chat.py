@@ -1,11 +1,13 @@
 """``edgespec chat`` driven through a real terminal (pexpect): turns, cache reuse across
-turns, Ctrl-C during a reply, slash commands, a context that fills up, clean exits."""
+turns, Ctrl-C during a reply and at the prompt, slash commands, a context that fills up,
+clean exits."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -175,13 +177,43 @@ def test_full_context_drops_old_turns_and_a_message_too_long_is_refused(tmp_path
         child.close(force=True)
 
 
-def test_ctrl_c_at_the_prompt_exits_cleanly(tmp_path, tiny_target):
+def test_ctrl_c_at_the_prompt_clears_the_line_and_ctrl_d_or_quit_leaves(tmp_path, tiny_target):
     child = spawn_chat(tmp_path, "--target", tiny_target, "--max-tokens", "4")
     try:
-        child.sendintr()
-        child.expect(pexpect.EOF)
-        child.close()
-        assert child.exitstatus == 0
+        child.sendintr()  # at an empty prompt: the session goes on
+        child.expect_exact("(/quit or Ctrl-D leaves)")
+        child.expect_exact(PROMPT)
+        child.send("/bogus half typed")  # a line being typed ...
+        child.expect_exact("half typed")  # (echoed: readline has it)
+        child.sendintr()  # ... is dropped, not sent
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        # had the half-typed line stayed, this would be "/bogus half typed/stats"
+        assert child.expect_exact(["no replies yet", "unknown command"]) == 0
+        child.expect_exact(PROMPT)
+        finish_with_ctrl_d(child)
         assert "Traceback" not in child.before
     finally:
         child.close(force=True)
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--max-tokens", "4")
+    try:
+        child.sendintr()
+        child.expect_exact(PROMPT)
+        child.sendline("/quit")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        child.close(force=True)
+
+
+def test_a_message_that_is_not_utf8_is_an_error_and_the_session_goes_on(tmp_path, tiny_target):
+    # piped: a terminal's readline does not pass undecodable bytes through as they are
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    r = subprocess.run(cli_command() + ["chat", "--target", str(tiny_target), "--max-tokens", "4"],
+                       input="café au lait\n/stats\n".encode("latin-1"), capture_output=True, env=env,
+                       timeout=120)
+    err, out = r.stderr.decode("utf-8", "replace"), r.stdout.decode("utf-8", "replace")
+    assert r.returncode == 0, err
+    assert "error: the message is not UTF-8 text (byte 0xe9 at character 3)" in err
+    assert "no replies yet" in out and "Traceback" not in err

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import detect, profiles
+from edgespec import detect, planner, profiles
 
 DATA = Path(__file__).parent / "data" / "detect"
 
@@ -21,8 +21,8 @@ def _no_user_profiles(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
-def recorded(name: str) -> detect.Detection:
-    return detect.detect(detect.RecordedProbe.load(DATA / f"{name}.toml"))
+def recorded(name: str) -> profiles.Detection:
+    return profiles.detect_profile(detect.RecordedProbe.load(DATA / f"{name}.toml"))
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_nvidia_memory_comes_from_nvidia_smi():
     assert [g.name for g in det.machine.gpus] == ["NVIDIA GeForce GTX 1650", "NVIDIA GeForce RTX 3080"]
     assert det.profile.models_gb.value == pytest.approx(10240 * 2**20 / 1e9 - 0.5, abs=0.05)
     # the scaled profile lets a 7B pair fit that the 8 GB laptop profile also holds
-    plan = profiles.plan(det.profile)
+    plan = planner.plan(det.profile)
     assert plan.target == "qwen2.5-coder-7b-instruct-q4_k_m"
 
 
@@ -122,7 +122,7 @@ def test_parse_nvidia_smi_csv():
 @pytest.mark.parametrize("recording", sorted(p.stem for p in DATA.glob("*.toml")))
 def test_every_recorded_machine_gets_a_plan_that_fits(recording):
     det = recorded(recording)
-    plan = profiles.plan(det.profile)
+    plan = planner.plan(det.profile)
     assert plan.drafter in ("model", "ngram", "none")
     assert plan.target
     if plan.drafter == "model":
@@ -134,17 +134,17 @@ def test_every_recorded_machine_gets_a_plan_that_fits(recording):
 
 def test_the_model_drafter_is_never_chosen_on_small_cpus():
     for name in ("dev-vm-2core", "raspberry-pi-5-8gb"):
-        plan = profiles.plan(recorded(name).profile)
+        plan = planner.plan(recorded(name).profile)
         assert plan.drafter in ("ngram", "none"), (name, plan.reason)
 
 
 def test_this_machine_is_detected_for_real():
-    det = detect.detect()
+    det = profiles.detect_profile()
     assert det.machine.physical_cores >= 1
     assert det.profile.name in {p.name for p in profiles.list_profiles()}
     if det.machine.physical_cores <= 4 and not det.machine.gpus and not det.machine.chip:
         assert det.base == "cpu-small"
-        plan = profiles.plan("auto")
+        plan = planner.plan("auto")
         assert plan.drafter in ("ngram", "none"), plan.reason
         assert plan.backend == "cpu"
 

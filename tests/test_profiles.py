@@ -1,5 +1,5 @@
-"""Profiles: the shipped TOML files, validation, user profiles, plans, measured figures,
-and the ``edgespec profiles`` CLI."""
+"""Profiles: the shipped TOML files, validation, user profiles, measured figures, and the
+``edgespec profiles`` CLI. The choice made from a profile is tested in test_planner."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec import catalog, profiles
+from edgespec import catalog, planner, profiles
 from edgespec.errors import ProfileError
 
 ISSUE_PROFILES = {
@@ -69,110 +69,6 @@ def test_this_machines_profile_carries_the_measured_figures_of_design_md():
 def test_unknown_profile_lists_the_known_ones():
     with pytest.raises(ProfileError, match="unknown profile 'm9'.*m2max.*or auto"):
         profiles.load_profile("m9")
-
-
-# --------------------------------------------------------------------------------------
-# Plans
-# --------------------------------------------------------------------------------------
-
-
-def test_m2max_uses_a_7b_pair_with_the_model_drafter_and_says_why():
-    plan = profiles.plan("m2max")
-    assert plan.backend == "metal" and plan.n_gpu_layers == -1
-    assert plan.drafter == "model"
-    assert plan.target == "qwen2.5-coder-7b-instruct-q4_k_m"
-    assert plan.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
-    assert 2 <= plan.k <= plan.k_max
-    assert plan.predicted_speedup > 1.3
-    assert "model drafter wins" in plan.reason
-
-
-def test_cpu_small_never_picks_the_model_drafter_and_says_why():
-    plan = profiles.plan("cpu-small")
-    assert plan.drafter in ("ngram", "none")
-    assert plan.target == catalog.DEFAULT_TARGET
-    assert "model drafter loses" in plan.reason
-    assert "γ=0.56 measured" in plan.reason
-    if plan.drafter == "none":
-        assert plan.k == 0 and plan.predicted_speedup == 1.0
-        assert plan.reason.startswith("plain decoding")
-
-
-def test_small_memory_skips_pairs_that_do_not_fit():
-    plan = profiles.plan("m1")  # 8 GB M1: a 7B pair does not fit in 5.3 GB
-    assert plan.target != "qwen2.5-coder-7b-instruct-q4_k_m"
-    assert any("skipped qwen2.5-coder-7b+0.5b" in n for n in plan.notes)
-    big_ctx = profiles.plan("m1", n_ctx=131072)
-    assert big_ctx.n_ctx == 131072
-    assert big_ctx.target != plan.target or any("fits" in n for n in big_ctx.notes)
-
-
-@pytest.mark.parametrize("name", sorted(ISSUE_PROFILES))
-def test_every_profile_plans(name):
-    plan = profiles.plan(name)
-    d = plan.to_dict()
-    for key in ("name", "backend", "target", "draft", "drafter", "k", "reason"):
-        assert key in d
-    assert d["drafter"] in ("model", "ngram", "none")
-    assert (d["draft"] is None) == (d["drafter"] != "model")
-    json.dumps(d)
-
-
-def test_overrides_draft_none_ngram_and_a_named_model():
-    assert profiles.plan("m2max", draft="none").drafter == "none"
-    p = profiles.plan("m2max", draft="ngram")
-    assert p.drafter == "ngram" and p.draft is None and p.k >= 1 and "as asked" in p.reason
-    p = profiles.plan("cpu-small", draft="model")
-    assert p.drafter == "model" and p.draft == catalog.DEFAULT_DRAFT
-    assert "slower than plain decoding" in p.reason  # honest even when overridden
-    p = profiles.plan("m2max", draft="qwen2.5-0.5b")
-    assert p.drafter == "model" and p.draft == "qwen2.5-0.5b"
-
-
-def test_overrides_target_k_and_gpu_layers(tiny_target, tiny_same):
-    p = profiles.plan("m2max", target=str(tiny_target), draft=str(tiny_same), k=7, n_gpu_layers=0)
-    assert p.target == str(tiny_target) and p.draft == str(tiny_same)
-    assert p.k == 7 and p.n_gpu_layers == 0 and "k=7 from the command line" in p.reason
-    # an unpaired target file: no draft model is known, so only ngram or none
-    p = profiles.plan("m2max", target=str(tiny_target))
-    assert p.drafter in ("ngram", "none")
-    assert any("no known draft model" in n for n in p.notes)
-    # a catalog target finds its pair
-    p = profiles.plan("m2max", target="qwen2.5-7b")
-    assert p.draft == "qwen2.5-0.5b-instruct-q4_k_m" and p.pair == "qwen2.5-7b+0.5b"
-    # k=0 means plain decoding
-    assert profiles.plan("m2max", k=0).drafter == "none"
-
-
-def test_engine_kwargs_resolve_paths(tiny_target, tiny_same):
-    p = profiles.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), k=3)
-    kw = p.engine_kwargs()
-    assert kw["target"] == tiny_target and kw["draft"] == tiny_same
-    assert kw["k"] == 3 and kw["n_gpu_layers"] == 0 and kw["n_ctx"] == 4096
-    assert set(kw) >= {"target", "draft", "k", "p_min", "n_ctx", "n_threads", "n_gpu_layers"}
-    p = profiles.plan("cpu-small", target=str(tiny_target), draft="ngram")
-    assert p.engine_kwargs()["draft"] == "ngram"
-    p = profiles.plan("cpu-small", target=str(tiny_target), draft="none")
-    kw = p.engine_kwargs()
-    assert kw["draft"] is None and kw["k"] >= 1  # Engine wants k >= 1 even without a drafter
-
-
-def test_engine_kwargs_build_a_real_engine(tiny_target, tiny_same):
-    from edgespec.engine import Engine
-
-    p = profiles.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), n_ctx=256)
-    with Engine(**p.engine_kwargs()) as engine:
-        out = engine.generate("hello", max_tokens=4)
-    assert out is not None
-
-
-def test_offline_skips_pairs_that_are_not_here(monkeypatch, tmp_path):
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    plan = profiles.plan("m2max", offline=True)
-    assert any("not available offline" in n for n in plan.notes)
-    if catalog.is_available(catalog.DEFAULT_TARGET) and catalog.is_available(catalog.DEFAULT_DRAFT):
-        assert plan.target == catalog.DEFAULT_TARGET
 
 
 # --------------------------------------------------------------------------------------
@@ -265,7 +161,7 @@ def test_record_measurements_writes_a_dated_measured_user_profile(user_dir):
     assert pc.verify(4) == 1.3 and pc.verify.source == "edgespec tune (test)"
     assert pc.target_step_ms.value == 41.3  # the shipped figure survives
     # with a cheap draft measured, the model drafter now wins on this profile
-    plan = profiles.plan("cpu-small")
+    plan = planner.plan("cpu-small")
     assert plan.drafter == "model" and "measured" in plan.reason
 
     # a second run updates in place
@@ -378,25 +274,3 @@ def test_cli_malformed_user_profile_is_one_line_and_exit_7(cli, user_dir):
 def test_cli_unknown_profile(cli):
     r = cli("profiles", "show", "m9")
     assert r.exit_code == 7 and r.stderr.startswith("error: unknown profile 'm9'")
-
-
-def test_plain_choice_uses_llama_cpp_kernels_only_when_automatic(tmp_path, monkeypatch):
-    """The automatic choice decoding plainly runs llama.cpp's (faster) kernels; an
-    explicit --draft none is the exact baseline; speculation is exact; and on a CPU the
-    exact kernels' slowdown counts against every drafter."""
-    from edgespec import adaptive, profiles
-
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    auto = profiles.plan("cpu-small")
-    assert auto.drafter == "none" and auto.exact is None and auto.engine_kwargs()["exact"] is None
-    assert profiles.plan("cpu-small", draft="none").exact is True
-    ng = profiles.plan("cpu-small", draft="ngram")
-    assert ng.exact is True
-    prof = profiles.load_profile("cpu-small")
-    assert prof.exact_slowdown.value > 1.0
-    k, s = adaptive.best_k(prof.alpha_ngram.value, prof.verify.cost, prof.gamma_ngram.value, k_min=prof.k_min,
-                           k_max=prof.k_max, hit=prof.ngram_hit.value, slowdown=prof.exact_slowdown.value)
-    assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(s))
-    assert "batch-invariant kernels" in auto.reason
-    gpu = profiles.plan("m2max")
-    assert gpu.n_gpu_layers != 0 and "batch-invariant kernels" not in gpu.reason

@@ -11,8 +11,8 @@ import pytest
 from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
 
-from edgespec import Engine, adaptive, catalog, profiles, tune
-from edgespec.cli.bench import tune as tune_cmd
+from edgespec import Engine, adaptive, catalog, planner, profiles, tune
+from edgespec.cli.tune import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
 PAIR = catalog.DEFAULT_PAIR
@@ -167,7 +167,7 @@ def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch)
     assert pc.alpha.value == pytest.approx(min(0.99, result.drafter("model").alpha), abs=1e-3)
     assert pc.target_step_ms.status == "measured"
     assert prof.alpha_ngram.status == "measured" and prof.ngram_hit.status == "measured"
-    p = profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
+    p = planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model")
     # the shipped exact-kernel slowdown stays: this result did not measure it
     assert prof.exact_slowdown.status == "measured" and prof.exact_slowdown.value > 1.0
     k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max,
@@ -199,10 +199,10 @@ def test_saved_figures_drive_the_choice(tmp_path, monkeypatch):
                                 "load_average": 0.1})
 
     tune.save(fake(1.1, 0.8, 0.6), "cpu-small", pair=None)
-    assert profiles.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
-    assert profiles.plan("cpu-small").drafter == "ngram"
+    assert planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
+    assert planner.plan("cpu-small").drafter == "ngram"
     tune.save(fake(4.0, 0.5, 0.3), "cpu-small", pair=None)
-    assert profiles.plan("cpu-small").drafter == "none"
+    assert planner.plan("cpu-small").drafter == "none"
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def run(tmp_path, monkeypatch):
 
 def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", tiny_noisy, "--k-grid", "1,2",
-            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
+            "--input", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
             "--json", "--quiet", "--save-as", "tiny-box")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -232,7 +232,7 @@ def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tm
 
 def test_cli_tune_chart(run, tiny_target, prompt_file):
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram", "--k-grid", "1,4",
-            "--prompt-file", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1)
+            "--input", prompt_file, "--max-tokens", 6, "--repeat", 1, "--threads", 1)
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert "verify cost" in out and "c(16)=" in out and "ngram drafter" in out
@@ -241,7 +241,7 @@ def test_cli_tune_chart(run, tiny_target, prompt_file):
 
 
 def test_cli_tune_none_measures_costs_only(run, tiny_target, prompt_file):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--prompt-file", prompt_file,
+    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--input", prompt_file,
             "--max-tokens", 4, "--repeats", 1, "--threads", 1, "--json", "--quiet")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

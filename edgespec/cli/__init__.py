@@ -11,10 +11,11 @@ import typer
 
 from edgespec import __version__
 
-from .bench import bench, tune
+from .bench import bench
 from .chat import chat
 from .generate import generate
 from .profiles import models_app, profiles_app
+from .tune import tune
 
 app = typer.Typer(
     name="edgespec",

@@ -3,8 +3,9 @@
 The whole conversation is sent as a message list each turn; the engine keeps its KV cache
 between calls, so a turn decodes only what is new since the last one (the summary after
 each reply says how many prompt tokens were processed). Ctrl-C during a reply stops that
-reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C or Ctrl-D
-at the prompt leaves. When the conversation outgrows the context, the oldest exchanges
+reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C at the
+prompt clears the line being typed, as in the Python REPL and ``ollama run``; Ctrl-D or
+``/quit`` leaves. When the conversation outgrows the context, the oldest exchanges
 are dropped (and said so) so that a reply still fits; ``/reset`` starts over.
 
 This module knows the engine through its public API only, and the terminal through
@@ -24,14 +25,16 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
+    ensure_utf8,
     err_console,
     load_engine,
     make_plan,
     normalize_draft,
     out_console,
 )
+from edgespec.cli.chat_input import History
 from edgespec.errors import ContextOverflowError, EdgespecError
 
 HELP = """\
@@ -43,11 +46,10 @@ commands:
   /draft off|ngram|model|PATH   switch the drafter (model = the loaded draft model)
   /system [TEXT|off]  show, set or remove the system prompt
   /save FILE        save the conversation as JSON
-  /quit             leave (also Ctrl-D, or Ctrl-C at the prompt)
+  /quit             leave (also Ctrl-D; Ctrl-C at the prompt clears the line)
 a line that is just \"\"\" starts a multi-line message; another \"\"\" ends it.
 Ctrl-C during a reply stops the reply and keeps the conversation."""
 
-COMMANDS = ("/help", "/stats", "/reset", "/k", "/draft", "/system", "/save", "/quit", "/exit")
 
 
 @dataclass
@@ -97,15 +99,29 @@ class ChatSession:
 
     def run(self) -> None:
         self._banner()
-        history = _History()
+        history = History()
         try:
             while True:
                 try:
                     line = self._read_message()
-                except (EOFError, KeyboardInterrupt):
+                except EOFError:
                     self.console.print()
                     return
+                except KeyboardInterrupt:
+                    # as in the Python REPL and `ollama run`: drop the line, stay
+                    self.console.print()
+                    self.console.print(Text("(/quit or Ctrl-D leaves)", style="dim"))
+                    continue
+                except UnicodeDecodeError as e:  # a terminal that does not send UTF-8
+                    self._error(f"the message is not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
+                                "set the terminal to UTF-8")
+                    continue
                 if line is None:
+                    continue
+                try:
+                    ensure_utf8(line, "the message")
+                except EdgespecError as e:
+                    self._error(str(e))
                     continue
                 if line.startswith("/"):
                     if not self.command(line):
@@ -383,46 +399,6 @@ class ChatSession:
         self.err.print(Text(f"error: {message}", style="red" if self.err.is_terminal else ""))
 
 
-class _History:
-    """Readline line editing, history (kept between sessions) and /command completion."""
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        try:
-            import readline
-        except ImportError:  # pragma: no cover - Windows without pyreadline
-            self.readline = None
-            return
-        self.readline = readline
-        state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        self.path = Path(state) / "edgespec" / "chat_history"
-        readline.set_history_length(1000)
-        try:
-            readline.read_history_file(self.path)
-        except (OSError, ValueError):
-            pass
-
-        def complete(text: str, state: int) -> str | None:
-            matches = [c + " " for c in COMMANDS if c.startswith(text)] if text.startswith("/") else []
-            return matches[state] if state < len(matches) else None
-
-        readline.set_completer(complete)
-        readline.set_completer_delims(" \t\n")
-        if "libedit" in (readline.__doc__ or ""):
-            readline.parse_and_bind("bind ^I rl_complete")
-        else:
-            readline.parse_and_bind("tab: complete")
-
-    def save(self) -> None:
-        if self.readline is None or self.path is None:
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.readline.write_history_file(self.path)
-        except OSError:
-            pass
-
-
 def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
@@ -446,6 +422,7 @@ def chat(
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     show_rejected: ShowRejectedOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the target model, with a live view of speculation (/help inside)."""
     options: dict[str, Any] = dict(
@@ -453,7 +430,7 @@ def chat(
     )
     with cli_errors():
         p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
-        engine = load_engine(p)
+        engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors():
             ChatSession(engine, system=system, options=options, show_rejected=show_rejected).run()

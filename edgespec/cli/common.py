@@ -79,6 +79,9 @@ ThreadsOpt = Annotated[
     Optional[int],
     typer.Option("--threads", min=1, help="CPU threads for llama.cpp (default: the profile's, one per physical core)."),
 ]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Say in full why the profile chose this drafter and k.")
+]
 ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
 
 
@@ -92,18 +95,25 @@ def make_plan(
     threads: int | None = None,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
-    from edgespec.profiles import plan
+    from edgespec.planner import plan
 
     p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
     return dataclasses.replace(p, n_threads=threads) if threads else p
 
 
-def describe_plan(p: Any) -> str:
+def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
+    """The plan for stderr: its choice in one line; with ``verbose`` the full reason and
+    the notes (detection, memory fit, pairs skipped)."""
     reason = getattr(p, "reason", "")
-    return f"edgespec: {reason}" if reason else ""
+    if not reason:
+        return []
+    if not verbose:
+        summary = getattr(p, "summary", reason)
+        return [f"edgespec: {summary}" + (" (-v says why)" if summary != reason else "")]
+    return [f"edgespec: {reason}", *(f"  {note}" for note in getattr(p, "notes", ()))]
 
 
-def load_engine(p: Any, *, quiet: bool = False, **overrides: Any) -> Any:
+def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrides: Any) -> Any:
     """Build the Engine a plan describes (``overrides`` go to ``Engine`` as they are),
     with a spinner on stderr while models load."""
     from edgespec.engine import Engine
@@ -111,8 +121,7 @@ def load_engine(p: Any, *, quiet: bool = False, **overrides: Any) -> Any:
     kwargs = {**p.engine_kwargs(), **overrides}
     err = err_console()
     if not quiet:
-        line = describe_plan(p)
-        if line:
+        for line in describe_plan(p, verbose=verbose):
             err.print(Text(line, style="dim"))
     if err.is_terminal and not quiet:
         with err.status(f"loading {Path(str(kwargs.get('target', 'model'))).name}…", spinner="dots"):
@@ -125,19 +134,57 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise InputError("give the prompt either as an argument or with --prompt-file, not both")
     if prompt_file is not None:
-        if str(prompt_file) == "-":
-            return sys.stdin.read() if sys.stdin is not None else ""
-        try:
-            return prompt_file.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(f"prompt file not found: {prompt_file}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read prompt file {prompt_file}: {e}") from None
+        return read_stdin() if str(prompt_file) == "-" else read_text_file(prompt_file, "prompt file")
     if prompt is not None:
-        return prompt
+        return ensure_utf8(prompt, "the prompt argument")
     if sys.stdin is not None and not sys.stdin.isatty():
-        text = sys.stdin.read()
+        text = read_stdin()
         if text:
             return text
     raise InputError("no prompt: give it as an argument, with --prompt-file, or on stdin")
 
+
+def read_text_file(path: Path, what: str) -> str:
+    """A UTF-8 text file, or an ``InputError`` naming it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    return decode_utf8(data, f"{what} {path}")
+
+
+def read_stdin() -> str:
+    """Standard input as UTF-8 text, decoded here rather than by the locale: under a C or
+    POSIX locale Python would let undecodable bytes through as surrogates."""
+    if sys.stdin is None:
+        return ""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stream (embedding, some test runners)
+        return ensure_utf8(sys.stdin.read(), "stdin")
+    return decode_utf8(buffer.read(), "stdin")
+
+
+_NOT_UTF8_HINT = "edgespec reads UTF-8 text; convert it first, e.g. iconv -f latin1 -t utf-8"
+
+
+def decode_utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"{what} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); {_NOT_UTF8_HINT}"
+        ) from None
+
+
+def ensure_utf8(text: str, what: str) -> str:
+    """``text`` if it can be written as UTF-8. Command-line arguments and terminal input
+    that were not UTF-8 arrive as lone surrogates (Python's surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(text[e.start])
+        byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
+        raise InputError(f"{what} is not UTF-8 text ({byte} at character {e.start}); {_NOT_UTF8_HINT}") from None
+    return text

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     EXIT_INTERRUPTED,
-    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -94,6 +94,7 @@ def generate(
         ),
     ] = OnError.skip,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No diagnostics or stats on stderr.")] = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Generate text for one prompt, or for every line of a JSONL batch."""
     options: dict[str, Any] = dict(
@@ -114,14 +115,14 @@ def generate(
             if json_output:
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
             _run_batch(
-                input_file, output_file, on_error.value, options, raw=raw, quiet=quiet,
+                input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
                 plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads),
             )
             return
 
         text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
         p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
-        engine = load_engine(p, quiet=quiet)
+        engine = load_engine(p, quiet=quiet, verbose=verbose)
         try:
             if json_output:
                 result = engine.generate(text, raw=raw, **options)
@@ -162,6 +163,7 @@ def _run_batch(
     *,
     raw: bool,
     quiet: bool,
+    verbose: bool = False,
     plan_args: dict,
 ) -> None:
     from edgespec.batch import ResultWriter, pending_jobs, read_jobs, run_batch
@@ -197,7 +199,7 @@ def _run_batch(
         if already:
             err.print(Text(f"resuming: {already} of {len(inp.jobs)} ids already in {output_file}, {len(todo)} to go"))
         p = make_plan(**plan_args)
-        engine = load_engine(p, quiet=quiet)
+        engine = load_engine(p, quiet=quiet, verbose=verbose)
         defaults = dict(options, raw=raw)
         progress = _BatchProgress(err, total=len(todo), source=inp.source)
         try:

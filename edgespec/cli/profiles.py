@@ -1,6 +1,6 @@
 """``edgespec profiles ...`` and ``edgespec models ...``: show what edgespec knows.
 
-Thin: each command calls ``edgespec.profiles`` / ``detect`` / ``catalog``, then prints a
+Thin: each command calls ``edgespec.profiles`` / ``planner`` / ``detect`` / ``catalog``, then prints a
 Rich table for people or, with ``--json``, one JSON object for scripts. Library errors
 become one line on stderr and the exit code of their class.
 """
@@ -115,18 +115,16 @@ def profiles_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a profile: the pair, drafter and k it would use, why, and its figures."""
-    from edgespec import profiles
+    from edgespec import planner, profiles
 
     with cli_errors():
         if name == "auto":
-            from edgespec import detect
-
-            det = detect.detect()
+            det = profiles.detect_profile()
             prof = det.profile
-            plan = _with_detection(profiles.plan(prof), det)
+            plan = _with_detection(planner.plan(prof), det)
         else:
             prof = profiles.load_profile(name)
-            plan = profiles.plan(prof)
+            plan = planner.plan(prof)
         if as_json:
             _print_json(plan.to_dict() | {"profile_data": prof.to_dict()})
             return
@@ -150,12 +148,12 @@ def profiles_detect(
     ] = None,
 ) -> None:
     """Read this machine, pick the closest profile, and show what it would run."""
-    from edgespec import detect, profiles
+    from edgespec import detect, planner, profiles
 
     with cli_errors():
         probe = detect.RecordedProbe.load(recording) if recording else None
-        det = detect.detect(probe)
-        plan = profiles.plan(det.profile)
+        det = profiles.detect_profile(probe)
+        plan = planner.plan(det.profile)
         plan = _with_detection(plan, det)
         if as_json:
             _print_json(plan.to_dict() | {"machine": det.machine.to_dict(), "detected_from": det.base})

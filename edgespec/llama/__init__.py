@@ -1,0 +1,56 @@
+"""The one door to llama.cpp: every ``llama_cpp`` import in edgespec lives here.
+
+It knows how to load a GGUF model and make a context, decode a batch and hand back the
+logits of the rows asked for as numpy views, trim a sequence from the KV memory and
+read its last position, tokenize and detokenize (streaming, UTF-8 safe), read metadata,
+and check that a draft vocabulary can stand in for a target's. It knows nothing about
+speculation, sampling or what the tokens mean: callers decide which rows they need and
+where to roll back to.
+
+Positions: a ``Context`` keeps the list of tokens its KV memory holds for sequence 0
+(``Context.tokens``), so ``n_past == len(tokens)`` and ``pos_max() == n_past - 1`` at
+all times; ``decode`` appends after success and ``rollback`` trims. Everything above
+this module reasons about KV state through that list.
+
+The door is a package: ``backend`` (the binding, its log, process-wide state),
+``kernels`` (batch-invariant or llama.cpp's, and why), ``model`` (files, loading,
+tokens), ``vocab`` (draft/target compatibility) and ``context`` (decode, rollback).
+Import from ``edgespec.llama``; the submodules are its rooms, not its API.
+"""
+
+from __future__ import annotations
+
+from .backend import (
+    LLAMA_CPP_PYTHON_VERSION,
+    default_threads,
+    set_verbose,
+    supports_gpu_offload,
+    system_info,
+)
+from .context import Context, common_prefix_len
+from .kernels import FAST_KERNELS
+from .model import Detokenizer, Model, check_gguf_file
+from .vocab import (
+    VOCAB_CHECK_START_TOKEN_ID,
+    VOCAB_MAX_SIZE_DIFFERENCE,
+    check_vocab_compatible,
+    check_vocab_files,
+)
+
+__all__ = [
+    "FAST_KERNELS",
+    "LLAMA_CPP_PYTHON_VERSION",
+    "VOCAB_CHECK_START_TOKEN_ID",
+    "VOCAB_MAX_SIZE_DIFFERENCE",
+    "Context",
+    "Detokenizer",
+    "Model",
+    "check_gguf_file",
+    "check_vocab_compatible",
+    "check_vocab_files",
+    "common_prefix_len",
+    "default_threads",
+    "set_verbose",
+    "supports_gpu_offload",
+    "system_info",
+]

@@ -1,0 +1,206 @@
+"""Contexts: a llama.cpp context on one model holding sequence 0, batch decode with the
+logits of the rows asked for, rollback of the KV memory, and its last position."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ContextOverflowError, DecodeError, ModelLoadError, RollbackError
+from .backend import _last_llama_errors, _llama, _log_mark, default_threads
+from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
+from .model import Model
+
+class Context:
+    """A llama.cpp context on one model, holding sequence 0 in its KV memory.
+
+    ``decode(tokens, rows)`` appends ``tokens`` at positions ``n_past..`` in batches of
+    at most ``n_batch`` and returns the logits of the requested rows (indices into
+    ``tokens``) as a read-only numpy array of shape ``(len(rows), n_vocab)``. The array
+    is a view of llama.cpp's buffer: valid until the next decode, copy what you keep.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+    ) -> None:
+        self.model = model
+        n_threads = n_threads or default_threads()
+        params = _llama.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = 1
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads_batch or n_threads
+        exact = model.exact  # see "Batch-invariant numerics" in kernels.py
+        if exact:
+            params.flash_attn_type = _FLASH_ATTN_ENABLED
+            params.type_k = _GGML_TYPE_F16
+            params.type_v = _GGML_TYPE_Q8_0
+        mark = _log_mark()
+        ptr = _llama.llama_init_from_model(model._ptr, params)
+        self.batch_invariant = exact
+        if not ptr and exact:
+            # q8_0 V needs head sizes that are multiples of 32; fall back to llama.cpp's
+            # default cache types (exact up to 256 cached tokens, see kernels.py)
+            params.type_v = _GGML_TYPE_F16
+            ptr = _llama.llama_init_from_model(model._ptr, params)
+            self.batch_invariant = False
+        if not ptr:
+            reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
+            raise ModelLoadError(
+                f"could not create a context of {n_ctx} tokens for {model.path.name}: {reason}. "
+                "Try a smaller --n-ctx, or fewer GPU layers."
+            )
+        self._ptr = ptr
+        self._mem = _llama.llama_get_memory(ptr)
+        self.n_ctx: int = _llama.llama_n_ctx(ptr)
+        self.n_batch: int = _llama.llama_n_batch(ptr)
+        self.n_vocab = model.n_vocab
+        self.n_threads = n_threads
+        self.tokens: list[int] = []
+        self.t_decode = 0.0  # seconds spent inside llama_decode
+        self.n_decode_calls = 0
+        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        # numpy views over the batch arrays: filling a batch is a slice assignment
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        self._b_nseq[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            _llama.llama_batch_free(self._batch)
+            _llama.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def decode(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> np.ndarray:
+        """Append ``tokens`` to the sequence; return logits for ``rows`` (default: last).
+
+        Rows must lie in the last ``n_batch`` tokens (earlier chunks' logits are gone by
+        the time the call returns); the speculative loop only ever asks for the verify
+        batch, and prefill only for its last row.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode() needs at least one token")
+        if self.n_past + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{self.n_past + n} tokens do not fit in the context of {self.n_ctx}; "
+                "use a larger --n-ctx or a shorter prompt"
+            )
+        if rows is None:
+            rows = (n - 1,)
+        last_chunk_start = ((n - 1) // self.n_batch) * self.n_batch
+        if rows and min(rows) < last_chunk_start:
+            raise ValueError("logits can only be requested within the last n_batch tokens")
+        self._heal()
+        toks = np.asarray(tokens, dtype=np.int32)
+        out_rows = 0
+        for start in range(0, n, self.n_batch):
+            end = min(n, start + self.n_batch)
+            m = end - start
+            self._b_token[:m] = toks[start:end]
+            self._b_pos[:m] = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
+            self._b_logits[:m] = 0
+            if start == last_chunk_start:
+                for r in rows:
+                    self._b_logits[r - start] = 1
+                out_rows = len(rows)
+            self._batch.n_tokens = m
+            t0 = time.perf_counter()
+            rc = _llama.llama_decode(self._ptr, self._batch)
+            self.t_decode += time.perf_counter() - t0
+            self.n_decode_calls += 1
+            if rc != 0:
+                # rc 1: no KV slot for the batch; <0: error. Either way this chunk is not
+                # in memory: make sure nothing half-written stays behind.
+                _llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+                raise DecodeError(
+                    f"llama_decode failed with code {rc} at position {self.n_past} "
+                    f"({_last_llama_errors() or 'no reason given'})"
+                )
+            self.tokens.extend(int(t) for t in toks[start:end])
+        if not out_rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = _llama.llama_get_logits(self._ptr)
+        # Outputs come back in batch order, one row per flagged token.
+        arr = np.ctypeslib.as_array(ptr, shape=(out_rows, self.n_vocab))
+        order = np.argsort(np.asarray(rows))
+        if np.any(order != np.arange(len(rows))):
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(len(rows))
+            arr = arr[inverse]
+        return arr
+
+    def _heal(self) -> None:
+        """Drop KV entries past ``tokens``. They exist only if an exception (Ctrl-C)
+        arrived between a successful llama_decode and the bookkeeping after it."""
+        if _llama.llama_memory_seq_pos_max(self._mem, 0) >= self.n_past:
+            _llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+
+    def rollback(self, n_keep: int) -> None:
+        """Keep the first ``n_keep`` tokens of the sequence; remove the rest from the KV.
+
+        Checks llama_memory_seq_rm's answer: recurrent and hybrid models cannot forget
+        part of a sequence, and speculation on them would silently corrupt the state.
+        """
+        if n_keep >= self.n_past:
+            return
+        if n_keep < 0:
+            raise ValueError("n_keep must be >= 0")
+        ok = _llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
+        if not ok:
+            raise RollbackError(
+                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
+                "sequence from its memory (recurrent or hybrid model), so drafts cannot be "
+                "rolled back; use it with --draft none"
+            )
+        del self.tokens[n_keep:]
+
+    def clear(self) -> None:
+        _llama.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def pos_max(self) -> int:
+        """Largest position of sequence 0 in the KV memory (-1 when empty)."""
+        return int(_llama.llama_memory_seq_pos_max(self._mem, 0))
+
+    def set_threads(self, n_threads: int, n_threads_batch: int | None = None) -> None:
+        _llama.llama_set_n_threads(self._ptr, n_threads, n_threads_batch or n_threads)
+        self.n_threads = n_threads
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    # compare in blocks first: prompts share long prefixes across chat turns
+    step = 256
+    while i + step <= n and list(a[i : i + step]) == list(b[i : i + step]):
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -1,0 +1,214 @@
+"""Model files: checking a path is a GGUF model, loading it (weights, vocabulary,
+metadata), tokenizing and detokenizing, streaming UTF-8-safe detokenization."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import struct
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import ModelFileError, ModelLoadError
+from .backend import LLAMA_CPP_PYTHON_VERSION, _ensure_backend, _last_llama_errors, _llama, _log_mark
+from .kernels import FAST_KERNELS
+
+_GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_file(path: str | os.PathLike) -> Path:
+    """Fail early and clearly on a path that cannot be a GGUF model.
+
+    llama.cpp itself rejects bad files by returning NULL, but its reason only reaches
+    the log; checking here gives the user a message that names the file and the cause.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(
+            f"model file not found: {p}. Check the path, or use a catalog name "
+            "(`edgespec models list`)."
+        )
+    if p.is_dir():
+        raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
+    try:
+        with open(p, "rb") as f:
+            head = f.read(24)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read model file {p}: {exc.strerror or exc}") from exc
+    if len(head) < 24 or head[:4] != _GGUF_MAGIC:
+        hint = " (it is empty)" if not head else ""
+        raise ModelFileError(
+            f"not a GGUF model file: {p}{hint}. edgespec loads llama.cpp GGUF files "
+            "(*.gguf); convert other formats with llama.cpp's convert_hf_to_gguf.py."
+        )
+    (version,) = struct.unpack("<I", head[4:8])
+    if version not in (2, 3):
+        raise ModelFileError(
+            f"unsupported GGUF version {version} in {p} (llama.cpp reads versions 2 and 3)"
+        )
+    return p
+
+
+class Model:
+    """A loaded GGUF model: weights, vocabulary and metadata.
+
+    ``n_gpu_layers`` is llama.cpp's: 0 keeps everything on the CPU, -1 (or a large
+    number) offloads every layer to Metal/CUDA when the build supports it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        n_gpu_layers: int = 0,
+        use_mmap: bool = True,
+        vocab_only: bool = False,
+        exact: bool = True,
+    ) -> None:
+        self.path = check_gguf_file(path)
+        # batch-invariant kernels (see "Batch-invariant numerics" in kernels.py)
+        self.exact = exact and not FAST_KERNELS
+        _ensure_backend()
+        params = _llama.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers if n_gpu_layers >= 0 else 999
+        params.use_mmap = use_mmap
+        params.vocab_only = vocab_only
+        params.use_extra_bufts = not self.exact
+        mark = _log_mark()
+        ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        if not ptr:
+            reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path}: {reason}. The file may be truncated "
+                "or corrupt (re-download it and check its SHA-256), or use an architecture "
+                f"this llama.cpp (llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}) does not know."
+            )
+        self._ptr = ptr
+        self._vocab = _llama.llama_model_get_vocab(ptr)
+        self.n_vocab: int = _llama.llama_vocab_n_tokens(self._vocab)
+        self.vocab_type: int = _llama.llama_vocab_type(self._vocab)
+        self.bos: int = _llama.llama_vocab_bos(self._vocab)
+        self.eos: int = _llama.llama_vocab_eos(self._vocab)
+        self.add_bos: bool = bool(_llama.llama_vocab_get_add_bos(self._vocab))
+        self.add_eos: bool = bool(_llama.llama_vocab_get_add_eos(self._vocab))
+        self.n_ctx_train: int = _llama.llama_model_n_ctx_train(ptr)
+        self.n_layer: int = _llama.llama_model_n_layer(ptr)
+        self.size_bytes: int = _llama.llama_model_size(ptr)
+        self.n_params: int = _llama.llama_model_n_params(ptr)
+        self.is_recurrent: bool = bool(_llama.llama_model_is_recurrent(ptr)) or bool(
+            _llama.llama_model_is_hybrid(ptr)
+        )
+        self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
+
+    # -- lifetime ------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            _llama.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- metadata ------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string (llama.cpp formats arrays/numbers)."""
+        size = 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = _llama.llama_model_meta_val_str(self._ptr, key.encode("utf-8"), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    @property
+    def architecture(self) -> str:
+        return self.meta("general.architecture") or "unknown"
+
+    @property
+    def name(self) -> str:
+        return self.meta("general.name") or self.path.stem
+
+    @property
+    def chat_template(self) -> str | None:
+        ptr = _llama.llama_model_chat_template(self._ptr, None)
+        if not ptr:
+            return None
+        return ptr.decode("utf-8", errors="replace") if isinstance(ptr, bytes) else None
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        _llama.llama_model_desc(self._ptr, buf, 256)
+        return buf.value.decode("utf-8", errors="replace")
+
+    # -- vocabulary ----------------------------------------------------------------
+    def token_text(self, token: int) -> str:
+        """The vocabulary entry for ``token`` as stored (not detokenized)."""
+        raw = _llama.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT, <|im_end|> and the like."""
+        v = self._eog_cache.get(token)
+        if v is None:
+            v = self._eog_cache[token] = bool(_llama.llama_vocab_is_eog(self._vocab, token))
+        return v
+
+    def token_to_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes this token contributes to the text (control tokens render empty)."""
+        key = token if not special else -token - 1
+        piece = self._piece_cache.get(key)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = _llama.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = _llama.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+            piece = buf.raw[:n]
+            self._piece_cache[key] = piece
+        return piece
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Text -> token ids. ``add_special`` adds BOS when the model asks for it;
+        ``parse_special`` turns ``<|im_start|>`` and friends into their control ids."""
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        arr = (_llama.llama_token * n_max)()
+        n = _llama.llama_tokenize(self._vocab, data, len(data), arr, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            arr = (_llama.llama_token * n_max)()
+            n = _llama.llama_tokenize(self._vocab, data, len(data), arr, n_max, add_special, parse_special)
+        if n < 0:
+            raise ModelFileError(f"tokenization failed for a text of {len(data)} bytes")
+        return list(arr[:n])
+
+    def detokenize(self, tokens: Iterable[int], *, special: bool = False) -> str:
+        return b"".join(self.token_to_bytes(t, special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )
+
+
+class Detokenizer:
+    """Streaming detokenizer: feed token ids, get text that is always valid UTF-8.
+
+    A token can end in the middle of a multi-byte character (byte-fallback tokens, or a
+    BPE merge that splits an emoji); the incremental decoder holds those bytes until the
+    character is complete instead of emitting a replacement character.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token: int) -> str:
+        return self._decoder.decode(self._model.token_to_bytes(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

@@ -1,0 +1,440 @@
+"""The plan: which model pair, drafter and k to run on a device, and why.
+
+``plan()`` turns a profile (or the detected machine) and command-line overrides into a
+``Plan``: the model pair that fits memory, the drafter and k from the cost model in
+``adaptive``, and the reason. It knows nothing about llama.cpp; ``Plan.engine_kwargs()``
+resolves catalog names to files for ``Engine``.
+
+It sits between the profile data (``profiles``), the machine (``detect``), the model
+table and memory fit (``catalog``) and the engine; it reads them and never writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import adaptive, catalog
+from .errors import ProfileError
+from .profiles import GB, Profile, detect_profile, load_profile
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run, and why: the answer to ``--profile``.
+
+    ``target``/``draft`` are catalog names or paths; ``draft`` is None unless the
+    drafter is "model". ``predicted_speedup`` is the cost model's, for the chosen k.
+    """
+
+    profile: str
+    backend: str
+    target: str
+    draft: str | None
+    drafter: str  # "model" | "ngram" | "none"
+    k: int
+    p_min: float
+    n_ctx: int
+    n_threads: int | None
+    n_gpu_layers: int
+    predicted_speedup: float
+    reason: str
+    pair: str | None = None
+    k_max: int = 8  # upper bound for the loop's adaptive k
+    notes: tuple[str, ...] = ()
+    options: tuple[tuple[str, int, float], ...] = ()  # (drafter, best k, predicted speedup)
+    ngram_min_match: int = 2  # prompt lookup drafts only after a match this long
+    # the target's kernels (Engine's ``exact``): None when the automatic choice decodes
+    # plainly (llama.cpp's faster kernels until a drafter is switched on); True otherwise,
+    # so --draft none is the exact baseline speculation reproduces token for token
+    exact: bool | None = True
+    # ``reason`` in one line, for the line printed on every run (the full reason is for
+    # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
+    headline: str = ""
+
+    def engine_kwargs(self, *, offline: bool | None = None) -> dict:
+        """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
+        local files (assembling or downloading them if needed)."""
+        if self.drafter == "model":
+            if self.draft is None:  # pragma: no cover - plan() never builds this
+                raise ProfileError("plan has drafter 'model' but no draft model")
+            draft: Path | str | None = catalog.resolve_model(self.draft, offline=offline)
+        elif self.drafter == "ngram":
+            draft = "ngram"
+        else:
+            draft = None
+        return {
+            "target": catalog.resolve_model(self.target, offline=offline),
+            "draft": draft,
+            # without a drafter k is unused, but Engine wants k >= 1
+            "k": max(1, self.k),
+            "k_max": max(1, self.k, self.k_max),
+            "p_min": self.p_min if self.drafter == "model" else 0.0,
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "n_gpu_layers": self.n_gpu_layers,
+            "ngram_min_match": self.ngram_min_match,
+            "exact": self.exact,
+        }
+
+    @property
+    def summary(self) -> str:
+        """The choice in one line."""
+        return self.headline or self.reason
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.profile,
+            "profile": self.profile,
+            "backend": self.backend,
+            "pair": self.pair,
+            "target": self.target,
+            "draft": self.draft,
+            "drafter": self.drafter,
+            "k": self.k,
+            "k_max": self.k_max,
+            "p_min": self.p_min,
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "n_gpu_layers": self.n_gpu_layers,
+            "predicted_speedup": round(self.predicted_speedup, 3),
+            "reason": self.reason,
+            "headline": self.summary,
+            "notes": list(self.notes),
+            "options": [
+                {"drafter": d, "k": k, "predicted_speedup": round(s, 3)} for d, k, s in self.options
+            ],
+        }
+
+
+def _x(s: float) -> str:
+    return f"{s:.2f}×"
+
+
+def plan(
+    profile: str | Profile | None = "auto",
+    *,
+    target: str | None = None,
+    draft: str | None = None,
+    k: int | None = None,
+    n_ctx: int | None = None,
+    n_gpu_layers: int | None = None,
+    probe: Any = None,
+    offline: bool | None = None,
+) -> Plan:
+    """Choose the pair, drafter and k for a profile ("auto" or None: the detected
+    machine), then apply command-line overrides.
+
+    ``draft`` may be "none", "ngram", "auto" (same as None), "model" (the pair's draft),
+    a catalog name or a path. ``probe`` replaces the machine for detection (tests).
+    ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
+    """
+    notes: list[str] = []
+    prof, available = _load(profile, probe, notes)
+    if n_ctx is not None:
+        prof = replace(prof, n_ctx=n_ctx)
+    if n_gpu_layers is not None:
+        prof = replace(prof, n_gpu_layers=n_gpu_layers)
+    if k is not None and k < 0:
+        raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
+    ask = _Ask.of(draft, k)
+    room = _Room.of(prof, available, offline, notes)
+
+    # 1. the target and the draft model candidate
+    if target is not None:
+        tgt, draft_model, pair_name = _given_target(target, prof, ask, room, notes)
+    else:
+        tgt, draft_model, pair_name = _choose_pair(prof, ask.mode, ask.draft, room.budget, room.headroom,
+                                                   room.offline, notes)
+    if ask.mode in ("model", "given") and draft_model is None:
+        raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
+
+    # 2. the drafter and k
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode)
+    choice, reason, headline = _choose_drafter(prof, ask, costs)
+    choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
+
+    return Plan(
+        profile=prof.name, backend=prof.backend, target=tgt,
+        draft=draft_model if choice.drafter == "model" else None,
+        drafter=choice.drafter, k=kk if choice.drafter != "none" else 0, p_min=prof.p_min,
+        n_ctx=prof.n_ctx, n_threads=prof.n_threads, n_gpu_layers=prof.n_gpu_layers,
+        predicted_speedup=s, reason=reason, headline=headline, pair=pair_name, k_max=max(prof.k_max, kk),
+        notes=tuple(notes + list(prof.notes)), options=choice.options,
+        ngram_min_match=adaptive.ngram_min_match(costs.c),
+        # llama.cpp's fast kernels only while edgespec decodes plainly by its own choice
+        exact=None if choice.drafter == "none" and ask.mode == "auto" and k is None else True,
+    )
+
+
+def _load(profile: str | Profile | None, probe: Any, notes: list[str]) -> tuple[Profile, int | None]:
+    """The profile asked for, and the memory available now when it was detected."""
+    if isinstance(profile, Profile):
+        return profile, None
+    if profile in (None, "auto"):
+        det = detect_profile(probe)
+        notes.append(det.explanation)
+        return det.profile, det.machine.available_bytes
+    prof = load_profile(profile)
+    notes.append(f"profile {prof.name} ({prof.origin}): {prof.description}")
+    return prof, None
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """What the command line asked of the drafter. ``mode``: "auto" (choose), "none",
+    "ngram", "model" (the pair's draft model) or "given" (a catalog name or a path)."""
+
+    mode: str
+    draft: str  # the --draft text, "auto" when not given
+    k: int | None
+
+    @classmethod
+    def of(cls, draft: str | None, k: int | None) -> "_Ask":
+        draft_kw = (draft or "auto").strip()
+        if draft_kw.lower() in ("off", "plain"):
+            draft_kw = "none"
+        low = draft_kw.lower()
+        return cls(low if low in ("none", "ngram", "model", "auto") else "given", draft_kw, k)
+
+    @property
+    def wants_model(self) -> bool:
+        return self.mode in ("auto", "model", "given")
+
+
+@dataclass(frozen=True)
+class _Room:
+    """The memory the models may use, in bytes, and whether to stay offline."""
+
+    budget: int
+    headroom: int
+    offline: bool
+
+    @classmethod
+    def of(cls, prof: Profile, available: int | None, offline: bool | None, notes: list[str]) -> "_Room":
+        budget = int(prof.models_gb.value * GB)
+        if available is not None and available < budget:
+            notes.append(f"memory limited to the {available / GB:.1f} GB available now")
+            budget = available
+        return cls(budget, int(prof.headroom_gb * GB), catalog.is_offline(offline))
+
+
+def _given_target(target: str, prof: Profile, ask: _Ask, room: _Room,
+                  notes: list[str]) -> tuple[str, str | None, str | None]:
+    """The target named on the command line, its draft model candidate and its pair."""
+    draft_model: str | None = None
+    if ask.mode == "given":
+        draft_model = ask.draft
+        p = catalog.find_pair(target, ask.draft)
+    else:
+        p = catalog.find_pair(target)
+        if p is not None:
+            draft_model = p.draft
+        else:
+            same = catalog.drafts_for(target)
+            draft_model = same[0].name if same else None
+            if draft_model is None and ask.mode in ("auto", "model"):
+                notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
+    with_draft = draft_model if ask.wants_model else None
+    fit = _fit(target, with_draft, prof, room.budget, room.headroom)
+    if fit is not None:
+        what = f"{target}" + (f" + {with_draft}" if with_draft else "")
+        notes.append(f"{what}: {fit.describe()}" + ("" if fit.fits else " — may not fit"))
+    return target, draft_model, (p.name if p is not None else None)
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """The cost model's inputs for one pair: the drafters to weigh, c(n) and its status,
+    how γ was found, and the exact kernels' slowdown speculation pays."""
+
+    options: list[adaptive.DrafterOption]
+    c: adaptive.VerifyCost
+    c_status: str
+    gamma_status: str
+    slowdown: float
+
+
+def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str) -> _Costs:
+    pc = prof.pair_cost(pair_name)
+    c_fig = pc.verify or prof.verify
+    options: list[adaptive.DrafterOption] = []
+    gamma_status = ""
+    if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in prof.drafters)):
+        alpha = (pc.alpha or prof.alpha_model).value
+        if pc.gamma is not None:
+            gamma, gamma_status = pc.gamma.value, pc.gamma.status
+        else:
+            gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
+        options.append(adaptive.DrafterOption("model", alpha, gamma))
+    if mode == "ngram" or (mode == "auto" and "ngram" in prof.drafters):
+        options.append(
+            adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value, prof.ngram_hit.value)
+        )
+    # speculation runs the target on batch-invariant kernels; plain decoding on llama.cpp's
+    slow = prof.exact_slowdown.value if prof.n_gpu_layers == 0 else 1.0
+    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow)
+
+
+def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str, str]:
+    """The drafter and k: the cost model's choice, or the one the command line named.
+    Returns the choice, the full reason and its one-line headline."""
+    c, slow = costs.c, costs.slowdown
+    if ask.mode == "none":
+        reason = "plain decoding: --draft none"
+        return adaptive.Choice("none", 0, 1.0), reason, reason
+    if ask.mode == "auto":
+        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
+                                 slowdown=slow)
+        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow)
+        return choice, head + ("; " + "; ".join(parts) if parts else ""), head
+    # the drafter was named on the command line: use it, say what it is predicted to do
+    opt = costs.options[0]
+    kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
+                            slowdown=slow)
+    reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {ask.draft}); predicted {_x(s)}"
+    if s < 1.0:
+        reason += ", slower than plain decoding on this device"
+    return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason, reason
+
+
+def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, headline: str,
+            notes: list[str]) -> tuple[adaptive.Choice, int, float, str, str]:
+    """Apply ``--k``: k=0 means plain decoding; another k replaces the chosen one."""
+    kk, s, k = choice.k, choice.speedup, ask.k
+    if k is not None:
+        if choice.drafter == "none":
+            if k > 0:
+                notes.append(f"k={k} ignored: no drafter (pass --draft ngram or a model to force one)")
+        else:
+            opt = next(o for o in costs.options if o.drafter == choice.drafter)
+            kk = k
+            s = adaptive.speedup(opt.alpha, k, costs.c, opt.gamma, opt.hit, costs.slowdown)
+            reason += f"; k={k} from the command line (predicted {_x(s)})"
+            headline = (f"{choice.drafter} drafter, k={k} from the command line: predicted {_x(s)}"
+                        if ask.mode == "auto" else reason)
+    if kk == 0 and choice.drafter != "none":
+        choice = adaptive.Choice("none", 0, 1.0, choice.options)
+        s = 1.0
+        reason = headline = "plain decoding: k=0 from the command line"
+    return choice, kk, s, reason, headline
+
+
+def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:
+    try:
+        d, t = catalog.model_info(draft), catalog.model_info(target)
+    except Exception:  # noqa: BLE001 - an unreadable file: assume a 5× smaller draft
+        return 0.25
+    return adaptive.draft_cost_ratio(
+        d.size_bytes, t.size_bytes, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value
+    )
+
+
+def _fit(target: str, draft: str | None, prof: Profile, budget: int, headroom: int) -> catalog.Fit | None:
+    try:
+        return catalog.check_fit(target, draft, n_ctx=prof.n_ctx, available_bytes=budget, headroom_bytes=headroom)
+    except Exception:  # noqa: BLE001 - a file that cannot be read yet: no verdict here
+        return None
+
+
+def _choose_pair(
+    prof: Profile, mode: str, draft_kw: str, budget: int, headroom: int, offline: bool, notes: list[str]
+) -> tuple[str, str | None, str | None]:
+    """The first preferred pair that fits in ``budget`` with its draft (or, failing
+    that, the first whose target fits alone, for n-gram or plain decoding). Offline,
+    pairs that are not available locally are skipped."""
+    want_draft = mode in ("auto", "model", "given")
+    fallback: tuple[str, str | None, str | None] | None = None
+    for pname in prof.pairs:
+        p = catalog.get_pair(pname)
+        draft_model = draft_kw if mode == "given" else p.draft
+        if offline and not (
+            catalog.is_available(p.target) and (not want_draft or catalog.is_available(draft_model))
+        ):
+            notes.append(f"skipped {pname}: not available offline")
+            continue
+        fit = catalog.check_fit(p.target, draft_model if want_draft else None, n_ctx=prof.n_ctx,
+                                available_bytes=budget, headroom_bytes=headroom)
+        if fit.fits:
+            notes.append(f"pair {pname}: {fit.describe()}")
+            return p.target, draft_model, (pname if mode != "given" else None)
+        alone = catalog.check_fit(p.target, None, n_ctx=prof.n_ctx, available_bytes=budget,
+                                  headroom_bytes=headroom)
+        if alone.fits and fallback is None:
+            fallback = (p.target, None, pname)
+            notes.append(f"{pname}: the target fits only without its draft ({fit.describe()})")
+        else:
+            notes.append(f"skipped {pname}: {fit.describe()}")
+    if fallback is not None:
+        return fallback
+    last = catalog.get_pair(prof.pairs[-1])
+    notes.append(f"no preferred pair fits in {budget / GB:.1f} GB; using {last.name} anyway")
+    return last.target, (draft_kw if mode == "given" else last.draft), last.name
+
+
+def _explain(
+    choice: adaptive.Choice,
+    prof: Profile,
+    options: list[adaptive.DrafterOption],
+    c: adaptive.VerifyCost,
+    c_status: str,
+    gamma_status: str,
+    slowdown: float = 1.0,
+) -> tuple[str, list[str]]:
+    """The automatic choice in one line, and the reasons behind it (one per drafter
+    weighed, and the exact kernels' cost)."""
+    by = {d: (k, s) for d, k, s in choice.options}
+    opts = {o.drafter: o for o in options}
+    parts = []
+    if "model" in by:
+        parts.append(_explain_model(choice, prof, opts["model"], *by["model"], c, c_status, gamma_status))
+    if "ngram" in by:
+        parts.append(_explain_ngram(prof, opts["ngram"], *by["ngram"], c, slowdown))
+    if choice.drafter == "none":
+        if choice.options:
+            head = f"plain decoding: no drafter is predicted to beat it by {prof.min_gain:.0%}"
+        else:
+            head = "plain decoding: no drafter is enabled in this profile"
+    else:
+        head = f"{choice.drafter} drafter, k={choice.k}: predicted {_x(choice.speedup)}"
+    if slowdown > 1.0 and choice.options:
+        parts.append(
+            f"speculation needs batch-invariant kernels, {slowdown:.2f}× slower per token here than the "
+            f"llama.cpp kernels plain decoding uses ({prof.exact_slowdown.status}); included above"
+        )
+    return head, parts
+
+
+def _explain_model(choice: adaptive.Choice, prof: Profile, o: adaptive.DrafterOption, k: int, s: float,
+                   c: adaptive.VerifyCost, c_status: str, gamma_status: str) -> str:
+    if choice.drafter == "model":
+        verdict = "wins"
+    elif s < 1.0:
+        verdict = "loses"
+    elif s < 1.0 + prof.min_gain:
+        verdict = "gains too little"
+    else:
+        verdict = f"is beaten by {choice.drafter}"
+    return (
+        f"model drafter {verdict}: {_x(s)} at best (k={k}; α={o.alpha:.2f}, "
+        f"γ={o.gamma:.2f} {gamma_status}, c({k + 1})={c(k + 1):.2f} "
+        f"{c_status if k + 1 in c.n else 'interpolated from ' + c_status + ' figures'})"
+    )
+
+
+def _explain_ngram(prof: Profile, o: adaptive.DrafterOption, k: int, s: float, c: adaptive.VerifyCost,
+                   slowdown: float) -> str:
+    # on a prompt the answer copies from, the drafter proposes in nearly every round
+    _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
+                                hit=1.0, slowdown=slowdown)
+    if s_copy >= 1.0 + prof.min_gain:
+        copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
+                f"{_x(s_copy)}: try --draft ngram there")
+    else:
+        copy = (f"even on prompts that quote their input it is predicted at most {_x(s_copy)} here, "
+                "so it is not worth turning on")
+    return (
+        f"ngram {_x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
+        f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}"
+    )
