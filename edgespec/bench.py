@@ -84,9 +84,12 @@ def configure(engine: Any, cfg: Config) -> None:
     engine.set_drafter(cfg.drafter)  # "model" = the draft model already loaded
     engine.set_k(max(1, cfg.k))
     engine.adaptive_k = cfg.adaptive_k
-    # k_max bounds the loop's k controller: a fixed k above the drafter's default bound
-    # would otherwise be clamped
-    engine.set_k_max(max(cfg.k_max or 0, cfg.k) if cfg.drafter != "none" else None)
+    # k_max bounds what the drafting policy may draft (None: the drafter's default); a
+    # fixed k above that default would otherwise be clamped
+    if cfg.adaptive_k or cfg.drafter == "none":
+        engine.set_k_max(cfg.k_max)
+    else:
+        engine.set_k_max(max(cfg.k_max or 0, cfg.k))
     if cfg.drafter == "model":
         engine.set_p_min(cfg.p_min)
 

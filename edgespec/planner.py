@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from . import adaptive, catalog
+from .explain import explain as _explain
+from .explain import x as _x
 from .errors import ProfileError
 from .profiles import GB, Profile, detect_profile, load_profile
 
@@ -41,14 +43,17 @@ class Plan:
     predicted_speedup: float
     reason: str
     pair: str | None = None
-    k_max: int = 8  # upper bound for the loop's adaptive k
+    k_max: int | None = None  # most tokens a round drafts (None: the engine's default)
     notes: tuple[str, ...] = ()
     options: tuple[tuple[str, int, float], ...] = ()  # (drafter, best k, predicted speedup)
-    ngram_min_match: int = 2  # prompt lookup drafts only after a match this long
-    # the target's kernels (Engine's ``exact``): None when the automatic choice decodes
-    # plainly (llama.cpp's faster kernels until a drafter is switched on); True otherwise,
-    # so --draft none is the exact baseline speculation reproduces token for token
-    exact: bool | None = True
+    # the target's kernels (Engine's ``exact``): llama.cpp's own unless --exact asks for
+    # batch-invariant ones (token-for-token equality with plain greedy decoding)
+    exact: bool = False
+    # the learned drafting policy (True), or exactly k per round (--k given)
+    adaptive: bool = True
+    # the policy's priors: c(n) and the draft model's cost per token (None: the engine's)
+    verify_cost: adaptive.VerifyCost | None = None
+    draft_gamma: float | None = None
     # ``reason`` in one line, for the line printed on every run (the full reason is for
     # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
     headline: str = ""
@@ -69,13 +74,17 @@ class Plan:
             "draft": draft,
             # without a drafter k is unused, but Engine wants k >= 1
             "k": max(1, self.k),
-            "k_max": max(1, self.k, self.k_max),
-            "p_min": self.p_min if self.drafter == "model" else 0.0,
+            "k_max": self.k_max,
+            "adaptive_k": self.adaptive,
+            # the learned policy weighs the draft's confidence itself; a fixed k keeps
+            # the profile's fixed cut-off
+            "p_min": self.p_min if self.drafter == "model" and not self.adaptive else 0.0,
             "n_ctx": self.n_ctx,
             "n_threads": self.n_threads,
             "n_gpu_layers": self.n_gpu_layers,
-            "ngram_min_match": self.ngram_min_match,
             "exact": self.exact,
+            "verify_cost": self.verify_cost,
+            "draft_gamma": self.draft_gamma if self.drafter == "model" else None,
         }
 
     @property
@@ -108,10 +117,6 @@ class Plan:
         }
 
 
-def _x(s: float) -> str:
-    return f"{s:.2f}×"
-
-
 def plan(
     profile: str | Profile | None = "auto",
     *,
@@ -122,12 +127,15 @@ def plan(
     n_gpu_layers: int | None = None,
     probe: Any = None,
     offline: bool | None = None,
+    exact: bool = False,
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine), then apply command-line overrides.
 
     ``draft`` may be "none", "ngram", "auto" (same as None), "model" (the pair's draft),
-    a catalog name or a path. ``probe`` replaces the machine for detection (tests).
+    a catalog name or a path. ``k`` fixes the draft length of every round instead of the
+    learned policy. ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU
+    the cost model then counts. ``probe`` replaces the machine for detection (tests).
     ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
     """
     notes: list[str] = []
@@ -151,7 +159,7 @@ def plan(
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
 
     # 2. the drafter and k
-    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode)
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
     choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
@@ -160,11 +168,14 @@ def plan(
         draft=draft_model if choice.drafter == "model" else None,
         drafter=choice.drafter, k=kk if choice.drafter != "none" else 0, p_min=prof.p_min,
         n_ctx=prof.n_ctx, n_threads=prof.n_threads, n_gpu_layers=prof.n_gpu_layers,
-        predicted_speedup=s, reason=reason, headline=headline, pair=pair_name, k_max=max(prof.k_max, kk),
+        predicted_speedup=s, reason=reason, headline=headline, pair=pair_name,
+        k_max=kk if k is not None else None,
         notes=tuple(notes + list(prof.notes)), options=choice.options,
-        ngram_min_match=adaptive.ngram_min_match(costs.c),
-        # llama.cpp's fast kernels only while edgespec decodes plainly by its own choice
-        exact=None if choice.drafter == "none" and ask.mode == "auto" and k is None else True,
+        exact=exact, adaptive=k is None,
+        # the profile's c(n) is for llama.cpp's kernels on CPUs; under exact the engine's
+        # own prior for those kernels serves better until its timings take over
+        verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c,
+        draft_gamma=costs.gamma,
     )
 
 
@@ -254,13 +265,16 @@ class _Costs:
     c_status: str
     gamma_status: str
     slowdown: float
+    gamma: float | None = None
 
 
-def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str) -> _Costs:
+def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str,
+           exact: bool = False) -> _Costs:
     pc = prof.pair_cost(pair_name)
     c_fig = pc.verify or prof.verify
     options: list[adaptive.DrafterOption] = []
     gamma_status = ""
+    gamma = None
     if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in prof.drafters)):
         alpha = (pc.alpha or prof.alpha_model).value
         if pc.gamma is not None:
@@ -269,12 +283,13 @@ def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: s
             gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
         options.append(adaptive.DrafterOption("model", alpha, gamma))
     if mode == "ngram" or (mode == "auto" and "ngram" in prof.drafters):
-        options.append(
-            adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value, prof.ngram_hit.value)
-        )
-    # speculation runs the target on batch-invariant kernels; plain decoding on llama.cpp's
-    slow = prof.exact_slowdown.value if prof.n_gpu_layers == 0 else 1.0
-    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow)
+        # the learned policy drafts only where a draft pays: prompt lookup cannot lose
+        options.append(adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value,
+                                              prof.ngram_hit.value, floor=1.0))
+    # with --exact the target runs batch-invariant kernels, slower per token on a CPU
+    # than the llama.cpp kernels plain decoding would otherwise run on
+    slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
+    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
 
 
 def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str, str]:
@@ -311,8 +326,8 @@ def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, head
             opt = next(o for o in costs.options if o.drafter == choice.drafter)
             kk = k
             s = adaptive.speedup(opt.alpha, k, costs.c, opt.gamma, opt.hit, costs.slowdown)
-            reason += f"; k={k} from the command line (predicted {_x(s)})"
-            headline = (f"{choice.drafter} drafter, k={k} from the command line: predicted {_x(s)}"
+            reason += f"; k={k} in every round from the command line (predicted {_x(s)})"
+            headline = (f"{choice.drafter} drafter, k={k} in every round from the command line: predicted {_x(s)}"
                         if ask.mode == "auto" else reason)
     if kk == 0 and choice.drafter != "none":
         choice = adaptive.Choice("none", 0, 1.0, choice.options)
@@ -371,70 +386,3 @@ def _choose_pair(
     last = catalog.get_pair(prof.pairs[-1])
     notes.append(f"no preferred pair fits in {budget / GB:.1f} GB; using {last.name} anyway")
     return last.target, (draft_kw if mode == "given" else last.draft), last.name
-
-
-def _explain(
-    choice: adaptive.Choice,
-    prof: Profile,
-    options: list[adaptive.DrafterOption],
-    c: adaptive.VerifyCost,
-    c_status: str,
-    gamma_status: str,
-    slowdown: float = 1.0,
-) -> tuple[str, list[str]]:
-    """The automatic choice in one line, and the reasons behind it (one per drafter
-    weighed, and the exact kernels' cost)."""
-    by = {d: (k, s) for d, k, s in choice.options}
-    opts = {o.drafter: o for o in options}
-    parts = []
-    if "model" in by:
-        parts.append(_explain_model(choice, prof, opts["model"], *by["model"], c, c_status, gamma_status))
-    if "ngram" in by:
-        parts.append(_explain_ngram(prof, opts["ngram"], *by["ngram"], c, slowdown))
-    if choice.drafter == "none":
-        if choice.options:
-            head = f"plain decoding: no drafter is predicted to beat it by {prof.min_gain:.0%}"
-        else:
-            head = "plain decoding: no drafter is enabled in this profile"
-    else:
-        head = f"{choice.drafter} drafter, k={choice.k}: predicted {_x(choice.speedup)}"
-    if slowdown > 1.0 and choice.options:
-        parts.append(
-            f"speculation needs batch-invariant kernels, {slowdown:.2f}× slower per token here than the "
-            f"llama.cpp kernels plain decoding uses ({prof.exact_slowdown.status}); included above"
-        )
-    return head, parts
-
-
-def _explain_model(choice: adaptive.Choice, prof: Profile, o: adaptive.DrafterOption, k: int, s: float,
-                   c: adaptive.VerifyCost, c_status: str, gamma_status: str) -> str:
-    if choice.drafter == "model":
-        verdict = "wins"
-    elif s < 1.0:
-        verdict = "loses"
-    elif s < 1.0 + prof.min_gain:
-        verdict = "gains too little"
-    else:
-        verdict = f"is beaten by {choice.drafter}"
-    return (
-        f"model drafter {verdict}: {_x(s)} at best (k={k}; α={o.alpha:.2f}, "
-        f"γ={o.gamma:.2f} {gamma_status}, c({k + 1})={c(k + 1):.2f} "
-        f"{c_status if k + 1 in c.n else 'interpolated from ' + c_status + ' figures'})"
-    )
-
-
-def _explain_ngram(prof: Profile, o: adaptive.DrafterOption, k: int, s: float, c: adaptive.VerifyCost,
-                   slowdown: float) -> str:
-    # on a prompt the answer copies from, the drafter proposes in nearly every round
-    _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
-                                hit=1.0, slowdown=slowdown)
-    if s_copy >= 1.0 + prof.min_gain:
-        copy = (f"on prompts that quote their input (code edits, summaries) it is predicted "
-                f"{_x(s_copy)}: try --draft ngram there")
-    else:
-        copy = (f"even on prompts that quote their input it is predicted at most {_x(s_copy)} here, "
-                "so it is not worth turning on")
-    return (
-        f"ngram {_x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
-        f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}"
-    )

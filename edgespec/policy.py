@@ -281,6 +281,11 @@ class DraftPolicy:
         self._conf: list[float] = []
         self._rates: list[float] = []
 
+    @property
+    def bound(self) -> int:
+        """The most tokens a round may draft (what a round reports as its k)."""
+        return self.l_max
+
     # -- per round -------------------------------------------------------------------
     def limit(self, l_max: int) -> int:
         """How many tokens to ask the drafter for this round (0: do not draft)."""
@@ -363,6 +368,10 @@ class FixedPolicy:
 
     def begin(self, seed: int | None = None) -> None:
         pass
+
+    @property
+    def bound(self) -> int:
+        return self.k
 
     def limit(self, l_max: int) -> int:
         self.stats.rounds += 1

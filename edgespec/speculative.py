@@ -61,7 +61,7 @@ class SpeculativeLoop:
     n_vocab: int
     is_eog: Callable[[int], bool] = lambda t: False
     rounds: int = 0
-    last_k: int = 0  # drafts verified by the last round
+    last_k: int = 0  # the draft-length bound of the last round
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
@@ -77,7 +77,7 @@ class SpeculativeLoop:
         n = policy.choose(proposal.ids[:l_max], proposal.match_len, proposal.confidence)
         drafts = proposal.ids[:n]
         q = proposal.q
-        self.last_k = n
+        self.last_k = policy.bound
 
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
@@ -147,7 +147,7 @@ class SpeculativeLoop:
             drafted=len(drafts),
             accepted=n_acc,
             rejected=len(drafts) - n_acc,
-            k=n,
+            k=policy.bound,
             drafter=self.drafter.name,
             rejected_ids=tuple(drafts[n_acc:]),
         )

@@ -173,13 +173,13 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
     out_csv = tmp_path / "bench.csv"
     r = run("--profile", "cpu-small", "--target", tiny_target, "--draft-candidates", f"{tiny_noisy},ngram",
             "--k-grid", "1,2", "--input", prompt_file, "--limit", 2, "--max-tokens", 8, "--threads", 1,
-            "--json", "--csv", out_csv, "--quiet")
+            "--json", "--csv", out_csv, "--quiet", "--exact")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert {"plain", "results", "auto"} <= set(d)
     assert {"tokens_per_second", "speedup", "identical"} <= set(d["plain"])
-    # on a CPU, plain decoding runs on llama.cpp's kernels (the baseline) and on the exact
-    # kernels (the reference every speculative configuration reproduces)
+    # with --exact on a CPU, plain decoding runs on llama.cpp's kernels (the baseline) and
+    # on the exact kernels (the reference every speculative configuration reproduces)
     assert d["settings"]["plain_kernels"] == "llama.cpp"
     assert [x["config"] for x in d["results"]] == ["plain, exact kernels", "model k=1", "model k=2",
                                                    "ngram k=1", "ngram k=2"]

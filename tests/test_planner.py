@@ -29,7 +29,7 @@ def test_m2max_uses_a_7b_pair_with_the_model_drafter_and_says_why():
     assert plan.drafter == "model"
     assert plan.target == "qwen2.5-coder-7b-instruct-q4_k_m"
     assert plan.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
-    assert 2 <= plan.k <= plan.k_max
+    assert plan.k >= 2 and plan.k_max is None and plan.adaptive  # the policy drafts up to the engine's bound
     assert plan.predicted_speedup > 1.3
     assert "model drafter wins" in plan.reason
 
@@ -79,7 +79,8 @@ def test_overrides_draft_none_ngram_and_a_named_model():
 def test_overrides_target_k_and_gpu_layers(tiny_target, tiny_same):
     p = planner.plan("m2max", target=str(tiny_target), draft=str(tiny_same), k=7, n_gpu_layers=0)
     assert p.target == str(tiny_target) and p.draft == str(tiny_same)
-    assert p.k == 7 and p.n_gpu_layers == 0 and "k=7 from the command line" in p.reason
+    assert p.k == 7 and p.n_gpu_layers == 0 and "k=7 in every round from the command line" in p.reason
+    assert not p.adaptive and p.engine_kwargs()["adaptive_k"] is False and p.k_max == 7
     # an unpaired target file: no draft model is known, so only ngram or none
     p = planner.plan("m2max", target=str(tiny_target))
     assert p.drafter in ("ngram", "none")
@@ -122,25 +123,27 @@ def test_offline_skips_pairs_that_are_not_here(monkeypatch, tmp_path):
         assert plan.target == catalog.DEFAULT_TARGET
 
 
-def test_plain_choice_uses_llama_cpp_kernels_only_when_automatic(tmp_path, monkeypatch, tiny_target):
-    """The automatic choice decoding plainly runs llama.cpp's (faster) kernels; an
-    explicit --draft none is the exact baseline; speculation is exact; and on a CPU the
-    exact kernels' slowdown counts against every drafter."""
+def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monkeypatch, tiny_target):
+    """llama.cpp's kernels unless --exact; on a CPU the automatic choice is prompt lookup
+    (its policy drafts only where it pays, so it cannot lose); --exact counts the exact
+    kernels' slowdown, and then plain decoding wins."""
     from edgespec import adaptive, planner, profiles
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     auto = planner.plan("cpu-small")
-    assert auto.drafter == "none" and auto.exact is None
-    # (a file as target: resolving the profile's 1.5B would need the models extra)
-    assert planner.plan("cpu-small", target=str(tiny_target)).engine_kwargs()["exact"] is None
-    assert planner.plan("cpu-small", draft="none").exact is True
-    ng = planner.plan("cpu-small", draft="ngram")
-    assert ng.exact is True
+    assert auto.drafter == "ngram" and auto.exact is False and auto.adaptive
+    kw = planner.plan("cpu-small", target=str(tiny_target)).engine_kwargs()
+    assert kw["exact"] is False and kw["draft"] == "ngram" and kw["adaptive_k"] and kw["k_max"] is None
+    assert kw["verify_cost"] is not None  # the profile's c(n) is the policy's prior
+    assert planner.plan("cpu-small", draft="none").exact is False
+    ex = planner.plan("cpu-small", exact=True)
+    assert ex.exact is True and ex.drafter == "none" and "batch-invariant kernels" in ex.reason
+    assert ex.verify_cost is None  # the engine's prior for exact kernels
     prof = profiles.load_profile("cpu-small")
-    assert prof.exact_slowdown.value > 1.0
+    ng = planner.plan("cpu-small", draft="ngram", exact=True)
     k, s = adaptive.best_k(prof.alpha_ngram.value, prof.verify.cost, prof.gamma_ngram.value, k_min=prof.k_min,
                            k_max=prof.k_max, hit=prof.ngram_hit.value, slowdown=prof.exact_slowdown.value)
     assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(s))
-    assert "batch-invariant kernels" in auto.reason
-    gpu = planner.plan("m2max")
+    assert "batch-invariant kernels" not in auto.reason
+    gpu = planner.plan("m2max", exact=True)
     assert gpu.n_gpu_layers != 0 and "batch-invariant kernels" not in gpu.reason

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
+    ExactOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
     cli_errors,
     out_console,
 )
@@ -40,6 +40,7 @@ def bench(
                           "locally, and ngram."),
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
+    exact: ExactOpt = False,
     input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
@@ -58,15 +59,17 @@ def bench(
     from edgespec import bench as lib
 
     with cli_errors():
-        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx)
+        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx,
+                                       exact)
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, profile, target, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
         engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, threads, quiet)
         try:
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
-            auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=True,
-                              k_max=auto_plan.k_max, p_min=auto_plan.p_min)
+            # the automatic choice as a user runs it: the learned policy, the plan's bound
+            auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=auto_plan.adaptive,
+                              k_max=auto_plan.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
             plan_info = {"drafter": auto_plan.drafter, "k": auto_plan.k, "profile": auto_plan.profile,
                          "predicted_speedup": round(auto_plan.predicted_speedup, 4), "reason": auto_plan.reason}
             with progress_bar(quiet, "bench") as progress:

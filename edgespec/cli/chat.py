@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
     ensure_utf8,
     err_console,
@@ -342,17 +342,12 @@ class ChatSession:
             self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|PATH"))
             return
         choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
-        was_exact = self.engine.exact_kernels
         if choice not in ("none", "ngram", "model") and self.err.is_terminal:
             with self.err.status(f"loading {Path(choice).name}…"):
                 self.engine.set_drafter(choice)
         else:
             self.engine.set_drafter(choice)
         self.console.print(Text(f"drafter: {self.engine.drafter_name}", style="dim"))
-        if self.engine.exact_kernels and not was_exact:
-            self.console.print(Text("reloaded the target on batch-invariant kernels (speculation needs them to "
-                                    "match plain decoding exactly); the next turn re-reads the conversation",
-                                    style="dim"))
         if self.engine.drafter_name != "none":
             self.readout.print_legend()
 
@@ -412,6 +407,7 @@ def chat(
     target: TargetOpt = None,
     draft: DraftOpt = None,
     k: KOpt = None,
+    exact: ExactOpt = False,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
     temperature: TemperatureOpt = 0.7,
     top_k: TopKOpt = 0,
@@ -429,7 +425,7 @@ def chat(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
         engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors():

@@ -68,7 +68,11 @@ TargetOpt = Annotated[
 DraftOpt = Annotated[
     Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
 ]
-KOpt = Annotated[Optional[int], typer.Option("--k", min=1, help="Starting draft length (overrides the profile).")]
+KOpt = Annotated[Optional[int], typer.Option(
+    "--k", min=1, help="Draft exactly this many tokens every round instead of the learned policy.")]
+ExactOpt = Annotated[bool, typer.Option(
+    "--exact", help="Batch-invariant kernels: speculation gives plain greedy decoding's output token for "
+                    "token (1.2-1.3x slower per token on CPUs).")]
 TemperatureOpt = Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")]
 TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")]
 TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)]
@@ -93,11 +97,12 @@ def make_plan(
     k: int | None = None,
     n_ctx: int | None = None,
     threads: int | None = None,
+    exact: bool = False,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
     from edgespec.planner import plan
 
-    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx)
+    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx, exact=exact)
     return dataclasses.replace(p, n_threads=threads) if threads else p
 
 

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     EXIT_INTERRUPTED,
-    DraftOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -56,6 +56,7 @@ def generate(
     target: TargetOpt = None,
     draft: DraftOpt = None,
     k: KOpt = None,
+    exact: ExactOpt = False,
     temperature: TemperatureOpt = 0.0,
     top_k: TopKOpt = 0,
     top_p: TopPOpt = 1.0,
@@ -116,12 +117,13 @@ def generate(
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
             _run_batch(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
-                plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads),
+                plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads,
+                               exact=exact),
             )
             return
 
         text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
         engine = load_engine(p, quiet=quiet, verbose=verbose)
         try:
             if json_output:

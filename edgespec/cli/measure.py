@@ -33,12 +33,13 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or di
 
 
 def setup(k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str,
-          profile: str, target: str | None, n_ctx: int | None = None) -> tuple[list[int], list, Any]:
+          profile: str, target: str | None, n_ctx: int | None = None,
+          exact: bool = False) -> tuple[list[int], list, Any]:
     """The k grid, the prompts (``--input`` JSONL, ``--prompt-file`` text, or the
     built-in ``prompt_set``) and the profile's plan (its automatic choice), checked
     before any model is loaded."""
     return (parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set),
-            make_plan(profile, target=target, n_ctx=n_ctx))
+            make_plan(profile, target=target, n_ctx=n_ctx, exact=exact))
 
 
 def show_plan(plan: Any, verbose: bool) -> None:
@@ -125,16 +126,17 @@ def drafter_candidates(spec: str | None, profile: str, target: str | None, auto_
 
 
 def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet: bool) -> tuple[Any, Any]:
-    """The engine every configuration runs on — the plan's target on batch-invariant
-    kernels, with the draft model loaded when a configuration needs it — and, on a CPU,
-    a second plain engine on llama.cpp's own kernels: the plain decoding users get."""
+    """The engine every configuration runs on — the plan's target on the plan's kernels
+    (llama.cpp's own, or batch-invariant with --exact), with the draft model loaded when
+    a configuration needs it — and, with --exact on a CPU, a second plain engine on
+    llama.cpp's own kernels: the plain decoding users would otherwise get."""
     p = replace(plan, drafter="model", draft=draft_model) if draft_model else replace(plan, drafter="none", draft=None)
     if threads is not None:
         p = replace(p, n_threads=threads)
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
     # configuration runs on this engine
     p = replace(p, reason="", headline="")
-    engine = load_engine(p, quiet=quiet, exact=True)
+    engine = load_engine(p, quiet=quiet)
     fast = None
     if engine.exact_kernels and p.n_gpu_layers == 0:
         try:

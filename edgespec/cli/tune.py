@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
+    ExactOpt, NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
     cli_errors,
     err_console,
     out_console,
@@ -41,6 +41,7 @@ def tune(
         Optional[str], typer.Option("--save-as", help="Write them into a new user profile NAME extending this one.")
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
+    exact: ExactOpt = False,
     input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
@@ -59,7 +60,8 @@ def tune(
     from edgespec import tune as lib
 
     with cli_errors():
-        ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx)
+        ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx,
+                                       exact)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
         if mode in ("none", "off", "plain"):
