@@ -27,17 +27,17 @@ def tools_dir(given: str | None = None) -> Path:
 
 
 def run_cpp(bin_dir: Path, model: Path, prompt_file: Path, n: int, threads: int,
-            spec: str | None, draft_max: int = 15) -> float:
+            spec: str | None) -> float:
     """Generation tokens/s of one C++ run on the prompt text in ``prompt_file`` (the
-    chat template already applied), greedy, ``n`` tokens; ``spec`` None = plain."""
+    chat template already applied), greedy, ``n`` tokens; ``spec`` None = plain.
+    Prompt lookup runs with llama.cpp's defaults for that type, as its users get it."""
     common = ["-m", str(model), "-f", str(prompt_file), "-n", str(n), "-t", str(threads),
               "--temp", "0", "-c", "4096", "-b", "2048"]
     if spec is None:
         cmd = [str(bin_dir / "llama-completion"), *common, "-no-cnv", "--no-warmup"]
         pattern = _PLAIN
     else:
-        cmd = [str(bin_dir / "llama-speculative-simple"), *common, "--spec-type", spec,
-               "--draft-max", str(draft_max)]
+        cmd = [str(bin_dir / "llama-speculative-simple"), *common, "--spec-type", spec]
         pattern = _SPEC
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     log = out.stdout + out.stderr
