@@ -97,6 +97,12 @@ class SpeculativeLoop:
         self.stats.t_draft += time.perf_counter() - t0
         drafts = proposal.ids[: max(k, 0)]
         q = proposal.q
+        # A draft vocabulary may be up to 128 ids larger than the target's: cut the
+        # proposal at the first id the target lacks (it cannot be decoded). That draft is
+        # still rejected by the rules below, as p(d) = 0: see the bonus token.
+        cut = next((i for i, d in enumerate(drafts) if not 0 <= d < self.n_vocab), None)
+        if cut is not None:
+            drafts = drafts[:cut]
 
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
@@ -136,6 +142,11 @@ class SpeculativeLoop:
             last = _penalized(rows[len(drafts)], history, out, params)
             if params.greedy:
                 out.append(int(np.argmax(last)))
+            elif cut is not None and q is not None:
+                # the cut draft, sampled from q, is rejected for sure (p(d) = 0), so the
+                # token comes from the residual max(0, p - q) as for any rejection
+                p = sampling.probs_from_logits(last, params)
+                out.append(sampling.sample(sampling.residual(p, _fit(q[cut], self.n_vocab)), self.rng))
             else:
                 out.append(sampling.sample(sampling.probs_from_logits(last, params), self.rng))
             from_draft.append(False)
