@@ -197,10 +197,16 @@ _EMPTY = type("P", (), {"ids": [], "q": None})()
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:
-    """The target's logits with repetition penalties over committed + tokens of this round."""
+    """The target's logits with repetition penalties over the last ``penalty_last_n``
+    tokens of committed + this round's tokens (``-1``: all of them), as plain decoding
+    would see them at this position."""
     if not params.uses_penalties:
         return row
-    return sampling.apply_penalties(row, [*history[-params.penalty_last_n :], *extra], params)
+    n = params.penalty_last_n
+    # apply_penalties keeps the last n of what it is given; -1 means all of it, which
+    # history[-n:] (= history[1:]) is not
+    recent = history if n < 0 else history[-n:]
+    return sampling.apply_penalties(row, [*recent, *extra], params)
 
 
 def _fit(q_row: np.ndarray, n_vocab: int) -> np.ndarray:
