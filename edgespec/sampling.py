@@ -41,6 +41,7 @@ import numpy as np
 from edgespec.errors import DecodeError, InputError
 
 __all__ = [
+    "SamplingOptionError",
     "SamplingParams",
     "apply_penalties",
     "probs_from_logits",
@@ -53,6 +54,15 @@ __all__ = [
 # a rejection happens with probability equal to that mass, so returning p instead costs
 # at most ~1e-12 of total-variation error.
 _RESIDUAL_EPS = 1e-12
+
+
+class SamplingOptionError(InputError):
+    """One sampling option is out of range: ``option`` (its name), ``value`` and
+    ``allowed`` (what it must be), for callers that word the message their own way."""
+
+    def __init__(self, option: str, value: object, allowed: str) -> None:
+        self.option, self.value, self.allowed = option, value, allowed
+        super().__init__(f"invalid sampling option {option}={value!r}: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -89,10 +99,12 @@ class SamplingParams:
         )
 
     def validate(self) -> None:
-        """Raise ``InputError`` naming the first bad value and the allowed range."""
+        """Raise ``SamplingOptionError`` (an ``InputError``) naming the first bad value
+        and the allowed range. This is the one check of these values: the engine runs it
+        on every call and ``batch`` on every input line."""
 
         def bad(name: str, value: object, allowed: str) -> InputError:
-            return InputError(f"invalid sampling option {name}={value!r}: {allowed}")
+            return SamplingOptionError(name, value, allowed)
 
         def number(name: str, value: object) -> float:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
