@@ -3,6 +3,9 @@
 * **Batch input.** Any bytes make a JSONL input: ``read_jobs`` never raises, every
   non-blank line is either a job or a bad line with its number, and every job passes
   the checks the engine and the results file will apply to it.
+* **Sampling.** Every setting ``SamplingParams.validate`` accepts, extremes included
+  (temperatures down to 5e-324, penalties up to 1e6 and down to 5e-324), turns any
+  finite logits row into a distribution that can be sampled and has a residual.
 * **Batch resume.** Random inputs, random output files (results, blank lines, foreign
   lines, torn records, whole records missing their newline, duplicate ids) and random
   kill points, some tearing the line in flight. A foreign file is refused and keeps
@@ -27,11 +30,12 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec import Engine
+from edgespec import Engine, sampling
 from edgespec.batch import ALLOWED_KEYS, SAMPLING_KEYS, ResultWriter, id_key, read_jobs, run_batch
 from edgespec.errors import InputError
 from edgespec.events import Stats, Token
@@ -102,6 +106,45 @@ def test_any_input_bytes_make_jobs_or_numbered_bad_lines(lines, final_newline):
             assert isinstance(job.options["max_tokens"], int) and job.options["max_tokens"] >= 1
         json.dumps({"id": job.id, "prompt": job.prompt, "stop": job.options.get("stop")},
                    ensure_ascii=False).encode("utf-8")
+
+
+# -- sampling -----------------------------------------------------------------------------------------
+
+
+@st.composite
+def accepted_params(draw) -> SamplingParams:
+    """Any SamplingParams that SamplingParams.validate accepts (extremes included)."""
+    return SamplingParams(
+        temperature=draw(st.just(0.0) | st.floats(0, 1e6)),
+        top_k=draw(st.integers(0, 2**40)),
+        top_p=draw(st.floats(0, 1, exclude_min=True)),
+        min_p=draw(st.floats(0, 1)),
+        repeat_penalty=draw(st.just(1.0) | st.floats(0, 1e6, exclude_min=True)),
+        frequency_penalty=draw(st.floats(-1e6, 1e6)),
+        presence_penalty=draw(st.floats(-1e6, 1e6)),
+        penalty_last_n=draw(st.integers(-1, 100)),
+        seed=draw(st.none() | st.integers(0, 2**128)),
+    )
+
+
+@fast(150)
+@given(st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=40), accepted_params(),
+       st.data())
+def test_every_accepted_sampling_setting_gives_a_distribution(logits, params, data):
+    params.validate()
+    row = np.asarray(logits, dtype=np.float32)
+    history = data.draw(st.lists(st.integers(0, len(row) - 1), max_size=20))
+    row = sampling.apply_penalties(row, history, params)
+    p = sampling.probs_from_logits(row, params)
+    assert p.shape == row.shape and np.all(np.isfinite(p)) and np.all(p >= 0)
+    assert abs(p.sum() - 1.0) < 1e-9
+    t = sampling.sample(p, sampling.make_rng(params.seed))
+    assert p[t] > 0
+    if params.greedy:
+        assert row[t] == row.max()
+    q = sampling.probs_from_logits(row[::-1].copy(), params)  # another distribution
+    r = sampling.residual(p, q)
+    assert np.all(np.isfinite(r)) and abs(r.sum() - 1.0) < 1e-9
 
 
 # -- batch resume ------------------------------------------------------------------------------------

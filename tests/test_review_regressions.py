@@ -8,6 +8,9 @@ are not UTF-8 (issue 12). Each test failed on the code before its fix.
 3. ``Engine(n_batch=...)`` smaller than a verify batch crashed mid-generation.
 4. ``read_jobs`` let through sampling values the engine refuses (``top_p: 0``, ``seed: -1``).
 5. ``penalty_last_n = -1`` penalised all but the first token instead of all of them.
+
+Also two found by tests/test_properties.py: a temperature below ~3e-39 and an extreme
+``repeat_penalty``, both accepted by ``SamplingParams.validate``, broke the row.
 """
 
 from __future__ import annotations
@@ -418,3 +421,25 @@ def test_other_bad_lines_are_bad_lines_not_crashes(line, needle):
         parse_line(line, 3, "in.jsonl")
     assert str(info.value).startswith("in.jsonl:3: ")
     assert needle in str(info.value)
+
+
+# -- found by the property tests: extreme settings the check accepts ------------------------------
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 5e-324])
+def test_a_temperature_too_small_for_float32_still_samples(temperature):
+    # 1/T overflowed to inf and inf * 0 at the maximum made the row NaN
+    row = np.array([0.5, 2.0, -1.0], dtype=np.float32)
+    params = SamplingParams(temperature=temperature)
+    params.validate()
+    p = sampling.probs_from_logits(row, params)
+    assert p.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_an_extreme_repeat_penalty_leaves_a_usable_row():
+    # 2.0 / 1e-40 overflowed float32 to inf, and probs_from_logits called the row broken
+    row = np.array([2.0, 1.0, -1.0], dtype=np.float32)
+    params = SamplingParams(temperature=1.0, repeat_penalty=1e-40)
+    params.validate()
+    p = sampling.probs_from_logits(sampling.apply_penalties(row, [0], params), params)
+    assert np.all(np.isfinite(p)) and p.argmax() == 0
