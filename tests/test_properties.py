@@ -19,7 +19,8 @@
   token lists; a seeded generation repeats itself on a reused session; and at
   temperature 0 with ``exact=True`` the output is plain greedy decoding's, token for token.
 
-Bounded examples keep the whole file well under a minute on two cores.
+Bounded examples keep the whole file to ~15 s on two cores (engines on one thread: on a
+busy machine OpenMP threads spinning for tiny models cost 100x).
 """
 
 from __future__ import annotations
@@ -286,7 +287,10 @@ def engines(models):
         key = (target, draft, n_batch, n_ctx)
         if key not in cache:
             d = None if draft is None else draft if draft == "ngram" else models[draft]
-            cache[key] = Engine(models[target], d, n_batch=n_batch, n_ctx=n_ctx, exact=True)
+            # one thread: a tiny model gains nothing from more, and on a loaded machine
+            # OpenMP's spinning threads make each decode hundreds of times slower
+            cache[key] = Engine(models[target], d, n_batch=n_batch, n_ctx=n_ctx, n_threads=1,
+                                exact=True)
         return cache[key]
 
     yield get
@@ -318,7 +322,7 @@ def engine_cases(draw):
         stop=draw(st.sampled_from([(), (), ("e",), ("th", "\n")])),
     )
     return dict(
-        target=target, draft=draft, n_ctx=n_ctx, n_batch=draw(st.sampled_from([2, 3, 4, 8, 512])),
+        target=target, draft=draft, n_ctx=n_ctx, n_batch=draw(st.sampled_from([2, 3, 8, 512])),
         k=draw(st.integers(1, 10)), p_min=draw(st.sampled_from([0.0, 0.0, 0.4])),
         prompt=prompt[: n_ctx - 1], options=options,
         close_after=draw(st.none() | st.integers(0, 10)),
@@ -332,7 +336,7 @@ def check_kv(engine: Engine) -> None:
             assert ctx.pos_max() == ctx.n_past - 1
 
 
-@fast(60)
+@fast(100)
 @given(engine_cases())
 def test_engine_never_crashes_and_greedy_equals_plain(engines, case):
     engine = engines(case["target"], case["draft"], case["n_batch"], case["n_ctx"])

@@ -171,7 +171,7 @@ def tiny_328(tiny_models_dir) -> Path:
 
 
 def plain_greedy(target: Path, prompt, max_tokens: int) -> list[int]:
-    with Engine(target, exact=True) as engine:
+    with Engine(target, exact=True, n_threads=1) as engine:
         return engine.generate(prompt, max_tokens=max_tokens).token_ids
 
 
@@ -192,7 +192,7 @@ def prompt_reaching_extra_ids(model: Path, n_vocab_small: int, max_tokens: int) 
     """A token-id prompt whose plain greedy continuation on ``model`` emits an id
     >= ``n_vocab_small`` (deterministic search over seeded random prompts)."""
     rng = np.random.default_rng(0)
-    with Engine(model, exact=True) as engine:
+    with Engine(model, exact=True, n_threads=1) as engine:
         for _ in range(200):
             prompt = [1, *map(int, rng.integers(5, n_vocab_small, size=6))]
             out = engine.generate(prompt, max_tokens=max_tokens).token_ids
@@ -207,7 +207,7 @@ def test_draft_with_a_larger_vocabulary_has_its_proposal_cut(tiny_target, tiny_3
     # batch, which crashed llama_decode.
     prompt = prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)
     expected = plain_greedy(tiny_target, prompt, 24)
-    with Engine(tiny_target, tiny_328, k=6, exact=True) as engine:
+    with Engine(tiny_target, tiny_328, k=6, exact=True, n_threads=1) as engine:
         got = engine.generate(prompt, max_tokens=24)
         assert got.token_ids == expected
         assert got.stats.accepted > 0
@@ -222,14 +222,14 @@ def test_draft_with_a_smaller_vocabulary_never_sees_the_ids_it_lacks(tiny_target
     prompt = [1, 40, 50, 60, 325, 70, 80, 321, 90, 100, 110]
     for p in (prompt, prompt[:-3], prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)):
         expected = plain_greedy(tiny_328, p, 24)
-        with Engine(tiny_328, tiny_target, k=4, exact=True) as engine:
+        with Engine(tiny_328, tiny_target, k=4, exact=True, n_threads=1) as engine:
             got = engine.generate(p, max_tokens=24)
             assert got.token_ids == expected
             assert all(t < 320 for t in engine.draft_ctx.tokens)
             r = engine.generate(p, max_tokens=24, temperature=0.8, seed=1)
             assert all(0 <= t < 328 for t in r.token_ids)
     # after the last extra id the draft still drafts, from the text that follows it
-    with Engine(tiny_328, tiny_target, k=4, exact=True) as engine:
+    with Engine(tiny_328, tiny_target, k=4, exact=True, n_threads=1) as engine:
         r = engine.generate(prompt, max_tokens=24)
         assert r.stats.drafted > 0 and r.stats.accepted > 0
 
@@ -277,7 +277,7 @@ def test_a_cut_sampled_draft_is_rejected_so_the_target_distribution_is_kept():
         params=SamplingParams(temperature=1.0), rng=np.random.default_rng(2),
         kctl=KController(1, 1, 1, adaptive=False), stats=Stats(drafter="model"), n_vocab=3,
     )
-    n = 20000
+    n = 8000
     counts = np.zeros(3)
     for _ in range(n):
         counts[loop.round(2).tokens[0]] += 1
@@ -291,10 +291,11 @@ def test_a_cut_sampled_draft_is_rejected_so_the_target_distribution_is_kept():
 @pytest.mark.parametrize("n_batch", [2, 3, 5])
 def test_small_n_batch_bounds_k(tiny_target, tiny_same, n_batch):
     prompt = "the quick brown fox jumps over the lazy dog. the quick brown fox"
-    with Engine(tiny_target, exact=True) as plain:
+    with Engine(tiny_target, exact=True, n_threads=1) as plain:
         expected = plain.generate(prompt, max_tokens=30, raw=True).token_ids
     for draft in ("ngram", tiny_same):
-        with Engine(tiny_target, draft, k=8, k_max=16, n_batch=n_batch, exact=True) as engine:
+        with Engine(tiny_target, draft, k=8, k_max=16, n_batch=n_batch, exact=True,
+                    n_threads=1) as engine:
             got = engine.generate(prompt, max_tokens=30, raw=True)  # crashed in Context.decode
             assert got.token_ids == expected
             assert engine.k_max == n_batch - 1
