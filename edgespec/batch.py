@@ -3,16 +3,20 @@
 An input file has one JSON object per line: an ``id`` (string or integer), exactly one of
 ``prompt`` (a string) or ``messages`` (a list of ``{"role", "content"}``), and optional
 per-line generation settings (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
-``min_p``, ``seed``, ``stop``, ``raw``). Every problem is reported with its line number;
-nothing is dropped silently.
+``min_p``, ``seed``, ``stop``, ``raw``). The sampling settings are checked by
+``SamplingParams.validate``, the very check the engine runs, so a line the engine would
+refuse is refused here, before the batch starts. Every bad line (not UTF-8, not JSON,
+a bad value) is reported with its line number and skipped; nothing is dropped silently.
 
 The output file is append-only, one ``{"id", "text", "finish_reason", "stats"}`` object
 per line. Each line goes to the kernel in a single ``write`` on an ``O_APPEND`` descriptor
 (and is fsynced), so a ``kill -9`` loses at most the line in flight. A run resumes by
-reading the ids already in the output and skipping them; a torn last line left by a
-crash of some other kind (power loss, a full disk, another writer) is detected and
-dropped or repaired before anything is appended. A lock on the output file keeps two
-runs from writing the same results twice.
+reading the ids already in the output and skipping them. A torn last line left by a
+crash of some other kind (power loss, a full disk, another writer) is repaired or cut
+before anything is appended, but only when it reads as the start of a result line and
+every line before it is a result: a file holding anything else is refused and left
+byte for byte as it was, and so is an output that is the input file itself. A lock on
+the output file keeps two runs from writing the same results twice.
 
 This module knows the engine only through ``engine.generate(prompt, **options)``; it
 never prints: progress reaches the caller through ``BatchObserver`` callbacks.
@@ -21,13 +25,14 @@ never prints: progress reaches the caller through ``BatchObserver`` callbacks.
 from __future__ import annotations
 
 import json
-import math
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
 from edgespec.errors import EdgespecError, InputError
+from edgespec.sampling import SamplingOptionError, SamplingParams
 
 try:  # POSIX; on other systems the output simply isn't locked.
     import fcntl
@@ -35,6 +40,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw")
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "seed")  # checked by SamplingParams
 ALLOWED_KEYS = frozenset(("id", "prompt", "messages") + GENERATION_KEYS)
 
 
@@ -74,12 +80,16 @@ def _check_int(name: str, value: Any, minimum: int | None = None) -> None:
         raise ValueError(f"'{name}' must be at least {minimum}, not {value}")
 
 
-def _check_number(name: str, value: Any, lo: float, hi: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"'{name}' must be a number, not {json.dumps(value)}")
-    if value < lo or (hi is not None and value > hi):
-        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise ValueError(f"'{name}' must be {bound}, not {value}")
+def _check_text(name: str, value: str) -> None:
+    """A JSON string can hold a lone surrogate (``"\\ud800"``), which no UTF-8 text can:
+    the tokenizer and the results file would both fail on it mid-batch."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{name} holds {value[e.start]!r} at character {e.start}, a lone surrogate "
+            "that is not text (a broken \\u escape?)"
+        ) from None
 
 
 def _validate(obj: Any) -> Job:
@@ -97,6 +107,8 @@ def _validate(obj: Any) -> Job:
     job_id = obj["id"]
     if isinstance(job_id, bool) or not isinstance(job_id, (str, int)) or job_id == "":
         raise ValueError(f"'id' must be a non-empty string or an integer, not {json.dumps(job_id)}")
+    if isinstance(job_id, str):
+        _check_text("'id'", job_id)
 
     has_prompt, has_messages = "prompt" in obj, "messages" in obj
     if has_prompt == has_messages:
@@ -105,6 +117,7 @@ def _validate(obj: Any) -> Job:
         prompt = obj["prompt"]
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("'prompt' must be a non-empty string")
+        _check_text("'prompt'", prompt)
     else:
         prompt = obj["messages"]
         if not isinstance(prompt, list) or not prompt:
@@ -116,6 +129,8 @@ def _validate(obj: Any) -> Job:
                 or not isinstance(m.get("content"), str)
             ):
                 raise ValueError(f"messages[{i}] must be an object with string 'role' and 'content'")
+            _check_text(f"messages[{i}].role", m["role"])
+            _check_text(f"messages[{i}].content", m["content"])
         prompt = [{"role": m["role"], "content": m["content"]} for m in prompt]
 
     options: dict[str, Any] = {}
@@ -125,14 +140,6 @@ def _validate(obj: Any) -> Job:
         value = obj[name]
         if name == "max_tokens":
             _check_int(name, value, 1)
-        elif name == "top_k":
-            _check_int(name, value, 0)
-        elif name == "seed":
-            _check_int(name, value)
-        elif name == "temperature":
-            _check_number(name, value, 0.0)
-        elif name in ("top_p", "min_p"):
-            _check_number(name, value, 0.0, 1.0)
         elif name == "raw":
             if not isinstance(value, bool):
                 raise ValueError("'raw' must be true or false")
@@ -141,19 +148,48 @@ def _validate(obj: Any) -> Job:
                 value = [value]
             if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
                 raise ValueError("'stop' must be a string or a list of non-empty strings")
+            for i, stop in enumerate(value):
+                _check_text(f"stop[{i}]", stop)
             value = tuple(value)
         options[name] = value
+    # The sampling settings go through the engine's own check, so that every line that
+    # passes here also passes there (a batch with --on-error stop must not halt halfway).
+    try:
+        SamplingParams(**{k: options[k] for k in SAMPLING_KEYS if k in options}).validate()
+    except SamplingOptionError as e:
+        raise ValueError(f"'{e.option}' {e.allowed}, not {_json_text(e.value)}") from None
     if "raw" in options and not has_prompt:
         raise ValueError("'raw' applies to 'prompt' only (messages always use the chat template)")
     return Job(line=0, id=job_id, prompt=prompt, options=options)
 
 
-def parse_line(text: str, line: int, source: str = "<input>") -> Job:
-    """Parse and validate one input line (1-based ``line`` for messages)."""
+def _json_text(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def parse_line(text: str | bytes, line: int, source: str = "<input>") -> Job:
+    """Parse and validate one input line (1-based ``line`` for messages).
+
+    ``text`` may be the line's raw bytes, which must be UTF-8.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputLineError(
+                source, line, f"not valid UTF-8 (byte 0x{text[e.start]:02x} at byte {e.start + 1})"
+            ) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputLineError(source, line, f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise InputLineError(source, line, f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise InputLineError(source, line, "not valid JSON (nested too deeply)") from None
     try:
         job = _validate(obj)
     except ValueError as e:
@@ -168,34 +204,49 @@ class InputFile:
     source: str
     jobs: list[Job]
     errors: list[InputLineError]
+    # (st_dev, st_ino) of the file read, when it is one: ResultWriter refuses to write to it
+    identity: tuple[int, int] | None = None
 
 
-def read_jobs(path: str | os.PathLike | IO[str]) -> InputFile:
+def read_jobs(path: str | os.PathLike | IO[str] | IO[bytes]) -> InputFile:
     """Read a whole JSONL input. ``"-"`` reads standard input.
 
-    Blank lines are ignored. A duplicate id is an error on the later line (the first one
-    wins), so each id names exactly one result.
+    Blank lines are ignored. A line that is not UTF-8 is a bad line like any other:
+    reported with its number and skipped. A duplicate id is an error on the later line
+    (the first one wins), so each id names exactly one result.
     """
     if isinstance(path, (str, os.PathLike)) and str(path) == "-":
         import sys
 
-        return _read_jobs(sys.stdin, "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        return _read_jobs(stdin, "<stdin>", _identity(stdin))
     if isinstance(path, (str, os.PathLike)):
         try:
-            with open(path, encoding="utf-8", newline="") as f:
-                return _read_jobs(f, str(path))
+            with open(path, "rb") as f:
+                return _read_jobs(f, str(path), _identity(f))
         except FileNotFoundError:
             raise InputError(f"input file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read input file {path}: {e}") from None
-    return _read_jobs(path, getattr(path, "name", "<input>"))
+        except OSError as e:
+            raise InputError(f"cannot read input file {path}: {e.strerror or e}") from None
+    return _read_jobs(path, getattr(path, "name", "<input>"), _identity(path))
 
 
-def _read_jobs(f: Iterable[str], source: str) -> InputFile:
+def _identity(f: Any) -> tuple[int, int] | None:
+    """(device, inode) of an open regular file, or None (a pipe, a terminal, a StringIO)."""
+    try:
+        st = os.fstat(f.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] | None = None) -> InputFile:
     jobs: list[Job] = []
     errors: list[InputLineError] = []
     first_line: dict[str, int] = {}
     for n, text in enumerate(f, start=1):
+        if n == 1 and isinstance(text, bytes) and text.startswith(b"\xef\xbb\xbf"):
+            text = text[3:]  # a UTF-8 byte order mark, as some Windows editors write
         if not text.strip():
             continue
         try:
@@ -210,22 +261,101 @@ def _read_jobs(f: Iterable[str], source: str) -> InputFile:
             continue
         first_line[job.key] = n
         jobs.append(job)
-    return InputFile(source=source, jobs=jobs, errors=errors)
+    return InputFile(source=source, jobs=jobs, errors=errors, identity=identity)
+
+
+# The keys of a result line, in the order ``ResultWriter.write`` puts them.
+RESULT_KEYS = ("id", "text", "finish_reason", "stats")
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str, int), "text": (str,), "finish_reason": (str,), "stats": (dict,),
+}
+_VALUE_START = {"id": '"-0123456789', "text": '"', "finish_reason": '"', "stats": "{"}
+_JSON_WS = " \t\r"
+_decoder = json.JSONDecoder()
+
+
+def _torn_result(raw: bytes) -> bool:
+    """Whether an unterminated last line reads as the beginning of a result line.
+
+    A result line is ``{"id": ..., "text": ..., "finish_reason": ..., "stats": {...}}``
+    with its keys in that order. ``raw`` qualifies if it is a prefix of such a line as
+    far as it goes: the keys in order, each whole value of the right type, the text
+    ending anywhere (inside a key, a value, or a multi-byte character). A line torn
+    inside a value is not checked past the value's first character. Anything else (a
+    note without a newline, a prompt line, an object with other keys) does not.
+    """
+    text = raw.decode("utf-8", errors="ignore") if _utf8_prefix(raw) else None
+    if text is None or not text.startswith("{"):
+        return False
+    pos, end = 1, len(text)
+
+    def skip_ws(i: int) -> int:
+        while i < end and text[i] in _JSON_WS:
+            i += 1
+        return i
+
+    def literal(i: int, lit: str) -> int | None:
+        """Position after ``lit`` at ``i``; ``end`` if the text stops inside it; None if
+        the text differs from it."""
+        piece = text[i : i + len(lit)]
+        if not lit.startswith(piece):
+            return None
+        return i + len(lit) if len(piece) == len(lit) else end
+
+    for i, key in enumerate(RESULT_KEYS):
+        for lit in ([","] if i else []) + [json.dumps(key), ":"]:
+            pos = skip_ws(pos)
+            if pos >= end:
+                return True
+            pos = literal(pos, lit)
+            if pos is None:
+                return False
+        pos = skip_ws(pos)
+        if pos >= end:
+            return True
+        if text[pos] not in _VALUE_START[key]:
+            return False
+        try:
+            value, pos = _decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return True  # torn inside the value
+        if isinstance(value, bool) or not isinstance(value, _RESULT_TYPES[key]):
+            return False
+    # all four values are whole: what is left can only be the closing brace, torn off
+    return skip_ws(pos) >= end
+
+
+def _utf8_prefix(raw: bytes) -> bool:
+    """Whether ``raw`` is valid UTF-8 except perhaps for a character cut at its end."""
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError as e:
+        return e.reason == "unexpected end of data" and e.end == len(raw)
 
 
 class ResultWriter:
     """Append-only JSONL results, one whole line per ``write``; resumable.
 
-    Opening scans the existing file: ``done`` holds the id keys already written. If the
-    file does not end with a newline, its last line was torn by a crash: a torn line that
-    still parses as a result is completed with its newline (``repaired``); otherwise it is
-    cut off (``dropped``), and its id will be generated again. ``torn_line`` is the line
-    number of that line, or None.
+    Opening scans the existing file: ``done`` holds the id keys already written. Every
+    line must be a result (blank lines aside); anything else is refused with an
+    ``InputError`` and the file is left untouched. If the file does not end with a
+    newline, its last line was torn by a crash: a torn line that still parses as a
+    result is completed with its newline (``repaired``), or cut off if its id is
+    already there; one that reads as the start of a result line (see
+    ``_torn_result``) is cut off (``dropped``), and its id is generated again.
+    ``torn_line`` is the line number of that line, or None. Only such a line is ever
+    cut: a last line that is not the beginning of a result (a note, someone's JSON) is
+    refused like any foreign line.
+
+    ``input`` is the batch's ``InputFile``: the writer refuses to open the very file
+    it was read from (also through a symbolic or hard link).
     """
 
-    def __init__(self, path: str | os.PathLike, *, fsync: bool = True):
+    def __init__(self, path: str | os.PathLike, *, fsync: bool = True, input: InputFile | None = None):
         self.path = Path(path)
         self.fsync = fsync
+        self.input = input
         self.done: set[str] = set()
         self.torn_line: int | None = None
         self.torn_action: str | None = None  # "dropped" | "repaired"
@@ -244,6 +374,18 @@ class ResultWriter:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as e:
             raise InputError(f"cannot open output file {self.path}: {e.strerror}") from None
+        try:
+            st = os.fstat(fd)
+            if self.input is not None and self.input.identity == (st.st_dev, st.st_ino):
+                raise InputError(
+                    f"--output {self.path} is the input file {self.input.source}; results "
+                    "would overwrite the prompts: choose another --output"
+                )
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(f"--output {self.path} is not a regular file; choose a file")
+        except BaseException:
+            os.close(fd)
+            raise
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -261,6 +403,11 @@ class ResultWriter:
             raise
 
     def _scan(self) -> None:
+        """Read the ids already written; refuse foreign content; mend a torn last line.
+
+        Everything is checked before anything is changed, so a refused file keeps
+        every byte.
+        """
         assert self._fd is not None
         with open(os.dup(self._fd), "rb") as f:  # our own read handle; fd stays open
             data = f.read()
@@ -273,30 +420,44 @@ class ResultWriter:
                 continue
             key = self._result_key(raw)
             if key is None:
-                raise InputError(
-                    f"{self.path}:{n}: not a result line written by edgespec; "
-                    "move the file away or choose another --output"
-                )
+                raise self._foreign(n)
             self.done.add(key)
-        if tail:
-            self.torn_line = len(lines) + 1
-            key = self._result_key(tail)
-            if key is not None and key not in self.done:
-                self._write_all(b"\n")  # the object is whole; only its newline was lost
-                self.done.add(key)
-                self.torn_action = "repaired"
-            else:
-                os.ftruncate(self._fd, len(data) - len(tail))
-                self.torn_action = "dropped"
-            self._sync()
+        if not tail:
+            return
+        n = len(lines) + 1
+        key = self._result_key(tail)
+        if key is not None and key not in self.done:
+            self._write_all(b"\n")  # the object is whole; only its newline was lost
+            self.done.add(key)
+            action = "repaired"
+        elif key is not None or _torn_result(tail):
+            # a duplicate of a result already there, or the first part of one
+            os.ftruncate(self._fd, len(data) - len(tail))
+            action = "dropped"
+        else:
+            raise self._foreign(n, unterminated=True)
+        self.torn_line, self.torn_action = n, action
+        self._sync()
+
+    def _foreign(self, line: int, unterminated: bool = False) -> InputError:
+        what = "an unfinished line that is not" if unterminated else "not"
+        return InputError(
+            f"{self.path}:{line}: {what} a result line written by edgespec; the file is left "
+            "as it was: move it away or choose another --output"
+        )
 
     @staticmethod
     def _result_key(raw: bytes) -> str | None:
+        """The id key of a whole result line, or None if ``raw`` is not one: a JSON
+        object with every key of ``RESULT_KEYS``, its values of the right types."""
         try:
             obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number
             return None
-        if not isinstance(obj, dict) or "id" not in obj or "text" not in obj:
+        if not isinstance(obj, dict) or not all(
+            k in obj and isinstance(obj[k], _RESULT_TYPES[k]) and not isinstance(obj[k], bool)
+            for k in RESULT_KEYS
+        ):
             return None
         return id_key(obj["id"])
 

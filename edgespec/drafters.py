@@ -170,6 +170,17 @@ class ModelDrafter:
     0 it drafts greedily; above it samples from its own distribution q and hands q back
     for the rejection test. It stops early when its top probability falls below
     ``p_min``: a guess that unsure costs more verify time than it is likely to save.
+
+    Its vocabulary may be up to 128 ids smaller than the target's (llama.cpp's rule;
+    Qwen2.5-7B has 152,064 tokens, its 0.5B drafter 151,936), so the committed text can
+    hold ids the draft model does not have, and decoding one would fail. The draft model
+    never sees them: it resyncs past them, conditioning on the text after the last such
+    id only (its cache then starts there, at position 0). We chose this over proposing
+    nothing while such an id is in the text because an id can come with the prompt or
+    early in a chat, which would silence the drafter for the rest of the session; a
+    draft that sees less context is worse but still verified by the target, so output is
+    unchanged either way. Right after such an id (nothing in the text after it) it
+    proposes nothing. (Ids it proposes are its own; the loop cuts those the target lacks.)
     """
 
     name = "model"
@@ -193,8 +204,13 @@ class ModelDrafter:
         self._sync(tokens[:-1], want_logits=False)
 
     def _sync(self, tokens: Sequence[int], want_logits: bool = True) -> np.ndarray | None:
-        """Make the draft cache hold exactly ``tokens``; return the last row's logits."""
+        """Make the draft cache hold exactly ``tokens`` past the last id outside the
+        draft's vocabulary; return the last row's logits. If no token is left, return
+        None and leave the cache as it is (the next call trims it)."""
         ctx = self.ctx
+        tokens = self._in_vocab_tail(tokens)
+        if not tokens:
+            return None
         keep = common_prefix_len(ctx.tokens, tokens)
         if want_logits and keep == len(tokens):
             keep -= 1  # re-decode the last token to get its logits
@@ -204,6 +220,16 @@ class ModelDrafter:
             return None
         return ctx.decode(new, rows=(len(new) - 1,) if want_logits else ())
 
+    def _in_vocab_tail(self, tokens: Sequence[int]) -> Sequence[int]:
+        """``tokens`` after the last id the draft model lacks (all of them if none)."""
+        n_vocab = self.model.n_vocab
+        if not tokens or (max(tokens) < n_vocab and min(tokens) >= 0):  # the usual case, in C
+            return tokens
+        for i in range(len(tokens) - 1, -1, -1):
+            if not 0 <= tokens[i] < n_vocab:
+                return tokens[i + 1 :]
+        return tokens
+
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
         if k <= 0:
             return Proposal([])
@@ -212,6 +238,8 @@ class ModelDrafter:
         if k <= 0:
             return Proposal([])
         logits = self._sync(tokens)
+        if logits is None:  # the last token is one the draft model does not have
+            return Proposal([])
         params = self._params
         greedy = params.greedy
         ids: list[int] = []

@@ -110,6 +110,9 @@ class Engine:
             raise InputError(f"n_ctx must be at least 16 (got {n_ctx})")
         if not 0.0 <= p_min < 1.0:
             raise InputError(f"p_min must be in [0, 1) (got {p_min})")
+        if n_batch < 2:
+            # a verify batch is the last committed token plus at least one draft
+            raise InputError(f"n_batch must be at least 2 (got {n_batch})")
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
@@ -201,7 +204,10 @@ class Engine:
 
     @property
     def k_max(self) -> int:
-        return self._k_max_override or DEFAULT_K_MAX.get(self.drafter.name, 16)
+        """The largest k a round may use: the drafter's bound (or the override), and never
+        more than one verify batch can hold (``n_batch`` = x_last + k drafts)."""
+        k_max = self._k_max_override or DEFAULT_K_MAX.get(self.drafter.name, 16)
+        return min(k_max, self.ctx.n_batch - 1)
 
     def set_k(self, k: int) -> None:
         if k < 1:

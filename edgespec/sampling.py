@@ -41,6 +41,7 @@ import numpy as np
 from edgespec.errors import DecodeError, InputError
 
 __all__ = [
+    "SamplingOptionError",
     "SamplingParams",
     "apply_penalties",
     "probs_from_logits",
@@ -53,6 +54,15 @@ __all__ = [
 # a rejection happens with probability equal to that mass, so returning p instead costs
 # at most ~1e-12 of total-variation error.
 _RESIDUAL_EPS = 1e-12
+
+
+class SamplingOptionError(InputError):
+    """One sampling option is out of range: ``option`` (its name), ``value`` and
+    ``allowed`` (what it must be), for callers that word the message their own way."""
+
+    def __init__(self, option: str, value: object, allowed: str) -> None:
+        self.option, self.value, self.allowed = option, value, allowed
+        super().__init__(f"invalid sampling option {option}={value!r}: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -89,10 +99,12 @@ class SamplingParams:
         )
 
     def validate(self) -> None:
-        """Raise ``InputError`` naming the first bad value and the allowed range."""
+        """Raise ``SamplingOptionError`` (an ``InputError``) naming the first bad value
+        and the allowed range. This is the one check of these values: the engine runs it
+        on every call and ``batch`` on every input line."""
 
         def bad(name: str, value: object, allowed: str) -> InputError:
-            return InputError(f"invalid sampling option {name}={value!r}: {allowed}")
+            return SamplingOptionError(name, value, allowed)
 
         def number(name: str, value: object) -> float:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -147,8 +159,14 @@ def apply_penalties(
     vals = out[ids].astype(np.float64)
     # llama.cpp: dividing a negative logit would make the token *more* likely, so
     # non-positive logits are multiplied instead.
-    vals = np.where(vals <= 0, vals * params.repeat_penalty, vals / params.repeat_penalty)
-    vals -= counts * params.frequency_penalty + params.presence_penalty
+    with np.errstate(over="ignore"):  # clipped below
+        vals = np.where(vals <= 0, vals * params.repeat_penalty, vals / params.repeat_penalty)
+        vals -= counts * params.frequency_penalty + params.presence_penalty
+    if np.issubdtype(out.dtype, np.floating):
+        # an extreme penalty (repeat_penalty 1e-40, ...) must not turn a logit into an
+        # infinity, which the filters cannot rank; the row's largest finite value can be
+        big = float(np.finfo(out.dtype).max)
+        vals = np.clip(vals, -big, big)
     out[ids] = vals
     return out
 
@@ -199,8 +217,12 @@ def probs_from_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     # Temperature, then a stable softmax over the survivors. exp() runs in the logits'
     # own precision (float32: ~1e-7 relative error, twice as fast on 152k rows); the
     # normalisation and the result are float64 so that p and q ratios stay exact enough.
-    e = x - x_max  # a new array: the caller's logits are never written
-    e *= e.dtype.type(1.0 / params.temperature)
+    # 1/T can overflow the row's float type (T < ~3e-39 in float32) and inf * 0 at the
+    # maximum is NaN: the largest finite factor gives the same (greedy-like) result.
+    # Overflow to -inf (x far below x_max) is harmless: exp gives 0.
+    with np.errstate(over="ignore"):
+        e = x - x_max  # a new array: the caller's logits are never written
+        e *= e.dtype.type(min(1.0 / params.temperature, float(np.finfo(e.dtype).max)))
     np.exp(e, out=e)
     e = e.astype(np.float64, copy=False)
     e /= e.sum()

@@ -78,6 +78,13 @@ class SpeculativeLoop:
         drafts = proposal.ids[:n]
         q = proposal.q
         self.last_k = policy.bound
+        # A draft vocabulary may be up to 128 ids larger than the target's: cut the
+        # proposal at the first id the target lacks (it cannot be decoded). That draft is
+        # still rejected by the rules below, as p(d) = 0: see the bonus token.
+        cut = next((i for i, d in enumerate(drafts) if not 0 <= d < self.n_vocab), None)
+        if cut is not None:
+            drafts = drafts[:cut]
+        batch = len(drafts) + 1
 
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
@@ -117,6 +124,11 @@ class SpeculativeLoop:
             last = _penalized(rows[len(drafts)], history, out, params)
             if params.greedy:
                 out.append(int(np.argmax(last)))
+            elif cut is not None and q is not None:
+                # the cut draft, sampled from q, is rejected for sure (p(d) = 0), so the
+                # token comes from the residual max(0, p - q) as for any rejection
+                p = sampling.probs_from_logits(last, params)
+                out.append(sampling.sample(sampling.residual(p, _fit(q[cut], self.n_vocab)), self.rng))
             else:
                 out.append(sampling.sample(sampling.probs_from_logits(last, params), self.rng))
             from_draft.append(False)
@@ -125,7 +137,7 @@ class SpeculativeLoop:
         target.rollback(L + n_acc)
         self.drafter.accepted(n_acc)
         committed.extend(out)
-        policy.observe(batch=n + 1, tested=len(drafts), accepted=n_acc,
+        policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
                        verify_seconds=time.perf_counter() - t1, draft_seconds=t1 - t0,
                        drafted=len(proposal.ids), match_len=proposal.match_len)
 
@@ -169,10 +181,16 @@ _EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": ()})
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:
-    """The target's logits with repetition penalties over committed + tokens of this round."""
+    """The target's logits with repetition penalties over the last ``penalty_last_n``
+    tokens of committed + this round's tokens (``-1``: all of them), as plain decoding
+    would see them at this position."""
     if not params.uses_penalties:
         return row
-    return sampling.apply_penalties(row, [*history[-params.penalty_last_n :], *extra], params)
+    n = params.penalty_last_n
+    # apply_penalties keeps the last n of what it is given; -1 means all of it, which
+    # history[-n:] (= history[1:]) is not
+    recent = history if n < 0 else history[-n:]
+    return sampling.apply_penalties(row, [*recent, *extra], params)
 
 
 def _fit(q_row: np.ndarray, n_vocab: int) -> np.ndarray:

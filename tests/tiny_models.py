@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -326,6 +326,7 @@ def make_tiny_model(
     name: str | None = None,
     repeat_suppression: float = 2.0,
     attn_gain: float = 1.0,
+    n_vocab: int | None = None,
 ) -> Path:
     """Write a tiny ``llama`` GGUF (F32) to ``path`` and return the path.
 
@@ -340,13 +341,21 @@ def make_tiny_model(
     ``repeat_suppression`` (in logit stds) pushes each token's output row away from its
     own embedding, so that greedy decoding does not lock onto one token; ``attn_gain``
     scales the attention output (above ~1.5 the models collapse into repetition).
-    ``name`` is ``general.name``.
+    ``name`` is ``general.name``. ``n_vocab`` larger than the vocabulary's own size
+    appends ordinary tokens ``<extra_0>``, ``<extra_1>``, ... (no merge produces them,
+    but the model can emit them) with random embedding and output rows drawn after all
+    other weights, so every other weight is the same as without them: a 328-token
+    ``base`` model is a 320-token one plus 8 ids (vocabulary sizes that differ, as
+    Qwen2.5-7B's 152,064 and 0.5B's 151,936 do).
     """
     import gguf  # test-only dependency
 
     if n_embd % n_head or n_head % n_head_kv:
         raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
     v = build_vocab(vocab)
+    n_extra = 0 if n_vocab is None else n_vocab - v.n_vocab
+    if n_extra < 0:
+        raise ValueError(f"n_vocab must be at least the {vocab!r} vocabulary's {v.n_vocab} tokens")
     if logit_scale is None:
         logit_scale = 2.0 if vocab == "small" else 6.0
     rng = np.random.default_rng(seed)
@@ -365,6 +374,20 @@ def make_tiny_model(
         repeat_suppression=repeat_suppression,
         attn_gain=attn_gain,
     )
+    if n_extra:
+        emb, emb_std = tensors["token_embd.weight"]
+        extra_emb = (rng.standard_normal((n_extra, n_embd)) * emb_std).astype(np.float32)
+        extra_emb[:, 0] = emb[0, 0]  # the bias channel's constant
+        out, out_std = tensors["output.weight"]
+        extra_out = (rng.standard_normal((n_extra, n_embd)) * out_std).astype(np.float32)
+        extra_out[:, 0] = 0.0
+        tensors["token_embd.weight"] = (np.concatenate([emb, extra_emb]), emb_std)
+        tensors["output.weight"] = (np.concatenate([out, extra_out]), out_std)
+        v = replace(
+            v,
+            tokens=v.tokens + tuple(f"<extra_{i}>" for i in range(n_extra)),
+            token_types=v.token_types + (TOKEN_NORMAL,) * n_extra,
+        )
     if noise > 0:
         nrng = np.random.default_rng(noise_seed)
         for key, (arr, std) in tensors.items():

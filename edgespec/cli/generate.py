@@ -184,7 +184,7 @@ def _run_batch(
             f"{len(inp.errors)} bad line(s) in {inp.source}; fix them, or pass --on-error skip to run the rest"
         )
 
-    with ResultWriter(output_file) as writer:
+    with ResultWriter(output_file, input=inp) as writer:
         if writer.torn_line is not None:
             err.print(Text(
                 f"{output_file}:{writer.torn_line}: {writer.torn_action} a torn last line left by an interrupted run",
