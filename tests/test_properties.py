@@ -324,6 +324,8 @@ def engine_cases(draw):
     return dict(
         target=target, draft=draft, n_ctx=n_ctx, n_batch=draw(st.sampled_from([2, 3, 8, 512])),
         k=draw(st.integers(1, 10)), p_min=draw(st.sampled_from([0.0, 0.0, 0.4])),
+        # the learned drafting policy, or exactly k per round (which always drafts)
+        adaptive=draw(st.booleans()),
         prompt=prompt[: n_ctx - 1], options=options,
         close_after=draw(st.none() | st.integers(0, 10)),
     )
@@ -341,6 +343,7 @@ def check_kv(engine: Engine) -> None:
 def test_engine_never_crashes_and_greedy_equals_plain(engines, case):
     engine = engines(case["target"], case["draft"], case["n_batch"], case["n_ctx"])
     engine.set_k(case["k"])
+    engine.adaptive_k = case["adaptive"]
     engine.set_p_min(case["p_min"])
     prompt, options = case["prompt"], case["options"]
     n_vocab = N_VOCAB[case["target"]]

@@ -208,7 +208,7 @@ def test_draft_with_a_larger_vocabulary_has_its_proposal_cut(tiny_target, tiny_3
     # batch, which crashed llama_decode.
     prompt = prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)
     expected = plain_greedy(tiny_target, prompt, 24)
-    with Engine(tiny_target, tiny_328, k=6, exact=True, n_threads=1) as engine:
+    with Engine(tiny_target, tiny_328, k=6, adaptive_k=False, exact=True, n_threads=1) as engine:
         got = engine.generate(prompt, max_tokens=24)
         assert got.token_ids == expected
         assert got.stats.accepted > 0
@@ -223,14 +223,14 @@ def test_draft_with_a_smaller_vocabulary_never_sees_the_ids_it_lacks(tiny_target
     prompt = [1, 40, 50, 60, 325, 70, 80, 321, 90, 100, 110]
     for p in (prompt, prompt[:-3], prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)):
         expected = plain_greedy(tiny_328, p, 24)
-        with Engine(tiny_328, tiny_target, k=4, exact=True, n_threads=1) as engine:
+        with Engine(tiny_328, tiny_target, k=4, adaptive_k=False, exact=True, n_threads=1) as engine:
             got = engine.generate(p, max_tokens=24)
             assert got.token_ids == expected
             assert all(t < 320 for t in engine.draft_ctx.tokens)
             r = engine.generate(p, max_tokens=24, temperature=0.8, seed=1)
             assert all(0 <= t < 328 for t in r.token_ids)
     # after the last extra id the draft still drafts, from the text that follows it
-    with Engine(tiny_328, tiny_target, k=4, exact=True, n_threads=1) as engine:
+    with Engine(tiny_328, tiny_target, k=4, adaptive_k=False, exact=True, n_threads=1) as engine:
         r = engine.generate(prompt, max_tokens=24)
         assert r.stats.drafted > 0 and r.stats.accepted > 0
 
