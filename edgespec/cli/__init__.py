@@ -15,6 +15,7 @@ from .bench import bench, tune
 from .chat import chat
 from .generate import generate
 from .profiles import models_app, profiles_app
+from .serve import serve
 
 app = typer.Typer(
     name="edgespec",
@@ -41,6 +42,7 @@ def _root(
 
 app.command("generate")(generate)
 app.command("chat")(chat)
+app.command("serve")(serve)
 app.command("bench")(bench)
 app.command("tune")(tune)
 app.add_typer(profiles_app, name="profiles", help="Device profiles and the choice they make.")
