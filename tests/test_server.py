@@ -417,3 +417,34 @@ def test_a_request_that_hangs_up_while_queued_never_runs(engine):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         assert gated.closed == 1  # only the first request ever reached the engine
+
+
+def test_shutdown_stops_a_running_generation(engine):
+    """What Ctrl-C / SIGTERM do under uvicorn: stop accepting, give running requests the
+    grace period (2 s here), then cancel them, which stops their generation."""
+    slow = SlowEngine(engine, delay=0.02)
+    app = create_app(slow, max_tokens=400)
+    srv = LiveServer(app).__enter__()
+    lines: list[str] = []
+
+    def read() -> None:
+        try:
+            with httpx.stream("POST", f"{srv.url}/v1/chat/completions", timeout=30,
+                              json={"messages": MESSAGES, "stream": True}) as resp:
+                for line in resp.iter_lines():
+                    lines.append(line)
+        except httpx.HTTPError:
+            pass  # the server closed the connection: expected
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while len(lines) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    srv.__exit__(None, None, None)
+    assert not srv.thread.is_alive() and time.monotonic() - t0 < 6
+    reader.join(5)
+    assert slow.closed == 1 and slow.events_yielded < 300  # stopped, not run to its 400 tokens
+    assert not app.state.worker.alive

@@ -51,6 +51,7 @@ def generate_has_exact() -> bool:
 def reference(qwen05):
     """(token ids, text) of ``edgespec generate --exact`` (plain decoding) for a prompt."""
     cache: dict = {}
+    engines: list = []
 
     def ids(prompt: str, raw: bool) -> tuple[list[int], str]:
         if (prompt, raw) not in cache:
@@ -62,12 +63,15 @@ def reference(qwen05):
                 obj = json.loads(out.stdout)
                 cache[(prompt, raw)] = obj["token_ids"], obj["text"]
             else:
-                with Engine(qwen05, draft=None, n_ctx=N_CTX, exact=True) as e:
-                    r = e.generate(prompt, raw=raw, max_tokens=MAX_TOKENS)
-                    cache[(prompt, raw)] = r.token_ids, r.text
+                if not engines:
+                    engines.append(Engine(qwen05, draft=None, n_ctx=N_CTX, exact=True))
+                r = engines[0].generate(prompt, raw=raw, max_tokens=MAX_TOKENS)
+                cache[(prompt, raw)] = r.token_ids, r.text
         return cache[(prompt, raw)]
 
-    return ids
+    yield ids
+    for e in engines:
+        e.close()
 
 
 @pytest.fixture(scope="module")
