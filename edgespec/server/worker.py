@@ -181,13 +181,15 @@ class Worker:
             return
         self.metrics.observe_queue_wait(wait)
         job.post(Started(queue_wait=wait))
-        done: Done | None = None
+        finished = False
         try:
             for event in events:
                 if job.cancelled:
                     break
                 if isinstance(event, Done):
-                    done = event
+                    # counted before the client hears of it: /metrics is never behind a reply
+                    self.metrics.observe_generation(event.stats)
+                    finished = True
                 job.post(event)
         except EdgespecError as e:
             job.post(Failed(e))
@@ -195,7 +197,5 @@ class Worker:
             # Closing the generator runs the engine's own clean-up: both caches are left
             # consistent and the next request reuses what they hold.
             events.close()
-        if done is not None:
-            self.metrics.observe_generation(done.stats)
-        elif job.cancelled:
+        if not finished and job.cancelled:
             self.metrics.count_cancelled(started=True)
