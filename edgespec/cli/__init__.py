@@ -15,6 +15,7 @@ from .bench import bench
 from .chat import chat
 from .generate import generate
 from .profiles import models_app, profiles_app
+from .serve import serve
 from .tune import tune
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ def _root(
 
 app.command("generate")(generate)
 app.command("chat")(chat)
+app.command("serve")(serve)
 app.command("bench")(bench)
 app.command("tune")(tune)
 app.add_typer(profiles_app, name="profiles", help="Device profiles and the choice they make.")

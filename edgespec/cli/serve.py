@@ -1,0 +1,112 @@
+"""``edgespec serve``: the OpenAI-compatible server (``edgespec.server``) on one model pair.
+
+Thin: the same profile, model and sampling options as ``chat`` build one engine (the
+sampling values become the defaults for requests that do not give their own), then
+uvicorn serves ``edgespec.server.create_app(engine)`` until Ctrl-C or SIGTERM. uvicorn
+stops accepting, gives running requests a few seconds, then cancels them (which stops
+their generations); the engine is closed on the way out.
+
+It binds 127.0.0.1 unless told otherwise, and warns when it listens beyond this machine
+without ``--api-key``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+from typing import Annotated, Optional
+
+import typer
+from rich.text import Text
+
+from edgespec.cli.common import (
+    DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    cli_errors,
+    err_console,
+    load_engine,
+    make_plan,
+)
+
+GRACEFUL_SHUTDOWN_S = 3
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def serve(
+    profile: ProfileOpt = "auto",
+    target: TargetOpt = None,
+    draft: DraftOpt = None,
+    k: KOpt = None,
+    temperature: TemperatureOpt = 0.7,
+    top_k: TopKOpt = 0,
+    top_p: TopPOpt = 1.0,
+    min_p: MinPOpt = 0.0,
+    seed: SeedOpt = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", "-n", min=1, help="Reply length for requests that do not set max_tokens.")
+    ] = 1024,
+    n_ctx: NCtxOpt = None,
+    threads: ThreadsOpt = None,
+    exact: ExactOpt = False,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = 8080,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option("--api-key", envvar="EDGESPEC_API_KEY",
+                     help="Require 'Authorization: Bearer KEY' on /v1 requests (or set EDGESPEC_API_KEY)."),
+    ] = None,
+    max_queue: Annotated[
+        int, typer.Option("--max-queue", min=1, help="Requests that may wait for the model; more get 503.")
+    ] = 32,
+) -> None:
+    """Serve the model pair over an OpenAI-compatible HTTP API, with a chat page at /."""
+    import uvicorn
+
+    from edgespec.server import create_app
+
+    err = err_console()
+    if not api_key and not is_loopback(host):
+        err.print(Text(f"warning: listening on {host} without --api-key: anyone who can reach this machine "
+                       "can use the model", style="yellow"))
+    with cli_errors():
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
+        engine = load_engine(p)
+    try:
+        with cli_errors():
+            app = create_app(
+                engine, api_key=api_key or None, max_queue=max_queue, max_tokens=max_tokens,
+                defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+            )
+            shown = f"[{host}]" if ":" in host else host
+            err.print(Text(f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
+                           f" · drafter {engine.drafter_name} · Ctrl-C to stop", style="bold"))
+            config = uvicorn.Config(app, host=host, port=port, log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
+                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=True)
+            server = uvicorn.Server(config)
+            # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
+            # at the handler it found: make that a no-op so that a stop is a clean exit.
+            previous = {s: signal.signal(s, _ignore) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                server.run()
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+            if not server.started:
+                raise typer.Exit(1)  # uvicorn said why (the port is taken, ...)
+            err.print(Text("edgespec serve: stopped", style="dim"))
+    finally:
+        engine.close()
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A signal handler that does nothing (see ``serve``)."""

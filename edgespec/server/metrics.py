@@ -1,0 +1,120 @@
+"""The server's counters, and their Prometheus text rendering for ``GET /metrics``.
+
+Counted here: requests by endpoint and HTTP status, prompt tokens (all of them, and the
+ones actually decoded after prefix reuse), generated tokens, drafted and accepted draft
+tokens (so acceptance = accepted / drafted over the server's life), generation and
+queue-wait time, requests stopped because the client hung up, and — read live from the
+worker — the queue length and whether a generation is running.
+
+The exposition format (text 0.0.4: ``# HELP``, ``# TYPE``, ``name{label="v"} value``)
+is written by hand: a dozen process-local series need no registry, and the
+``prometheus_client`` package's global registry would be shared by every app built in
+one process (the tests build many). Updates come from the worker thread and the event
+loop, so they take a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Callable
+
+from edgespec.events import Stats
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class Metrics:
+    """Running totals of one server. ``queue_length`` and ``busy`` are read on demand."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.prompt_tokens = 0
+        self.prompt_tokens_processed = 0
+        self.generated_tokens = 0
+        self.drafted = 0
+        self.accepted = 0
+        self.generations = 0
+        self.generation_seconds = 0.0
+        self.queue_wait_seconds = 0.0
+        self.queue_waits = 0
+        self.cancelled_running = 0
+        self.cancelled_queued = 0
+        self.queue_length: Callable[[], int] = lambda: 0
+        self.busy: Callable[[], bool] = lambda: False
+
+    def count_request(self, endpoint: str, status: int) -> None:
+        with self._lock:
+            self.requests[(endpoint, status)] += 1
+
+    def observe_queue_wait(self, seconds: float) -> None:
+        with self._lock:
+            self.queue_wait_seconds += seconds
+            self.queue_waits += 1
+
+    def observe_generation(self, stats: Stats) -> None:
+        with self._lock:
+            self.generations += 1
+            self.prompt_tokens += stats.prompt_tokens
+            self.prompt_tokens_processed += stats.prompt_tokens_processed
+            self.generated_tokens += stats.generated_tokens
+            self.drafted += stats.drafted
+            self.accepted += stats.accepted
+            self.generation_seconds += stats.t_total
+
+    def count_cancelled(self, *, started: bool) -> None:
+        with self._lock:
+            if started:
+                self.cancelled_running += 1
+            else:
+                self.cancelled_queued += 1
+
+    def render(self) -> str:
+        """The Prometheus text exposition of every series."""
+        with self._lock:
+            lines: list[str] = []
+
+            def series(name: str, kind: str, help_: str, samples: list[tuple[dict, float]]) -> None:
+                lines.append(f"# HELP {name} {help_}")
+                lines.append(f"# TYPE {name} {kind}")
+                for labels, value in samples:
+                    lab = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+                    num = repr(float(value)) if isinstance(value, float) else str(value)
+                    lines.append(f"{name}{{{lab}}} {num}" if lab else f"{name} {num}")
+
+            series("edgespec_requests_total", "counter", "HTTP requests answered, by endpoint and status.",
+                   [({"endpoint": e, "status": s}, n) for (e, s), n in sorted(self.requests.items())])
+            series("edgespec_generations_total", "counter", "Generations that ran to the end.",
+                   [({}, self.generations)])
+            series("edgespec_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+                   [({}, self.prompt_tokens)])
+            series("edgespec_prompt_tokens_processed_total", "counter",
+                   "Prompt tokens actually decoded (the rest came from the reused KV prefix).",
+                   [({}, self.prompt_tokens_processed)])
+            series("edgespec_generated_tokens_total", "counter", "Tokens generated.",
+                   [({}, self.generated_tokens)])
+            series("edgespec_draft_tokens_total", "counter", "Tokens the drafter proposed.",
+                   [({}, self.drafted)])
+            series("edgespec_draft_tokens_accepted_total", "counter", "Drafted tokens the target accepted.",
+                   [({}, self.accepted)])
+            series("edgespec_draft_acceptance_ratio", "gauge",
+                   "Accepted / drafted tokens over the server's life (0 before any draft).",
+                   [({}, self.accepted / self.drafted if self.drafted else 0.0)])
+            series("edgespec_generation_seconds_total", "counter", "Wall time of finished generations.",
+                   [({}, self.generation_seconds)])
+            series("edgespec_queue_wait_seconds", "summary", "Time requests waited in the queue.",
+                   [])
+            lines.append(f"edgespec_queue_wait_seconds_sum {float(self.queue_wait_seconds)!r}")
+            lines.append(f"edgespec_queue_wait_seconds_count {self.queue_waits}")
+            series("edgespec_requests_cancelled_total", "counter",
+                   "Requests stopped because the client went away, by where they were.",
+                   [({"stage": "running"}, self.cancelled_running),
+                    ({"stage": "queued"}, self.cancelled_queued)])
+            series("edgespec_queue_length", "gauge", "Requests waiting for the model.",
+                   [({}, self.queue_length())])
+            series("edgespec_busy", "gauge", "1 while a generation is running.",
+                   [({}, int(self.busy()))])
+            return "\n".join(lines) + "\n"

@@ -1,0 +1,205 @@
+"""The OpenAI request bodies we accept, and the error objects we answer with.
+
+Requests are validated by pydantic in strict mode (a number where a string belongs is an
+error, not a guess) and unknown fields are ignored, as OpenAI-compatible servers do:
+clients send fields this server has no use for (``user``, ``metadata``, ...). Fields
+that would change the answer and that we cannot honour are refused with a 400 that says
+so (``n`` > 1, ``logprobs``, ``echo``, ``suffix``, tools) rather than silently dropped.
+Beyond OpenAI's fields, llama-server's sampling extras are accepted (``top_k``,
+``min_p``, ``repeat_penalty``) and ``return_tokens`` adds the generated token ids to a
+response.
+
+``ApiError`` carries an HTTP status and an OpenAI-style error object
+(``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
+turns pydantic's report into one message naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MAX_STOP_STRINGS = 16
+
+
+class ApiError(Exception):
+    """An HTTP error answered with an OpenAI-style error object."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Optional[Union[str, list[TextPart]]] = None
+
+    def to_engine(self) -> dict:
+        if self.content is None:
+            text = ""
+        elif isinstance(self.content, str):
+            text = self.content
+        else:
+            text = "".join(p.text for p in self.content)
+        # "developer" is OpenAI's newer name for the system role; chat templates know "system".
+        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    include_usage: bool = False
+
+
+class _Request(BaseModel):
+    """What both endpoints share: sampling, limits, stop strings, streaming."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(None, ge=1)
+    temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    top_k: Optional[int] = Field(None, ge=0)
+    min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: Optional[float] = Field(None, gt=0.0)
+    frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
+    seed: Optional[int] = Field(None, ge=0)
+    stop: Optional[Union[str, list[str]]] = None
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+    n: Optional[int] = None
+    logprobs: Optional[Union[bool, int]] = None
+    return_tokens: bool = False
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise ValueError(f"n={v} is not supported: this server generates one choice per request (n=1)")
+        return v
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, v: Any) -> Any:
+        if v not in (None, False, 0):
+            raise ValueError("logprobs are not supported by this server")
+        return v
+
+    @field_validator("stop")
+    @classmethod
+    def _few_stops(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings (got {len(v)})")
+        return v
+
+    def stops(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def limit(self) -> int | None:
+        """The requested reply length (None: the server's default)."""
+        return self.max_tokens
+
+
+class ChatRequest(_Request):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(None, ge=1)
+    tools: Optional[list[Any]] = None
+    functions: Optional[list[Any]] = None
+
+    @field_validator("tools", "functions")
+    @classmethod
+    def _no_tools(cls, v: list | None) -> list | None:
+        if v:
+            raise ValueError("tool and function calling are not supported by this server")
+        return v
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(_Request):
+    prompt: Union[str, list[str], list[int]]
+    echo: bool = False
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("echo is not supported by this server")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by this server")
+        return v
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_best_of(cls, v: int | None) -> int | None:
+        if v is not None and v != 1:
+            raise ValueError(f"best_of={v} is not supported: this server generates one choice per request")
+        return v
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: Any) -> Any:
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            if len(v) != 1:
+                raise ValueError(f"one prompt per request is supported (got {len(v)})")
+        if isinstance(v, list) and not v:
+            raise ValueError("the prompt is empty")
+        return v
+
+    def engine_prompt(self) -> str | list[int]:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            return self.prompt[0]
+        return self.prompt
+
+
+def describe_validation_error(e: ValidationError) -> tuple[str, str | None]:
+    """One message for the first problem pydantic found, and the field it concerns."""
+    err = e.errors(include_url=False)[0]
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        detail = err.get("ctx", {}).get("error", "")
+        return f"the request body is not valid JSON ({detail})" if detail else "the request body is not valid JSON", None
+    if kind == "model_type" or (kind.endswith("_type") and not err.get("loc")):
+        return "the request body must be a JSON object", None
+    loc = [str(p) for p in err.get("loc", ())]
+    # drop pydantic's union-branch names ("str", "list[str]") from the location
+    loc = [p for p in loc if not (p in ("str", "int", "float", "bool") or p.startswith(("list[", "function-")))]
+    param = ".".join(loc) or None
+    msg = err.get("msg", "invalid value")
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if kind == "missing":
+        msg = "this field is required"
+    return (f"{param}: {msg}" if param else msg), param

@@ -1,0 +1,201 @@
+"""One generation at a time: a worker thread fed by a bounded FIFO queue of jobs.
+
+An ``Engine`` holds one KV session and is not safe to drive from two threads, so every
+request becomes a ``Job`` that waits in ``Worker``'s queue; the worker thread takes
+jobs in arrival order and runs ``engine.stream()`` for each. (One engine for everyone
+also means the previous request's KV prefix is reused: a chat continuation decodes only
+its new tokens.) The queue is bounded: ``submit`` raises ``QueueFull`` rather than let
+waits grow without limit, and the HTTP layer answers 503 with ``Retry-After``.
+
+A job's events travel to the asyncio side through ``loop.call_soon_threadsafe`` into an
+``asyncio.Queue``: no executor thread is parked per waiting request. ``Job.cancel()`` (a
+client hung up) is seen by the worker between two events: it stops iterating and closes
+the generator, which leaves the engine's caches consistent (see ``Engine.stream``), and
+takes the next job. A job cancelled while still queued is skipped without running.
+
+What reaches the job's queue, in order: ``Started`` (the prompt was accepted) or
+``Failed`` (the engine refused it before generating: a bad value, a prompt longer than
+the context), then the engine's ``Token`` / ``Round`` events and its ``Done``, or
+``Failed`` if the engine failed midway. The worker never raises into the event loop and
+knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgespec.errors import EdgespecError
+from edgespec.events import Done
+
+from .metrics import Metrics
+
+log = logging.getLogger("edgespec.server")
+
+
+class QueueFull(Exception):
+    """Every slot of the request queue is taken."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The engine accepted the prompt and is generating; ``queue_wait`` in seconds."""
+
+    queue_wait: float
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The generation could not start or stopped with an error."""
+
+    error: BaseException
+
+
+@dataclass
+class Job:
+    """One request's generation: what to run, and where its events go.
+
+    ``prompt`` and ``options`` are ``Engine.stream``'s arguments. Create it on the event
+    loop that will read ``events``.
+    """
+
+    prompt: Any
+    options: dict
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    enqueued_at: float = field(default_factory=time.perf_counter)
+    _cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """Stop this job: skip it if queued, stop its generation if running."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def post(self, item: Any) -> None:
+        """Hand an item to the reading side (called from the worker thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:  # the loop is closed: the server is gone, nobody reads
+            self.cancel()
+
+
+class Worker:
+    """The thread that owns the engine, and the bounded queue in front of it."""
+
+    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
+        self.engine = engine
+        self.max_queue = max_queue
+        self.metrics = metrics
+        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._current: Job | None = None
+        self._stopping = False
+
+    # -- the asyncio side -------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` (FIFO); ``QueueFull`` when ``max_queue`` jobs already wait."""
+        if self._stopping:
+            raise QueueFull("the server is shutting down")
+        self.start()
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise QueueFull(f"{self.max_queue} requests are already waiting") from None
+
+    @property
+    def waiting(self) -> int:
+        """Jobs in the queue, not counting the one running."""
+        return self._jobs.qsize()
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    @property
+    def alive(self) -> bool:
+        """False once the thread has ended (after ``stop``, or if it died); a worker
+        that has not started yet counts as alive (it starts on the first job)."""
+        return not self._stopping and (self._thread is None or self._thread.is_alive())
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="edgespec-generation", daemon=True)
+                self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel the running and the queued jobs and end the thread."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        current = self._current
+        if current is not None:
+            current.cancel()
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancel()
+                job.post(Failed(QueueFull("the server is shutting down")))
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join(timeout)
+
+    # -- the worker thread -------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancelled:
+                self.metrics.count_cancelled(started=False)
+                continue
+            self._current = job
+            try:
+                self._serve(job)
+            except BaseException as e:  # pragma: no cover - a bug; keep serving the others
+                log.exception("generation failed")
+                job.post(Failed(e))
+            finally:
+                self._current = None
+
+    def _serve(self, job: Job) -> None:
+        wait = time.perf_counter() - job.enqueued_at
+        try:
+            events = self.engine.stream(job.prompt, **job.options)
+        except EdgespecError as e:
+            job.post(Failed(e))
+            return
+        self.metrics.observe_queue_wait(wait)
+        job.post(Started(queue_wait=wait))
+        finished = False
+        try:
+            for event in events:
+                if job.cancelled:
+                    break
+                if isinstance(event, Done):
+                    # counted before the client hears of it: /metrics is never behind a reply
+                    self.metrics.observe_generation(event.stats)
+                    finished = True
+                job.post(event)
+        except EdgespecError as e:
+            job.post(Failed(e))
+        finally:
+            # Closing the generator runs the engine's own clean-up: both caches are left
+            # consistent and the next request reuses what they hold.
+            events.close()
+        if not finished and job.cancelled:
+            self.metrics.count_cancelled(started=True)

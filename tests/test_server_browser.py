@@ -1,0 +1,130 @@
+"""The chat page in a real headless browser: Debian's ``chromium`` driven by
+``chromium-driver`` through selenium. It sends a message, waits for the streamed reply,
+and checks that the pieces from accepted drafts are the highlighted ones in the DOM.
+
+Skipped, with the reason, only where chromium or chromedriver is not installed
+(``apt-get install -y chromium chromium-driver``). The real-model test also leaves a
+screenshot: in its tmp_path, and at ``$EDGESPEC_SCREENSHOT`` when that is set (how the
+README's picture is made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from edgespec import Engine
+from edgespec.server import create_app
+from serve_support import LiveServer, sse_events
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+needs_chromium = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="Debian's chromium and chromium-driver are not installed (apt-get install -y chromium chromium-driver)",
+)
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium never phones home
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+                "--window-size=1000,900", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def chat_in_page(driver, url: str, message: str, *, max_tokens: int, timeout: float) -> list[tuple[str, bool]]:
+    """Send ``message`` from the page at temperature 0; the reply as (piece, highlighted)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url + "/")
+    wait = WebDriverWait(driver, timeout)
+    wait.until(lambda d: "drafter" in d.find_element(By.ID, "model").text)
+    for field, value in (("temperature", "0"), ("max_tokens", str(max_tokens))):
+        box = driver.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    # set the text directly: typing its newlines would press Enter, which sends
+    driver.execute_script("arguments[0].value = arguments[1];", driver.find_element(By.ID, "input"), message)
+    driver.find_element(By.ID, "send").click()
+    reply = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, ".msg.assistant[data-state='done']")))
+    assert not driver.find_elements(By.CSS_SELECTOR, ".msg.error")
+    spans = reply.find_elements(By.CSS_SELECTOR, ".tok")
+    return [(s.get_attribute("textContent"), "draft" in s.get_attribute("class").split()) for s in spans]
+
+
+def api_pieces(url: str, messages: list[dict], max_tokens: int) -> list[tuple[str, bool]]:
+    body = {"messages": messages, "stream": True, "temperature": 0, "max_tokens": max_tokens}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as resp:
+        events = list(sse_events(resp.iter_lines()))
+    return [(c["choices"][0]["delta"]["content"], c["choices"][0]["from_draft"])
+            for c in events[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
+
+
+@needs_chromium
+def test_chat_page_streams_and_highlights_accepted_drafts(browser, tiny_target, tiny_noisy):
+    from selenium.webdriver.common.by import By
+
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4, exact=True, n_threads=1) as engine:
+        with LiveServer(create_app(engine)) as srv:
+            message = "hello world, tell me about the dog"
+            pieces = chat_in_page(browser, srv.url, message, max_tokens=40, timeout=60)
+            status = browser.find_element(By.ID, "status").text
+            stats = browser.find_element(By.CSS_SELECTOR, ".msg.assistant .stats").text
+            # the same request through the API: same pieces, same highlighting
+            want = api_pieces(srv.url, [{"role": "user", "content": message}], 40)
+    with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as ref:
+        text = ref.generate([{"role": "user", "content": message}], max_tokens=40).text
+    assert "".join(p for p, _ in pieces) == text
+    assert pieces == want
+    n_draft = sum(d for _, d in pieces)
+    assert 0 < n_draft < len(pieces)  # a noisy drafter: some pieces from drafts, some from the target
+    assert "acceptance" in status and "tok/s" in status and "40 tokens" in stats
+
+
+@needs_chromium
+@pytest.mark.integration
+def test_chat_page_on_the_real_model_screenshot(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from edgespec.catalog import resolve_model
+
+    qwen = resolve_model("qwen2.5-coder-0.5b")
+    message = ("Rename the variable `x` to `total` in this code and return the whole code:\n\n"
+               "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n")
+    with Engine(qwen, draft="ngram", n_ctx=2048, exact=True) as engine:
+        with LiveServer(create_app(engine)) as srv:
+            pieces = chat_in_page(browser, srv.url, message, max_tokens=120, timeout=240)
+            shot = tmp_path / "chat-page.png"
+            browser.save_screenshot(str(shot))
+            status = browser.find_element(By.ID, "status").text
+    assert "total" in "".join(p for p, _ in pieces)
+    assert any(d for _, d in pieces), "the answer copies the code: prompt lookup should have drafted"
+    assert "acceptance" in status
+    assert shot.stat().st_size > 10_000
+    target = os.environ.get("EDGESPEC_SCREENSHOT")
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, target)
