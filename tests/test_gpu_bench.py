@@ -78,10 +78,14 @@ def test_random_blocks_dequantize_to_the_asked_spread(qtype):
 
 
 def test_quant_mix_follows_llama_cpp_q4_k_m():
-    s05, s7 = synth.SHAPES["qwen2.5-0.5b"], synth.SHAPES["qwen2.5-7b"]
-    # 896-wide rows are not a multiple of 256: llama.cpp falls back to Q5_0 / Q8_0
+    s05, s7, tiny = synth.SHAPES["qwen2.5-0.5b"], synth.SHAPES["qwen2.5-7b"], synth.SHAPES["tiny"]
+    # 896-wide rows are not a multiple of 256: llama.cpp falls back to Q5_0 / Q8_0, as in the
+    # real Qwen2.5-Coder-0.5B Q4_K_M file (token_embd Q5_0, output Q8_0, attn_v Q8_0 / Q5_0)
     assert synth.tensor_type("blk.0.attn_q.weight", 896, 0, s05) == "Q5_0"
-    assert synth.tensor_type("token_embd.weight", 896, None, s05) == "Q8_0"  # tied output: Q6_K -> Q8_0
+    assert synth.tensor_type("token_embd.weight", 896, None, s05) == "Q5_0"
+    assert synth.tensor_type("output.weight", 896, None, s05) == "Q8_0"
+    assert synth.tensor_type("blk.0.attn_v.weight", 896, 0, s05) == "Q8_0"
+    assert synth.tensor_type("token_embd.weight", 256, None, tiny) == "Q6_K"  # tied: it is the output
     assert synth.tensor_type("blk.0.ffn_down.weight", 4864, 0, s05) == "Q6_K"  # first layers get more bits
     assert synth.tensor_type("blk.4.ffn_down.weight", 4864, 4, s05) == "Q4_K"
     assert synth.tensor_type("token_embd.weight", 3584, None, s7) == "Q4_K"  # untied: the output gets Q6_K
@@ -225,3 +229,16 @@ def test_gpu_results_become_a_cuda_profile(results):
     assert abs(prof.overhead_ms.value - 1.0) < 1e-3 and abs(prof.decode_gbs.value - 3000) < 1
     assert prof.models_gb.status == "measured" and 140 < prof.models_gb.value < 151
     assert prof.bandwidth_gbs.value == 4800 and prof.bandwidth_gbs.status == "estimated"
+
+
+def test_figures_outside_the_schema_are_left_out_and_said(results):
+    res = json.loads(json.dumps(results))
+    for g in res["steps"]["gamma"]:
+        if g["target"] == "qwen2.5-7b" and g["draft"] == "qwen2.5-0.5b":
+            g["gamma"] = 60.0  # what a noisy run on a loaded CPU once gave
+    data = to_profile.build(res, name="noisy")
+    text = to_profile.to_toml(data)
+    prof = to_profile.check(text, "noisy")
+    assert prof.pair_cost("qwen2.5-7b+0.5b").gamma is None
+    assert prof.pair_cost("qwen2.5-1.5b+0.5b").gamma is not None
+    assert "# Not written: qwen2.5-7b+0.5b gamma 60.0" in text

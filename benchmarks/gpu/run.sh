@@ -16,15 +16,15 @@
 # gpu_results.json (written after every phase, so a run cut short still returns data),
 # h200.toml (the profile made from it), run.log (steps, tool versions, nvidia-smi, small
 # logs), build.log (its last 2 MB) and measure.log. Budgets, in seconds:
-# TOTAL_S (default 480) for the whole script, BUILD_S (default 330) for the build.
+# TOTAL_S (default 420) for the whole script, BUILD_S (default 300) for the build.
 #
 # SMOKE=1 rehearses the script on a CPU machine whose $PYTHON already has llama_cpp: no
 # build, the tiny synthetic model in every role, small measurement settings.
 set -uo pipefail
 
 T0=$(date +%s)
-TOTAL_S=${TOTAL_S:-480}
-BUILD_S=${BUILD_S:-330}
+TOTAL_S=${TOTAL_S:-420}
+BUILD_S=${BUILD_S:-300}
 OUT=${OUT:-$PWD/gpu-out}
 PY=${PYTHON:-python3}
 HERE=benchmarks/gpu
@@ -84,25 +84,47 @@ if [ "${SMOKE:-0}" = 1 ]; then
     log "SMOKE: no build, using $("$PY" -c 'import llama_cpp; print(llama_cpp.__file__)')"
     MEASURE_ARGS=${MEASURE_ARGS:-"--n-gpu-layers 0 --repeats 2 --max-tokens 16 --prompts 1 --spec-repeats 1 --ks 1,2 --long-position 300 --n-ctx 512"}
 else
+WHEELS=$(mktemp -d)
+part=$(ls "$CARRY"/cuda-wheel/*.whl.part-aa 2>/dev/null | head -1)
+if [ -n "$part" ]; then
+    # a wheel an earlier run built and handed back (see below): no build
+    cat "${part%.part-aa}".part-* > "$WHEELS/$(basename "${part%.part-aa}")"
+    log "using the carried CUDA wheel $(basename "${part%.part-aa}")"
+else
 log "building llama-cpp-python (CUDA, sm_90; budget ${BUILD_S} s)"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF \
 -DGGML_CUDA_FA_QUANTS=q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16,f16-q8_0 ${EXTRA_CMAKE_ARGS:-}"
-timeout "$BUILD_S" "$PY" -m pip install --no-deps --no-index --no-build-isolation --no-cache-dir --target "$SITE" \
+timeout "$BUILD_S" "$PY" -m pip wheel --no-deps --no-index --no-build-isolation --no-cache-dir -w "$WHEELS" \
     "$CARRY"/llama_cpp_python-*-cuda-src.tar.gz > "$OUT/build.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
     kill "$GEN" 2>/dev/null
     fail "building llama-cpp-python (exit $rc$([ $rc -eq 124 ] && echo ': over BUILD_S'), see build.log)" "$OUT/build.log"
 fi
+# hand the wheel back, in parts under the tool's 16 MiB a file (three at most), so that a
+# later run can carry it in benchmarks/gpu/carry/cuda-wheel/ and skip the build
+w=$(ls "$WHEELS"/*.whl)
+if [ "$(stat -c %s "$w")" -le $(( 45 * 1024 * 1024 )) ]; then
+    mkdir -p "$OUT/cuda-wheel" && split -b 15M -a 2 "$w" "$OUT/cuda-wheel/$(basename "$w").part-"
+fi
+fi
+"$PY" -m pip install -q --no-deps --no-index --no-cache-dir --target "$SITE" "$WHEELS"/*.whl >> "$OUT/build.log" 2>&1 \
+    || fail "installing the llama-cpp-python wheel" "$OUT/build.log"
 log "built"
 "$PY" -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'this build cannot offload'" \
     >> "$OUT/build.log" 2>&1 || fail "the built llama_cpp does not import or cannot offload" "$OUT/build.log"
 fi
 
 # 4. edgespec itself
-"$PY" -m pip install -q --no-deps --no-index --no-build-isolation --no-cache-dir --target "$SITE" . \
-    > "$TMPL/pip-edgespec.log" 2>&1 || fail "installing edgespec" "$TMPL/pip-edgespec.log"
+if ! "$PY" -m pip install -q --no-deps --no-index --no-build-isolation --no-cache-dir --target "$SITE" . \
+        > "$TMPL/pip-edgespec.log" 2>&1; then
+    # no wheel-building setuptools there: lay the pure-Python package out as its wheel would
+    log "pip could not build edgespec (see below); copying the package instead"
+    mkdir -p "$SITE/edgespec/profile_data" && cp -r edgespec/. "$SITE/edgespec/" \
+        && cp profiles/*.toml profiles/__init__.py "$SITE/edgespec/profile_data/" \
+        || fail "installing edgespec" "$TMPL/pip-edgespec.log"
+fi
 keep "$TMPL/pip-edgespec.log"
 
 wait "$GEN" || fail "writing the synthetic models" "$TMPL/models.log"

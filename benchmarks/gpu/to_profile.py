@@ -40,6 +40,7 @@ PAIRS = (
 DEVICE_VERIFY_MODEL = "qwen2.5-7b"
 # published peak memory bandwidth, GB/s, for the datacenter GPUs this may run on
 DATASHEET_GBS = {"H200": 4800, "H100": 3350, "A100": 2039}
+GAMMA_MAX = 10.0  # the profile schema's range for a pair's γ
 
 
 def _fig(value: float, status: str, source: str, date: _dt.date | None = None, nd: int = 4) -> dict:
@@ -117,7 +118,7 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
         ram = float(dev.get("ram_bytes") or 8e9)
         models_gb = _fig(ram / 1e9 * 0.75, "measured", f"RAM reported by psutil on {dev_name}, three quarters of it",
                          date, 1)
-        bandwidth = b.bandwidth_gbs.to_dict()
+        bandwidth = a.bandwidth_gbs.to_dict()  # a CPU run (the tests): the CPU profile's figure
 
     cost: dict[str, Any] = {}
     fit = fit_step_model(models)
@@ -160,13 +161,16 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
         cost["exact_slowdown"] = b.exact_slowdown.to_dict()
 
     gammas = {(g["draft"], g["target"]): g for g in steps.get("gamma") or []}
+    left_out: list[str] = []
     pair_tables: dict[str, Any] = {}
     for pair, target, draft in PAIRS:
         if target not in models:
             continue
         t: dict[str, Any] = {}
         g = gammas.get((draft, target))
-        if g is not None and g.get("gamma") is not None:
+        if g is not None and g.get("gamma") is not None and not 0 < g["gamma"] <= GAMMA_MAX:
+            left_out.append(f"{pair} gamma {g['gamma']} (outside the schema's 0..{GAMMA_MAX}: a noisy run)")
+        elif g is not None and g.get("gamma") is not None:
             t["gamma"] = _fig(g["gamma"], "measured", f"{where}: {draft} step {g['draft_ms']:.3f} ms / {target} step "
                               f"{g['target_ms']:.3f} ms, timed in the same sweeps; {kernels}", date)
         t["target_step_ms"] = _fig(models[target]["step_ms"], "measured",
@@ -187,7 +191,8 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
     return {
         "_comment": [f"edgespec device profile: {dev_name}, measured by benchmarks/gpu ({res.get('started', '?')}).",
                      "Figures marked measured come from that run; the rest say where they come from.",
-                     *([f"All measured γ: {gamma_note}."] if gamma_note else [])],
+                     *([f"All measured γ: {gamma_note}."] if gamma_note else []),
+                     *[f"Not written: {x}." for x in left_out]],
         "schema": 1,
         "name": name,
         "description": f"{dev_name}" + (f", {float(gpus[0]['memory_mib']) / 1024:.0f} GiB" if on_gpu else "")
