@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import platform
@@ -47,6 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import edgespec
 from edgespec import adaptive, llama, tune
 from edgespec.engine import Engine
 from edgespec.events import Done, Round
@@ -127,6 +129,11 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _late(args: argparse.Namespace) -> bool:
+    """Past the run's budget: long phases stop their loops and say they were cut short."""
+    return time.monotonic() > getattr(args, "deadline", float("inf"))
+
+
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(float(x), nd)
 
@@ -143,6 +150,8 @@ def device_info() -> dict:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "llama_cpp_python": llama.LLAMA_CPP_PYTHON_VERSION,
+        "llama_cpp_from": getattr(importlib.util.find_spec("llama_cpp"), "origin", None),
+        "edgespec_from": edgespec.__file__,
         "gpu_offload": llama.supports_gpu_offload(),
         "system_info": llama.system_info(),
         "gpus": [],
@@ -344,6 +353,9 @@ def exactness(path: Path, *, args: argparse.Namespace) -> dict:
             n_vocab = eng.target_model.n_vocab
             cases = []
             for p in range(args.prompts):
+                if _late(args) and cases:
+                    out["cut_short"] = True
+                    break
                 prompt = prompt_ids(n_vocab, args.prompt_len, seed=100 + p)
                 eng.set_drafter(None)
                 plain = _generate(eng, prompt, args.max_tokens)["ids"]
@@ -377,7 +389,11 @@ def speculation(path: Path, *, exact: bool, args: argparse.Namespace) -> dict:
         gamma = t.gamma or 1.0
         configs = [0, *args.ks]  # 0 = plain
         runs: dict[int, list[dict]] = {k: [] for k in configs}
+        cut_short = False
         for rep in range(args.spec_repeats + 1):  # the first pass warms up and is dropped
+            if rep > 1 and _late(args):
+                cut_short = True
+                break
             for p in range(args.prompts):
                 prompt = prompt_ids(n_vocab, args.prompt_len, seed=200 + p)
                 order = configs if (rep + p) % 2 == 0 else configs[::-1]
@@ -432,6 +448,7 @@ def speculation(path: Path, *, exact: bool, args: argparse.Namespace) -> dict:
             "model": str(path), "draft": "self (the same file)", "exact": exact,
             "exact_kernels": eng.exact_kernels,
             "max_tokens": args.max_tokens, "prompts": args.prompts, "repeats": args.spec_repeats,
+            "cut_short": cut_short,
             "timing": times_dict(t),
             "plain_tokens_per_second": _r(plain_rate, 3),
             "plain_ms_per_token": _r(plain_ms),
@@ -493,6 +510,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rec = Recorder(args.out, args.budget_s)
+    args.deadline = rec.t0 + args.budget_s
     rec.data["settings"] = {
         "models": {k: str(v) for k, v in args.models.items()}, "pairs": [list(p) for p in args.pairs],
         "spec_model": args.spec_model, "n_gpu_layers": args.n_gpu_layers, "threads": args.threads,

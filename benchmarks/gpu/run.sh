@@ -19,7 +19,8 @@
 # TOTAL_S (default 420) for the whole script, BUILD_S (default 300) for the build.
 #
 # SMOKE=1 rehearses the script on a CPU machine whose $PYTHON already has llama_cpp: no
-# build, the tiny synthetic model in every role, small measurement settings.
+# build, the tiny synthetic model in every role, small measurement settings. (With a CPU
+# wheel split into carry/cuda-wheel/ and REQUIRE_GPU=0 it rehearses the carried-wheel path.)
 set -uo pipefail
 
 T0=$(date +%s)
@@ -34,6 +35,7 @@ MODELS=${MODELS_DIR:-/tmp/edgespec-models}
 RESULTS=$OUT/gpu_results.json
 mkdir -p "$OUT" "$SITE" "$MODELS"
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
+if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 
 elapsed() { echo $(( $(date +%s) - T0 )); }
 log() { echo "[run.sh +$(elapsed)s] $*" | tee -a "$OUT/run.log"; }
@@ -72,7 +74,8 @@ ls "$CARRY"/llama_cpp_python-*-cuda-src.tar.gz "$CARRY"/wheels/gguf-*.whl >/dev/
 keep "$TMPL/pip.log"
 
 # 2. the models, in the background (numpy and disk; the build below takes the cores)
-if [ "${SMOKE:-0}" = 1 ]; then SHAPES="tiny tiny tiny"; else SHAPES="qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b"; fi
+if [ "${SMOKE:-0}" = 1 ]; then SHAPES=${SHAPES:-"tiny tiny tiny"}; fi
+SHAPES=${SHAPES:-"qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b"}  # the roles 0.5B, 1.5B, 7B
 "$PY" "$HERE/synth_gguf.py" "$MODELS" $(echo $SHAPES | tr ' ' '\n' | sort -u) > "$TMPL/models.log" 2>&1 &
 GEN=$!
 read -r F05 F15 F7 <<< "$(for s in $SHAPES; do printf '%s ' "$MODELS/$s-synthetic-q4_k_m.gguf"; done)"
@@ -80,40 +83,46 @@ read -r F05 F15 F7 <<< "$(for s in $SHAPES; do printf '%s ' "$MODELS/$s-syntheti
 # 3. llama-cpp-python with CUDA, sm_90 only. f16-q8_0 is the K/V cache pair of edgespec's
 #    batch-invariant kernels (llama.py); without its FlashAttention instance CUDA converts
 #    K and V to f16 on every call.
+build_wheel() {  # into $WHEELS; hands the wheel back in $OUT/cuda-wheel/ for a later run
+    log "building llama-cpp-python (CUDA, sm_90; budget ${BUILD_S} s)"
+    export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+    export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF \
+-DGGML_CUDA_FA_QUANTS=q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16,f16-q8_0 ${EXTRA_CMAKE_ARGS:-}"
+    timeout "$BUILD_S" "$PY" -m pip wheel --no-deps --no-index --no-build-isolation --no-cache-dir -w "$WHEELS" \
+        "$CARRY"/llama_cpp_python-*-cuda-src.tar.gz > "$OUT/build.log" 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        kill "$GEN" 2>/dev/null
+        fail "building llama-cpp-python (exit $rc$([ $rc -eq 124 ] && echo ': over BUILD_S'), see build.log)" \
+            "$OUT/build.log"
+    fi
+    # in parts under the tool's 16 MiB a file, three at most; carried back in
+    # benchmarks/gpu/carry/cuda-wheel/, they spare a rerun the build
+    local w
+    w=$(ls "$WHEELS"/*.whl)
+    if [ "$(stat -c %s "$w")" -le $(( 45 * 1024 * 1024 )) ]; then
+        mkdir -p "$OUT/cuda-wheel" && split -b 15M -a 2 "$w" "$OUT/cuda-wheel/$(basename "$w").part-"
+    fi
+}
+
 if [ "${SMOKE:-0}" = 1 ]; then
     log "SMOKE: no build, using $("$PY" -c 'import llama_cpp; print(llama_cpp.__file__)')"
     MEASURE_ARGS=${MEASURE_ARGS:-"--n-gpu-layers 0 --repeats 2 --max-tokens 16 --prompts 1 --spec-repeats 1 --ks 1,2 --long-position 300 --n-ctx 512"}
 else
-WHEELS=$(mktemp -d)
-part=$(ls "$CARRY"/cuda-wheel/*.whl.part-aa 2>/dev/null | head -1)
-if [ -n "$part" ]; then
-    # a wheel an earlier run built and handed back (see below): no build
-    cat "${part%.part-aa}".part-* > "$WHEELS/$(basename "${part%.part-aa}")"
-    log "using the carried CUDA wheel $(basename "${part%.part-aa}")"
-else
-log "building llama-cpp-python (CUDA, sm_90; budget ${BUILD_S} s)"
-export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
-export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90-real -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF \
--DGGML_CUDA_FA_QUANTS=q4_0-q4_0,q8_0-q8_0,f16-f16,bf16-bf16,f16-q8_0 ${EXTRA_CMAKE_ARGS:-}"
-timeout "$BUILD_S" "$PY" -m pip wheel --no-deps --no-index --no-build-isolation --no-cache-dir -w "$WHEELS" \
-    "$CARRY"/llama_cpp_python-*-cuda-src.tar.gz > "$OUT/build.log" 2>&1
-rc=$?
-if [ $rc -ne 0 ]; then
-    kill "$GEN" 2>/dev/null
-    fail "building llama-cpp-python (exit $rc$([ $rc -eq 124 ] && echo ': over BUILD_S'), see build.log)" "$OUT/build.log"
-fi
-# hand the wheel back, in parts under the tool's 16 MiB a file (three at most), so that a
-# later run can carry it in benchmarks/gpu/carry/cuda-wheel/ and skip the build
-w=$(ls "$WHEELS"/*.whl)
-if [ "$(stat -c %s "$w")" -le $(( 45 * 1024 * 1024 )) ]; then
-    mkdir -p "$OUT/cuda-wheel" && split -b 15M -a 2 "$w" "$OUT/cuda-wheel/$(basename "$w").part-"
-fi
-fi
-"$PY" -m pip install -q --no-deps --no-index --no-cache-dir --target "$SITE" "$WHEELS"/*.whl >> "$OUT/build.log" 2>&1 \
-    || fail "installing the llama-cpp-python wheel" "$OUT/build.log"
-log "built"
-"$PY" -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), 'this build cannot offload'" \
-    >> "$OUT/build.log" 2>&1 || fail "the built llama_cpp does not import or cannot offload" "$OUT/build.log"
+    WHEELS=$(mktemp -d)
+    part=$(ls "$CARRY"/cuda-wheel/*.whl.part-aa 2>/dev/null | head -1)
+    if [ -n "$part" ]; then  # a wheel an earlier run built and handed back
+        cat "${part%.part-aa}".part-* > "$WHEELS/$(basename "${part%.part-aa}")"
+        log "using the carried CUDA wheel $(basename "${part%.part-aa}")"
+    else
+        build_wheel
+    fi
+    "$PY" -m pip install -q --no-deps --no-index --no-cache-dir --target "$SITE" "$WHEELS"/*.whl \
+        >> "$OUT/build.log" 2>&1 || fail "installing the llama-cpp-python wheel" "$OUT/build.log"
+    "$PY" -c "import llama_cpp; assert llama_cpp.llama_supports_gpu_offload() or '${REQUIRE_GPU:-1}' == '0', \
+'this build cannot offload'" >> "$OUT/build.log" 2>&1 \
+        || fail "the built llama_cpp does not import or cannot offload" "$OUT/build.log"
+    log "llama-cpp-python with CUDA installed"
 fi
 
 # 4. edgespec itself
