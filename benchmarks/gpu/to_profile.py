@@ -98,8 +98,8 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
     settings = res.get("settings") or {}
     where = (f"benchmarks/gpu/measure.py on {dev_name}"
              + (f" (driver {gpus[0].get('driver')})" if gpus else "")
-             + f", llama-cpp-python {dev.get('llama_cpp_python', '?')}, synthetic Qwen2.5 models of the real "
-             f"Q4_K_M shapes and sizes (random weights; timing does not depend on them)")
+             + f", llama-cpp-python {dev.get('llama_cpp_python', '?')}, synthetic Qwen2.5 of the real Q4_K_M "
+             "shapes (random weights)")
     kernels = "llama.cpp's kernels (exact=False)"
     sweeps = (f"one decode of n tokens with logits at every row at KV {settings.get('position', '?')}, "
               f"medians of {settings.get('repeats', '?')} sweeps (tune.time_decodes)")
