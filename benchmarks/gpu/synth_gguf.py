@@ -53,13 +53,13 @@ class Shape:
     real_bytes: int = 0  # size of the real Q4_K_M file, for comparison (0: none)
 
 
-# From the models' config.json (Qwen/Qwen2.5-*-Instruct) and the Q4_K_M files' sizes. The
+# From the models' config.json (Qwen/Qwen2.5-*-Instruct); real sizes as in edgespec.catalog. The
 # published GGUFs store output.weight even where the HF model ties it to the embedding (the
 # 0.5B Coder file here: token_embd Q5_0, output Q8_0, 491,400,064 bytes), so none is tied.
 SHAPES = {
     "qwen2.5-0.5b": Shape("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, False, real_bytes=491_400_064),
-    "qwen2.5-1.5b": Shape("qwen2.5-1.5b", 151936, 1536, 28, 12, 2, 8960, False, real_bytes=1_117_320_736),
-    "qwen2.5-7b": Shape("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, False, real_bytes=4_683_073_984),
+    "qwen2.5-1.5b": Shape("qwen2.5-1.5b", 151936, 1536, 28, 12, 2, 8960, False, real_bytes=1_117_320_768),
+    "qwen2.5-7b": Shape("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, False, real_bytes=4_680_000_000),
     # a few MB, for running the whole benchmark on a CPU in a test
     "tiny": Shape("tiny", 2048, 256, 2, 4, 2, 768, True, n_ctx_train=4096),
 }
@@ -229,18 +229,20 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     w.add_pad_token_id(specials[0])
     w.add_add_bos_token(False)
 
+    # Tensors are described first and generated one at a time while writing, so memory
+    # holds one tensor, not the model (the 7B's output matrix is the largest: 0.45 GB).
+    specs: list[tuple[str, tuple]] = []  # (name, ("q", rows, cols, qtype, std, zero_rows) | ("v", values))
     types_used: dict[str, int] = {}
 
     def matrix(name: str, rows: int, cols: int, std: float, layer: int | None = None,
                zero_rows: tuple[int, ...] = ()) -> None:
         qtype = tensor_type(name, cols, layer, s)
         types_used[qtype] = types_used.get(qtype, 0) + 1
-        data = quantized(rng, rows, cols, qtype, std, zero_rows)
-        w.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[qtype])
+        specs.append((name, ("q", rows, cols, qtype, std, zero_rows)))
 
     def vector(name: str, values: np.ndarray) -> None:
         types_used["F32"] = types_used.get("F32", 0) + 1
-        w.add_tensor(name, values.astype(np.float32))
+        specs.append((name, ("v", values.astype(np.float32))))
 
     # With a tied output the embedding is also the output projection: scale it so that
     # logits (embedding rows · the RMS-normalised hidden state) have std LOGIT_STD.
@@ -266,9 +268,23 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     if not s.tied:
         matrix("output.weight", s.n_vocab, s.n_embd, out_std, zero_rows=specials)
 
+    for name, spec in specs:
+        if spec[0] == "q":
+            _, rows, cols, qtype, _, _ = spec
+            per, nbytes = BLOCK[qtype]
+            w.add_tensor_info(name, (rows, cols // per * nbytes), np.dtype(np.uint8), rows * cols // per * nbytes,
+                              raw_dtype=gguf.GGMLQuantizationType[qtype])
+        else:
+            w.add_tensor_info(name, spec[1].shape, spec[1].dtype, spec[1].nbytes)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, spec in specs:
+        if spec[0] == "q":
+            _, rows, cols, qtype, std, zero_rows = spec
+            w.write_tensor_data(quantized(rng, rows, cols, qtype, std, zero_rows))
+        else:
+            w.write_tensor_data(spec[1])
     w.close()
     size = path.stat().st_size
     return {
