@@ -230,8 +230,13 @@ def steps(models: dict[str, Path], pairs: list[tuple[str, str]], *, exact: bool,
     out: dict[str, Any] = {"exact": exact, "models": {}, "gamma": []}
     try:
         for name, path in models.items():
-            lm = loaded[name] = Loaded(path, n_gpu_layers=args.n_gpu_layers, exact=exact,
-                                       n_ctx=args.n_ctx, n_threads=args.threads)
+            try:  # one model that fails to load must not lose the others' figures
+                lm = loaded[name] = Loaded(path, n_gpu_layers=args.n_gpu_layers, exact=exact,
+                                           n_ctx=args.n_ctx, n_threads=args.threads)
+            except Exception as exc:  # noqa: BLE001
+                out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+                _say(f"  {name}: {out['errors'][name]}")
+                continue
             prefix = prompt_ids(lm.model.n_vocab, args.position, seed=1)
             t = tune.time_decodes(lm.ctx, prefix, n_max=args.n_max, repeats=args.repeats)
             out["models"][name] = {
