@@ -143,8 +143,9 @@ keep "$TMPL/models.log"
 # 5. the measurements, under what is left (30 s kept for to_profile and the copy back)
 LEFT=$(( TOTAL_S - $(elapsed) - 30 ))
 log "measuring (budget ${LEFT} s)"
-# run from outside the checkout so that the installed edgespec is the one imported
-(cd /tmp && timeout $(( LEFT + 60 )) "$PY" "$OLDPWD/$HERE/measure.py" --out "$RESULTS" --budget-s "$LEFT" \
+# run from outside the checkout so that the installed edgespec is the one imported; llama.cpp's
+# own log (offload, kernels, CUDA graphs) goes to measure.log with the progress
+(cd /tmp && EDGESPEC_LLAMA_VERBOSE=${EDGESPEC_LLAMA_VERBOSE:-1} timeout $(( LEFT + 60 )) "$PY" "$OLDPWD/$HERE/measure.py" --out "$RESULTS" --budget-s "$LEFT" \
     --model "qwen2.5-0.5b=$F05" --model "qwen2.5-1.5b=$F15" --model "qwen2.5-7b=$F7" \
     --pair qwen2.5-0.5b:qwen2.5-1.5b --pair qwen2.5-0.5b:qwen2.5-7b --pair qwen2.5-1.5b:qwen2.5-7b \
     --spec-model qwen2.5-1.5b ${MEASURE_ARGS:-}) 2>&1 | tee "$OUT/measure.log"
