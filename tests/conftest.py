@@ -29,6 +29,11 @@ import pytest
 # No test may read or write the developer's own profiles (~/.config/edgespec): tests that
 # need user profiles point XDG_CONFIG_HOME at their own tmp_path; the rest see none.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edgespec-test-config-")
+# llama.cpp's OpenMP threads spin while they wait; tests run several engines and CLI
+# subprocesses at once on small machines, where spinning threads starve each other
+# (measured: a full suite 5 min instead of over 25 on a loaded 2-core VM). Speed is
+# measured in benchmarks/, never here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from tiny_models import make_tiny_model, write_random_bytes, write_truncated
 
