@@ -140,21 +140,27 @@ def test_batch_reports_bad_lines_and_generates_the_rest(run, tiny_target, tmp_pa
 
 
 @pytest.mark.integration
-def test_real_model_greedy_output_is_the_same_with_and_without_drafting(tmp_path):
-    """On Qwen2.5-Coder-0.5B: --draft ngram and the model as its own drafter give exactly
-    the token ids of plain decoding, through the CLI as a user runs it."""
+@pytest.mark.parametrize("prompt", [
+    "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    "Rename `total` to `subtotal` everywhere:\n\ntotal = 0\nfor x in items:\n    total += x.price\nprint(total)\n",
+    "A haiku about a lighthouse:\n",
+], ids=["code", "edit", "poem"])
+def test_real_model_exact_greedy_output_is_the_same_with_and_without_drafting(tmp_path, prompt):
+    """On Qwen2.5-Coder-0.5B with --exact: --draft ngram and the model as its own drafter
+    give exactly the token ids of --exact --draft none, with the learned policy and with a
+    fixed k, through the CLI as a user runs it."""
     from edgespec.catalog import resolve_model
 
     model = str(resolve_model("qwen2.5-coder-0.5b"))
-    prompt = "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n"
-    cmd = cli_command() + ["generate", "--target", model, "--raw", "--json",
-           "--temperature", "0", "--max-tokens", "48", "--k", "4", prompt]
+    cmd = cli_command() + ["generate", "--target", model, "--raw", "--json", "--exact",
+                           "--temperature", "0", "--max-tokens", "48", prompt]
     ids = {}
-    for draft in ("none", "ngram", model):
-        r = subprocess.run(cmd + ["--draft", draft], capture_output=True, text=True, timeout=600,
+    for name, extra in (("none", ["--draft", "none"]), ("ngram", ["--draft", "ngram"]),
+                        ("ngram k=4", ["--draft", "ngram", "--k", "4"]), ("model k=4", ["--draft", model, "--k", "4"])):
+        r = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=600,
                            stdin=subprocess.DEVNULL, env=dict(os.environ))
         assert r.returncode == 0, r.stderr
-        ids[draft] = json.loads(r.stdout)["token_ids"]
+        ids[name] = json.loads(r.stdout)["token_ids"]
     assert len(ids["none"]) > 10
-    assert ids["ngram"] == ids["none"]
-    assert ids[model] == ids["none"]
+    for name in ("ngram", "ngram k=4", "model k=4"):
+        assert ids[name] == ids["none"], name

@@ -42,7 +42,7 @@ commands:
   /help             this list
   /stats            per-turn statistics of this conversation
   /reset            forget the conversation (keeps the system prompt)
-  /k N              set the starting draft length k
+  /k N | auto       draft exactly N tokens every round, or let the policy choose
   /draft off|ngram|model|PATH   switch the drafter (model = the loaded draft model)
   /system [TEXT|off]  show, set or remove the system prompt
   /save FILE        save the conversation as JSON
@@ -329,13 +329,19 @@ class ChatSession:
         self.console.print(Text("conversation cleared", style="dim"))
 
     def _cmd_k(self, arg: str) -> None:
+        if arg.strip() == "auto":
+            self.engine.adaptive_k = True
+            self.console.print(Text("k = auto (the drafting policy chooses each round)", style="dim"))
+            return
         try:
             k = int(arg)
         except ValueError:
-            self._error(f"/k needs a whole number, e.g. /k 4 (now k = {self.engine.k})")
+            self._error(f"/k needs a whole number or auto, e.g. /k 4 (now k = "
+                        f"{self.engine.k if not self.engine.adaptive_k else 'auto'})")
             return
         self.engine.set_k(k)
-        self.console.print(Text(f"k = {self.engine.k} (it adapts from there during a reply)", style="dim"))
+        self.engine.adaptive_k = False
+        self.console.print(Text(f"k = {self.engine.k} in every round (/k auto: the drafting policy)", style="dim"))
 
     def _cmd_draft(self, arg: str) -> None:
         if not arg:
