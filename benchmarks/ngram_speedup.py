@@ -154,12 +154,12 @@ def main() -> int:
     target = resolve_model(args.target)
     results = []
     if args.min_match is None:
-        from edgespec.planner import plan
-
-        args.min_match = plan("auto").ngram_min_match
+        args.min_match = 2  # the learned policy judges matches by their length itself
     print(f"ngram drafting from matches of >= {args.min_match} tokens, k <= {args.k}", flush=True)
     common = dict(n_ctx=4096, n_threads=args.threads)
-    with Engine(target, draft="ngram", k=args.k, k_max=args.k, ngram_min_match=args.min_match, **common) as engine, \
+    # one engine on the batch-invariant kernels (--exact), so every pair must be identical
+    with Engine(target, draft="ngram", k=args.k, k_max=args.k, ngram_min_match=args.min_match, exact=True,
+                **common) as engine, \
             Engine(target, exact=False, **common) as fast:
         for name in names:
             prompt = PROMPTS[name]

@@ -179,23 +179,3 @@ def draft_cost_ratio(draft_bytes: int, target_bytes: int, *, overhead_ms: float,
 def step_ms(weights_bytes: int, *, overhead_ms: float, gbs: float) -> float:
     """Estimated time of one single-token decode step in milliseconds."""
     return overhead_ms + weights_bytes / (gbs * 1e9) * 1e3
-
-
-def ngram_min_match(c: "VerifyCost") -> int:
-    """How long a prompt-lookup match must be before it is worth drafting from.
-
-    Where verifying extra tokens is nearly free (memory-bound GPUs, Apple silicon:
-    c(2) close to 1) even a 2-token match pays. Where each verified token costs most of
-    a step (compute-bound CPUs: c(2) ~ 1.8), a wrong guess costs almost a full step, and
-    only long matches — inside a span the answer is copying — are right often enough.
-    Replaying recorded prompt-lookup rounds of Qwen2.5-Coder-1.5B on code-edit prompts
-    with this machine's measured c(n) put the break-even near 6 tokens there.
-    """
-    extra = c(2) - 1.0  # the cost of one more verified token, in steps
-    if extra <= 0.25:
-        return 2
-    if extra <= 0.5:
-        return 3
-    if extra <= 0.7:
-        return 4
-    return 6

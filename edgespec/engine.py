@@ -73,8 +73,9 @@ class Engine:
     (target steps per drafted token; estimated from the model sizes when not given) and
     acceptance learned during each generation. At most ``k_max`` per round (15 for prompt
     lookup, 8 for a draft model). With ``adaptive_k=False`` every round drafts exactly
-    ``k`` instead (for sweeps); ``p_min`` and ``ngram_min_match`` are fixed cut-offs for
-    that mode. ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+    ``k`` instead (for sweeps), and ``p_min`` is that mode's fixed confidence cut-off for
+    the draft model. ``ngram_min_match`` is the shortest context match prompt lookup
+    drafts from (2: the policy learns which lengths pay). ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
 
     ``exact`` picks the target's kernels (see ``edgespec.llama``). ``False`` (the
     default): llama.cpp's own, fastest kernels; speculation is lossless as the field

@@ -94,15 +94,6 @@ def test_draft_cost_ratio_from_sizes():
     assert 0.1 < g < 0.25
 
 
-def test_ngram_min_match_follows_the_verify_cost():
-    from edgespec.adaptive import VerifyCost, ngram_min_match
-
-    gpu = VerifyCost((2, 4, 8), (1.05, 1.15, 1.4))
-    cpu = VerifyCost((2, 5, 16), (1.8, 4.26, 12.2))
-    assert ngram_min_match(gpu) == 2
-    assert ngram_min_match(cpu) == 6
-
-
 def test_ngram_drafter_waits_for_a_long_enough_match():
     from edgespec.drafters import NgramDrafter
 

@@ -54,7 +54,7 @@ from edgespec import __version__
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token
 
-from .metrics import Metrics
+from .metrics import CountRequests, Metrics
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
 from .worker import Failed, Job, QueueFull, Started, Worker
 
@@ -121,7 +121,7 @@ def create_app(
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
-    app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(CountRequests, metrics=metrics, routes=ROUTES)
 
     # -- errors ---------------------------------------------------------------------------
     @app.exception_handler(ApiError)
@@ -423,33 +423,3 @@ async def _sse(reply: _Reply, job: Job, watcher: asyncio.Task) -> AsyncIterator[
     finally:
         job.cancel()
         watcher.cancel()
-
-
-class _CountRequests:
-    """ASGI middleware: counts every HTTP response by route and status for /metrics."""
-
-    def __init__(self, app: Any, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 0
-
-        async def send_counted(message: dict) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_counted)
-        except Exception:
-            status = status or 500  # (Starlette's outer error middleware answers it)
-            raise
-        finally:
-            path = scope.get("path", "")
-            # status 0: the client went away before any answer (a request stopped in the queue)
-            self.metrics.count_request(path if path in ROUTES else "other", status or 499)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Callable
+from typing import Any, Callable
 
 from edgespec.events import Stats
 
@@ -118,3 +118,34 @@ class Metrics:
             series("edgespec_busy", "gauge", "1 while a generation is running.",
                    [({}, int(self.busy()))])
             return "\n".join(lines) + "\n"
+
+
+class CountRequests:
+    """ASGI middleware: counts every HTTP response by route and status for /metrics."""
+
+    def __init__(self, app: Any, metrics: "Metrics", routes: tuple[str, ...]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def send_counted(message: dict) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_counted)
+        except Exception:
+            status = status or 500  # (Starlette's outer error middleware answers it)
+            raise
+        finally:
+            path = scope.get("path", "")
+            # status 0: the client went away before any answer (a request stopped in the queue)
+            self.metrics.count_request(path if path in self.routes else "other", status or 499)
