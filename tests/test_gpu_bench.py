@@ -123,7 +123,7 @@ def test_steps_give_c_of_n_and_gamma(results, phase):
         assert m["step_ms"] > 0
         assert m["verify_cost_measured"]["1"] == 1.0 and m["verify_cost"]["1"] == 1.0
         c = [m["verify_cost"][str(n)] for n in range(1, 17)]
-        assert all(x >= 1.0 for x in c) and c == sorted(c)
+        assert all(x >= 1.0 for x in c)  # measured as it is: tile dips are kept
         assert all(m["verify_ms"][str(n)] > 0 for n in range(1, 17))
     assert [(g["draft"], g["target"]) for g in st["gamma"]] == [
         ("qwen2.5-0.5b", "qwen2.5-1.5b"), ("qwen2.5-0.5b", "qwen2.5-7b"), ("qwen2.5-1.5b", "qwen2.5-7b")]

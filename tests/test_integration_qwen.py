@@ -28,13 +28,16 @@ def qwen05():
 
 @pytest.fixture(scope="module")
 def reference(qwen05):
-    with Engine(qwen05, draft=None, n_ctx=1024) as e:
+    with Engine(qwen05, draft=None, n_ctx=1024, exact=True) as e:
         return [e.generate(p, max_tokens=48).token_ids for p in PROMPTS]
 
 
 @pytest.mark.parametrize("draft", ["self", "ngram"])
 def test_real_model_greedy_equivalence(draft, qwen05, reference):
-    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, k=4) as e:
+    # exact kernels (token identity) and a fixed k (the learned policy rightly declines a
+    # same-size drafter on a CPU; here the point is the mechanics of drafting)
+    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, k=4, adaptive_k=False,
+                exact=True) as e:
         for prompt, ref in zip(PROMPTS, reference):
             r = e.generate(prompt, max_tokens=48)
             assert r.token_ids == ref

@@ -79,7 +79,7 @@ def server(qwen05):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgespec", "serve", "--target", str(qwen05), "--draft", "ngram", "--exact",
-         "--n-ctx", str(N_CTX), "--port", str(port), "--api-key", "test-key"],
+         "--k", "4", "--n-ctx", str(N_CTX), "--port", str(port), "--api-key", "test-key"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"})
     url = f"http://127.0.0.1:{port}"
