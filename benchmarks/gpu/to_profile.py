@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from edgespec import profiles
+from edgespec.profiles.store import dump_toml
 
 # (catalog pair, target model name, draft model name) in measure.py's results
 PAIRS = (
@@ -212,45 +213,11 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
 # --------------------------------------------------------------------------------------
 
 
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
-def _val(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, _dt.date):
-        return v.isoformat()
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list):
-        return "[" + ", ".join(_val(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_val(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _is_figure(v: Any) -> bool:
-    return isinstance(v, dict) and ("value" in v or "n" in v)
-
-
 def to_toml(data: dict) -> str:
-    lines = [f"# {c}" for c in data.get("_comment", [])]
-
-    def table(d: dict, prefix: str) -> None:
-        scalars = [(k, v) for k, v in d.items() if not k.startswith("_") and (not isinstance(v, dict) or _is_figure(v))]
-        subs = [(k, v) for k, v in d.items() if isinstance(v, dict) and not _is_figure(v)]
-        if prefix and scalars:
-            lines.append("")
-            lines.append(f"[{prefix}]")
-        lines.extend(f"{_key(k)} = {_val(v)}" for k, v in scalars)
-        for k, v in subs:
-            table(v, f"{prefix}.{_key(k)}" if prefix else _key(k))
-
-    table(data, "")
-    return "\n".join(lines) + "\n"
+    """The profile as TOML, written by edgespec's own writer (``profiles.store.dump_toml``);
+    ``_comment`` lines become the file's header and other ``_`` keys are left out."""
+    header = "".join(f"# {c}\n" for c in data.get("_comment", []))
+    return header + dump_toml({k: v for k, v in data.items() if not k.startswith("_")})
 
 
 def check(text: str, name: str) -> profiles.Profile:
