@@ -179,3 +179,16 @@ def draft_cost_ratio(draft_bytes: int, target_bytes: int, *, overhead_ms: float,
 def step_ms(weights_bytes: int, *, overhead_ms: float, gbs: float) -> float:
     """Estimated time of one single-token decode step in milliseconds."""
     return overhead_ms + weights_bytes / (gbs * 1e9) * 1e3
+
+
+def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_max: int = 32,
+                    within: float = 0.95) -> int:
+    """Sequences per decode for a batch job: the smallest N whose throughput N / C(N)
+    (C = the cost of one decode of N sequences, relative to one) comes within 5% of the
+    best N up to the cap: the most requests, what the KV memory holds, ``n_max``. Fewer
+    sequences than the best for nearly the same throughput keep memory and the latency
+    of each step down."""
+    cap = max(1, min(n_requests, max_by_memory, n_max))
+    throughput = [n / max(cost(n), 1e-9) for n in range(1, cap + 1)]
+    best = max(throughput)
+    return next(n for n, t in enumerate(throughput, start=1) if t >= within * best)

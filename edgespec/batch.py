@@ -285,6 +285,9 @@ def result_record(job: Job, result: Any) -> dict[str, Any]:
 class BatchObserver:
     """Callbacks through which a batch reports progress (all optional no-ops)."""
 
+    def batch_started(self, run: Any) -> None:
+        """A parallel run is about to start (``run.n_parallel``, ``run.stats``)."""
+
     def job_started(self, job: Job) -> None: ...
 
     def job_done(self, job: Job, record: dict[str, Any]) -> None: ...
@@ -313,8 +316,14 @@ def run_batch(
     defaults: dict[str, Any] | None = None,
     on_error: str = "skip",
     observer: BatchObserver | None = None,
+    parallel: int | str | None = None,
 ) -> BatchSummary:
     """Generate every job not yet in ``writer`` and append its result.
+
+    ``parallel`` (a number, or ``"auto"``) runs that many sequences per decode through
+    ``engine.run_many`` (continuous batching; results are written as each finishes, in
+    whatever order); ``None`` or 1 runs the jobs one after another through
+    ``engine.generate``. Resuming is the same either way: ids already written are skipped.
 
     ``defaults`` are the generation settings of the command line; a line's own settings
     override them. A job that fails with an ``EdgespecError`` (a prompt too long for the
@@ -329,11 +338,12 @@ def run_batch(
     summary = BatchSummary(total=len(jobs))
     todo = list(pending_jobs(jobs, writer.done))
     summary.skipped = summary.total - len(todo)
+    if parallel not in (None, 1):
+        _run_parallel(engine, todo, writer, defaults, on_error, observer, summary, parallel)
+        return summary
     for job in todo:
         observer.job_started(job)
-        options = {**defaults, **job.options}
-        if not isinstance(job.prompt, str):
-            options.pop("raw", None)
+        options = _job_options(job, defaults)
         try:
             result = engine.generate(job.prompt, **options)
         except EdgespecError as e:
@@ -347,6 +357,38 @@ def run_batch(
         summary.done += 1
         observer.job_done(job, record)
     return summary
+
+
+def _job_options(job: Job, defaults: dict[str, Any]) -> dict[str, Any]:
+    options = {**defaults, **job.options}
+    if not isinstance(job.prompt, str):
+        options.pop("raw", None)
+    return options
+
+
+def _run_parallel(engine: Any, todo: list[Job], writer: ResultWriter, defaults: dict[str, Any],
+                  on_error: str, observer: BatchObserver, summary: BatchSummary,
+                  parallel: int | str) -> None:
+    from edgespec.multiseq import Request
+
+    by_key = {job.key: job for job in todo}
+    run = engine.run_many([Request(job.key, job.prompt, _job_options(job, defaults)) for job in todo],
+                          parallel=parallel)
+    observer.batch_started(run)
+    for job in todo:
+        observer.job_started(job)
+    for outcome in run:
+        job = by_key[outcome.key]
+        if outcome.error is not None:
+            summary.failed.append((job, outcome.error))
+            observer.job_failed(job, outcome.error)
+            if on_error == "stop":
+                raise outcome.error
+            continue
+        record = result_record(job, outcome.result)
+        writer.write(record)
+        summary.done += 1
+        observer.job_done(job, record)
 
 
 __all__ = [

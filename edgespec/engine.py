@@ -14,42 +14,28 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from . import sampling
 from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, InputError
-from .events import Done, Event, Stats, Token
-from .llama import Context, Detokenizer, Model, check_vocab_compatible, common_prefix_len, default_threads
+from .events import Done, Event, Result, Stats
+from .llama import Context, Model, check_vocab_compatible, common_prefix_len, default_threads
 from .sampling import SamplingParams
 from .adaptive import VerifyCost
-from .policy import (CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_VERIFY_PRIOR, DraftPolicy,
-                     FixedPolicy, OnlineCost)
+from .policy import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
+                     GPU_VERIFY_PRIOR, DraftPolicy, FixedPolicy, OnlineCost)
 from .speculative import SpeculativeLoop
-from .text import TextAssembler
+from .reply import Reply
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .multiseq import BatchRun, Request
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
 # GEMM decodes for less than 15 (see policy.CPU_VERIFY_PRIOR).
 DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
-
-
-@dataclass(frozen=True)
-class Result:
-    text: str
-    token_ids: list[int]
-    finish_reason: str
-    stats: Stats
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "token_ids": list(self.token_ids),
-            "finish_reason": self.finish_reason,
-            "stats": self.stats.to_dict(),
-        }
 
 
 PromptLike = str | Sequence[dict] | Sequence[int]
@@ -104,6 +90,7 @@ class Engine:
         adaptive_k: bool = True,
         ngram_min_match: int = 2,
         exact: bool | None = False,
+        batch_cost: VerifyCost | None = None,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -121,6 +108,7 @@ class Engine:
         self._load_target(target, exact=bool(exact))
         self._cost = OnlineCost(verify_cost or self._default_verify_cost())
         self._draft_gamma = draft_gamma
+        self._batch_cost = batch_cost
         self._policies: dict[str, DraftPolicy] = {}
         self.k = k
         self._k_max_override = k_max
@@ -207,8 +195,38 @@ class Engine:
     def k_max(self) -> int:
         """The largest k a round may use: the drafter's bound (or the override), and never
         more than one verify batch can hold (``n_batch`` = x_last + k drafts)."""
-        k_max = self._k_max_override or DEFAULT_K_MAX.get(self.drafter.name, 16)
+        return self.k_max_for(self.drafter.name)
+
+    def k_max_for(self, drafter: str) -> int:
+        k_max = self._k_max_override or DEFAULT_K_MAX.get(drafter, 16)
         return min(k_max, self.ctx.n_batch - 1)
+
+    def batch_cost_prior(self) -> VerifyCost:
+        """C(n): one decode of n sequences relative to one (the profile's, or a prior)."""
+        if self._batch_cost is not None:
+            return self._batch_cost
+        from .llama import supports_gpu_offload
+
+        gpu = self._gpu_layers != 0 and supports_gpu_offload()
+        return GPU_BATCH_PRIOR if gpu else CPU_BATCH_PRIOR
+
+    def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
+                      **options) -> BatchRun:
+        """Generate every prompt, ``parallel`` sequences per decode (continuous batching,
+        see ``edgespec.multiseq``); iterate the answer for ``Outcome(key, result, error)``
+        in the order they finish, ``key`` being the prompt's index. ``options`` are
+        ``stream``'s, for every prompt. Prompt lookup drafts per sequence when it pays
+        for the batch; a draft model is not used inside batches."""
+        from .multiseq import Request
+
+        return self.run_many([Request(i, p, dict(options)) for i, p in enumerate(prompts)],
+                             parallel=parallel)
+
+    def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> BatchRun:
+        """``generate_many`` for ``multiseq.Request``s, each with its own key and options."""
+        from .multiseq import BatchRun
+
+        return BatchRun(self, requests, parallel=parallel)
 
     def set_k(self, k: int) -> None:
         if k < 1:
@@ -324,7 +342,20 @@ class Engine:
         return ids
 
     # -- generation ---------------------------------------------------------------
-    def stream(
+    def stream(self, prompt: PromptLike, **options) -> Iterator[Event]:
+        """Generate from ``prompt``, yielding ``Token`` and ``Round`` events, then ``Done``.
+
+        Options (all keyword): ``max_tokens`` (256), ``temperature`` (0: greedy),
+        ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ``frequency_penalty``,
+        ``presence_penalty``, ``seed``, ``stop`` (a string or several), ``raw`` (no chat
+        template for a text prompt). The prompt is checked before any work: one that
+        leaves no room to generate in the context raises ContextOverflowError. Closing
+        the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
+        call reuses them.
+        """
+        return self._stream(*self.prepare(prompt, **options))
+
+    def prepare(
         self,
         prompt: PromptLike,
         *,
@@ -339,13 +370,9 @@ class Engine:
         seed: int | None = None,
         stop: Sequence[str] | str = (),
         raw: bool = False,
-    ) -> Iterator[Event]:
-        """Generate from ``prompt``, yielding ``Token`` and ``Round`` events, then ``Done``.
-
-        The prompt is checked before any work: one that leaves no room to generate in
-        the context raises ContextOverflowError. Closing the iterator early or a
-        KeyboardInterrupt leaves both caches consistent; the next call reuses them.
-        """
+    ) -> tuple[list[int], SamplingParams, int, list[str]]:
+        """A generation request checked and tokenized: (prompt ids, sampling
+        parameters, max_tokens, stop strings). Raises on anything invalid."""
         params = SamplingParams(
             temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -365,7 +392,7 @@ class Engine:
                 + (f" (the model was trained for {self.target_model.n_ctx_train})"
                    if self.target_model.n_ctx_train > self.n_ctx else "")
             )
-        return self._stream(prompt_ids, params, max_tokens, stops)
+        return prompt_ids, params, max_tokens, stops
 
     def _stream(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
                 stops: list[str]) -> Iterator[Event]:
@@ -392,45 +419,25 @@ class Engine:
         loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
                                params=params, rng=rng, policy=policy, stats=stats,
                                n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog)
-        detok = Detokenizer(self.target_model)
-        text_out = TextAssembler(stops)
-        model = self.target_model
-        out_ids: list[int] = []
-        finish = "length"
+        reply = Reply(self.target_model, stops, max_tokens)
         t_gen = time.perf_counter()
         verify_t0 = target.t_decode
         try:
             for res in loop.run(min(max_tokens, self.n_ctx - len(prompt_ids))):
-                done = False
-                for tok, fd in zip(res.tokens, res.from_draft):
-                    if model.is_eog(tok):
-                        finish, done = "stop", True
-                        break
-                    out_ids.append(tok)
-                    piece, hit = text_out.push(detok.push(tok))
-                    yield Token(id=tok, text=piece, from_draft=fd, round=res.info.index)
-                    if hit:
-                        finish, done = "stop", True
-                        break
-                    if len(out_ids) >= max_tokens:
-                        done = True
-                        break
-                rej = res.info.rejected_ids
-                yield replace(res.info, rejected_text=model.detokenize(rej)) if rej else res.info
-                if done:
+                yield from reply.push(res)
+                if reply.done:
                     break
-            tail = text_out.finish(detok.flush()) if finish != "stop" or not text_out.hit else ""
-            if tail:
-                yield Token(id=-1, text=tail, from_draft=False, round=loop.rounds)
+            yield from reply.finish(loop.rounds)
         finally:
-            stats.generated_tokens = len(out_ids)
+            stats.generated_tokens = len(reply.ids)
             stats.t_verify = target.t_decode - verify_t0
             stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
             stats.t_generate = time.perf_counter() - t_gen
             stats.t_total = time.perf_counter() - t_start
             stats.k_final = loop.last_k
             self.last_stats = stats
-        yield Done(finish_reason=finish, stats=stats, text=text_out.text, token_ids=tuple(out_ids))
+        yield Done(finish_reason=reply.finish_reason, stats=stats, text=reply.text,
+                   token_ids=tuple(reply.ids))
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:
         """Run ``stream`` to the end and return the text, token ids, reason and stats."""

@@ -140,3 +140,21 @@ class Done:
 
 
 Event = Token | Round | Done
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished generation: its text, token ids, why it ended, and its stats."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    stats: Stats
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }

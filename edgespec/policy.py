@@ -56,6 +56,12 @@ CPU_EXACT_VERIFY_PRIOR = VerifyCost(
 )
 # A memory-bound accelerator: verifying a few more tokens is nearly free.
 GPU_VERIFY_PRIOR = VerifyCost((1, 16), (1.0, 1.45))
+# One decode of n sequences, one new token each (100-token contexts), relative to one:
+# measured with llama.cpp's low-level API on the 2-core dev VM, 1.5B Q4_K_M, llama.cpp's
+# kernels (issue 14's table). The weights are read once for all of them.
+CPU_BATCH_PRIOR = VerifyCost((1, 4, 8, 16, 32), (1.0, 2.67, 4.54, 5.27, 9.13))
+# A GPU decodes dozens of sequences for little more than one (memory-bound).
+GPU_BATCH_PRIOR = VerifyCost((1, 16, 64), (1.0, 1.3, 2.2))
 
 
 class OnlineCost:
@@ -337,6 +343,24 @@ class DraftPolicy:
             self.stats.drafted_rounds += 1
         return n
 
+    def expected_tokens(self, ids: Sequence[int], match_len: int = 0) -> list[float]:
+        """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
+        is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
+        Prompt lookup only: what a batch weighs against the batch's cost."""
+        curve = [1.0]
+        if not ids or self._draws is None or self.kind != "ngram":
+            return curve
+        p = 1.0
+        for a in self.acc.rates(match_len, len(ids), self._draws):
+            p *= a
+            curve.append(curve[-1] + p)
+        return curve
+
+    def note_choice(self, n: int) -> None:
+        """A batch chose to verify ``n`` of this round's ids (``choose``'s bookkeeping)."""
+        if n:
+            self.stats.drafted_rounds += 1
+
     def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
                 draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0) -> None:
         """The round verified a batch of ``batch`` tokens (the last committed one and
@@ -385,6 +409,9 @@ class FixedPolicy:
         if n:
             self.stats.drafted_rounds += 1
         return n
+
+    def note_choice(self, n: int) -> None:
+        """``choose`` has counted the round already."""
 
     def observe(self, **_: float) -> None:
         pass

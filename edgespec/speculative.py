@@ -65,30 +65,49 @@ class SpeculativeLoop:
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
-        target, committed, params, policy = self.target, self.committed, self.params, self.policy
-        L = len(committed)
+        proposal = self.propose(budget)
+        # The policy picks how many of the proposed ids are worth verifying.
+        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence)
+        drafts = self.drafts(proposal, n)
+        # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
+        t1 = time.perf_counter()
+        rows = self.target.decode([self.committed[-1], *drafts], rows=range(len(drafts) + 1))
+        return self.settle(proposal, drafts, rows, verify_start=t1)
+
+    def propose(self, budget: int):
+        """The drafter's proposal for this round, within the room the context and one
+        verify batch leave (a round commits at most ``budget`` >= 1 tokens)."""
+        target, policy = self.target, self.policy
+        L = len(self.committed)
         # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
         l_max = policy.limit(min(budget - 1, target.n_ctx - L, target.n_batch - 1))
         t0 = time.perf_counter()
-        proposal = self.drafter.propose(committed, l_max, policy.keep_drafting) if l_max > 0 else _EMPTY
-        t1 = time.perf_counter()
-        self.stats.t_draft += t1 - t0
-        # The policy picks how many of the proposed ids are worth verifying.
-        n = policy.choose(proposal.ids[:l_max], proposal.match_len, proposal.confidence)
-        drafts = proposal.ids[:n]
-        q = proposal.q
+        proposal = self.drafter.propose(self.committed, l_max, policy.keep_drafting) if l_max > 0 else _EMPTY
+        self._draft_seconds = time.perf_counter() - t0
+        self.stats.t_draft += self._draft_seconds
+        if len(proposal.ids) > l_max:
+            proposal = _Cut(proposal, l_max)
+        return proposal
+
+    def drafts(self, proposal, n: int) -> list[int]:
+        """The first ``n`` proposed ids, cut at the first id the target lacks: a draft
+        vocabulary may be up to 128 ids larger than the target's. That draft cannot be
+        decoded; it is still rejected by the rules in ``settle``, as p(d) = 0."""
+        drafts = list(proposal.ids[:n])
+        self._cut = next((i for i, d in enumerate(drafts) if not 0 <= d < self.n_vocab), None)
+        return drafts if self._cut is None else drafts[: self._cut]
+
+    def settle(self, proposal, drafts: list[int], rows: np.ndarray,
+               verify_start: float | None = None) -> RoundResult:
+        """Accept or reject ``drafts`` against the target's logit ``rows`` (x_last and
+        each draft: len(drafts) + 1 rows), roll the sequence back past the first
+        rejection, commit, and let the policy learn. ``verify_start`` is when this round's
+        own decode began (None when it shared a batch: the batch is timed by its owner)."""
+        target, committed, params, policy = self.target, self.committed, self.params, self.policy
+        L = len(committed)
+        q, cut = proposal.q, self._cut
         self.last_k = policy.bound
-        # A draft vocabulary may be up to 128 ids larger than the target's: cut the
-        # proposal at the first id the target lacks (it cannot be decoded). That draft is
-        # still rejected by the rules below, as p(d) = 0: see the bonus token.
-        cut = next((i for i, d in enumerate(drafts) if not 0 <= d < self.n_vocab), None)
-        if cut is not None:
-            drafts = drafts[:cut]
         batch = len(drafts) + 1
-
-        # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
-        rows = target.decode([committed[-1], *drafts], rows=range(len(drafts) + 1))
-
         out: list[int] = []
         from_draft: list[bool] = []
         n_acc = 0
@@ -138,7 +157,8 @@ class SpeculativeLoop:
         self.drafter.accepted(n_acc)
         committed.extend(out)
         policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
-                       verify_seconds=time.perf_counter() - t1, draft_seconds=t1 - t0,
+                       verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
+                       draft_seconds=self._draft_seconds,
                        drafted=len(proposal.ids), match_len=proposal.match_len)
 
         st = self.stats
@@ -178,6 +198,15 @@ class SpeculativeLoop:
 
 
 _EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": ()})()
+
+
+class _Cut:
+    """A proposal seen only up to ``n`` ids (a drafter may offer more than asked)."""
+
+    def __init__(self, proposal, n: int) -> None:
+        self.ids = list(proposal.ids[:n])
+        self.q, self.match_len = proposal.q, proposal.match_len
+        self.confidence = tuple(proposal.confidence[:n])
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:

@@ -227,7 +227,8 @@ def check_output(path: Path) -> list[str]:
     return ids
 
 
-def test_kill_9_mid_batch_then_resume_gives_every_id_exactly_once(tmp_path, tiny_target):
+@pytest.mark.parametrize("parallel", ["1", "4"])
+def test_kill_9_mid_batch_then_resume_gives_every_id_exactly_once(tmp_path, tiny_target, parallel):
     n = 60
     inp = write_lines(tmp_path / "prompts.jsonl", [
         json.dumps({"id": f"p{i}", "prompt": f"the quick brown fox {i} jumps over the lazy dog {i}",
@@ -237,7 +238,7 @@ def test_kill_9_mid_batch_then_resume_gives_every_id_exactly_once(tmp_path, tiny
     out = tmp_path / "results.jsonl"
     cmd = cli_command() + [
         "generate", "--target", str(tiny_target), "--draft", "ngram", "--max-tokens", "24",
-        "--raw", "--input", str(inp), "--output", str(out),
+        "--raw", "--input", str(inp), "--output", str(out), "--parallel", parallel,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -193,3 +193,17 @@ def ensure_utf8(text: str, what: str) -> str:
         byte = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
         raise InputError(f"{what} is not UTF-8 text ({byte} at character {e.start}); {_NOT_UTF8_HINT}") from None
     return text
+
+
+def parse_parallel(value: str) -> int | str:
+    """``--parallel``: 'auto' or a positive number."""
+    v = value.strip().lower()
+    if v == "auto":
+        return "auto"
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"--parallel must be a positive number or 'auto' (got {value!r})")
+    return n

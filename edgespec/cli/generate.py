@@ -7,6 +7,7 @@ Text goes to stdout; diagnostics, progress and stats go to stderr.
 
 import json
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -30,6 +31,7 @@ from edgespec.cli.common import (
     err_console,
     load_engine,
     make_plan,
+    parse_parallel,
     read_prompt,
 )
 from edgespec.batch import BatchObserver
@@ -94,6 +96,17 @@ def generate(
             help="Batch: skip bad lines and failed prompts (exit 1 at the end if any), or stop at the first.",
         ),
     ] = OnError.skip,
+    parallel: Annotated[
+        str,
+        typer.Option(
+            "--parallel", "-P",
+            help=(
+                "Batch: sequences decoded together (continuous batching): a number, or 'auto' "
+                "(from the machine's batch cost and memory). 1 runs prompts one at a time, "
+                "the only way a draft model is used in a batch."
+            ),
+        ),
+    ] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No diagnostics or stats on stderr.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -117,6 +130,7 @@ def generate(
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
             _run_batch(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
+                parallel=parse_parallel(parallel),
                 plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads,
                                exact=exact),
             )
@@ -166,6 +180,7 @@ def _run_batch(
     raw: bool,
     quiet: bool,
     verbose: bool = False,
+    parallel: int | str = "auto",
     plan_args: dict,
 ) -> None:
     from edgespec.batch import ResultWriter, pending_jobs, read_jobs, run_batch
@@ -206,7 +221,8 @@ def _run_batch(
         progress = _BatchProgress(err, total=len(todo), source=inp.source)
         try:
             with progress:
-                summary = run_batch(engine, todo, writer, defaults=defaults, on_error=on_error, observer=progress)
+                summary = run_batch(engine, todo, writer, defaults=defaults, on_error=on_error,
+                                    observer=progress, parallel=parallel)
         except KeyboardInterrupt:
             err.print(Text(
                 f"interrupted: {writer.written} result(s) written to {output_file}; "
@@ -219,6 +235,8 @@ def _run_batch(
         finally:
             engine.close()
 
+    if progress.run is not None and progress.run.stats.steps:
+        err.print(Text(progress.run.summary()))
     parts = [f"wrote {summary.done} result(s) to {output_file}"]
     if already:
         parts.append(f"{already} already there")
@@ -240,7 +258,8 @@ class _BatchProgress(BatchObserver):
         self.source = source
         self.count = 0
         self.tokens = 0
-        self.seconds = 0.0
+        self.t0 = time.perf_counter()
+        self.run: Any = None
         self.bar: Progress | None = None
         if console.is_terminal and not console.quiet:
             self.bar = Progress(
@@ -264,6 +283,14 @@ class _BatchProgress(BatchObserver):
         if self.bar is not None:
             self.bar.stop()
 
+    def batch_started(self, run: Any) -> None:
+        self.run = run
+        self.t0 = time.perf_counter()
+        note = run.parallel_reason
+        if run.drafter_note:
+            note += f"; {run.drafter_note}"
+        self.console.print(Text(note))
+
     def job_started(self, job: Any) -> None:
         pass
 
@@ -271,15 +298,14 @@ class _BatchProgress(BatchObserver):
         self.count += 1
         stats = record.get("stats", {})
         self.tokens += int(stats.get("generated_tokens", 0))
-        self.seconds += float(stats.get("t_total", 0.0))
-        rate = f"{self.tokens / self.seconds:.1f} tok/s" if self.seconds > 0 else ""
+        elapsed = time.perf_counter() - self.t0  # wall clock: sequences overlap in a batch
+        rate = f"{self.tokens / elapsed:.1f} tok/s overall" if elapsed > 0 else ""
         if self.bar is not None:
             self.bar.update(self.task, advance=1, rate=rate)
         else:
             self.console.print(Text(
                 f"[{self.count}/{self.total}] id {json.dumps(job.id)}: "
-                f"{stats.get('generated_tokens', 0)} tokens, {stats.get('tokens_per_second', 0):.1f} tok/s, "
-                f"{record.get('finish_reason')}"
+                f"{stats.get('generated_tokens', 0)} tokens, {record.get('finish_reason')}; {rate}"
             ))
 
     def job_failed(self, job: Any, error: EdgespecError) -> None:

@@ -14,7 +14,8 @@ this module reasons about KV state through that list.
 
 The door is a package: ``backend`` (the binding, its log, process-wide state),
 ``kernels`` (batch-invariant or llama.cpp's, and why), ``model`` (files, loading,
-tokens), ``vocab`` (draft/target compatibility) and ``context`` (decode, rollback).
+tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback) and ``multi``
+(many sequences in one KV pool, one decode for all of them).
 Import from ``edgespec.llama``; the submodules are its rooms, not its API.
 """
 
@@ -30,6 +31,7 @@ from .backend import (
 from .context import Context, common_prefix_len
 from .kernels import FAST_KERNELS
 from .model import Detokenizer, Model, check_gguf_file
+from .multi import MultiContext, SeqView
 from .vocab import (
     VOCAB_CHECK_START_TOKEN_ID,
     VOCAB_MAX_SIZE_DIFFERENCE,
@@ -45,6 +47,8 @@ __all__ = [
     "Context",
     "Detokenizer",
     "Model",
+    "MultiContext",
+    "SeqView",
     "check_gguf_file",
     "check_vocab_compatible",
     "check_vocab_files",

@@ -13,6 +13,45 @@ from .backend import _last_llama_errors, _llama, _log_mark, default_threads
 from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
 from .model import Model
 
+def create_context(model: Model, *, n_ctx: int, n_batch: int, n_threads: int,
+                   n_threads_batch: int | None = None, n_seq_max: int = 1) -> tuple:
+    """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
+
+    With several sequences the KV memory is one unified pool (``kv_unified``): a batch
+    may then mix sequences and token counts freely and stays one graph computation
+    (split KV streams would cut it into equal-count, consecutive-id micro-batches).
+    """
+    params = _llama.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = n_batch
+    params.n_ubatch = n_batch
+    params.n_seq_max = n_seq_max
+    params.kv_unified = n_seq_max > 1
+    params.n_threads = n_threads
+    params.n_threads_batch = n_threads_batch or n_threads
+    exact = model.exact  # see "Batch-invariant numerics" in kernels.py
+    if exact:
+        params.flash_attn_type = _FLASH_ATTN_ENABLED
+        params.type_k = _GGML_TYPE_F16
+        params.type_v = _GGML_TYPE_Q8_0
+    mark = _log_mark()
+    ptr = _llama.llama_init_from_model(model._ptr, params)
+    batch_invariant = exact
+    if not ptr and exact:
+        # q8_0 V needs head sizes that are multiples of 32; fall back to llama.cpp's
+        # default cache types (exact up to 256 cached tokens, see kernels.py)
+        params.type_v = _GGML_TYPE_F16
+        ptr = _llama.llama_init_from_model(model._ptr, params)
+        batch_invariant = False
+    if not ptr:
+        reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
+        raise ModelLoadError(
+            f"could not create a context of {n_ctx} tokens for {model.path.name}: {reason}. "
+            "Try a smaller --n-ctx, fewer parallel sequences, or fewer GPU layers."
+        )
+    return ptr, batch_invariant
+
+
 class Context:
     """A llama.cpp context on one model, holding sequence 0 in its KV memory.
 
@@ -33,34 +72,10 @@ class Context:
     ) -> None:
         self.model = model
         n_threads = n_threads or default_threads()
-        params = _llama.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = 1
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads_batch or n_threads
-        exact = model.exact  # see "Batch-invariant numerics" in kernels.py
-        if exact:
-            params.flash_attn_type = _FLASH_ATTN_ENABLED
-            params.type_k = _GGML_TYPE_F16
-            params.type_v = _GGML_TYPE_Q8_0
-        mark = _log_mark()
-        ptr = _llama.llama_init_from_model(model._ptr, params)
-        self.batch_invariant = exact
-        if not ptr and exact:
-            # q8_0 V needs head sizes that are multiples of 32; fall back to llama.cpp's
-            # default cache types (exact up to 256 cached tokens, see kernels.py)
-            params.type_v = _GGML_TYPE_F16
-            ptr = _llama.llama_init_from_model(model._ptr, params)
-            self.batch_invariant = False
-        if not ptr:
-            reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
-            raise ModelLoadError(
-                f"could not create a context of {n_ctx} tokens for {model.path.name}: {reason}. "
-                "Try a smaller --n-ctx, or fewer GPU layers."
-            )
-        self._ptr = ptr
+        self._ptr, self.batch_invariant = create_context(
+            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+            n_threads_batch=n_threads_batch)
+        ptr = self._ptr
         self._mem = _llama.llama_get_memory(ptr)
         self.n_ctx: int = _llama.llama_n_ctx(ptr)
         self.n_batch: int = _llama.llama_n_batch(ptr)

@@ -148,6 +148,14 @@ class Model:
         return buf.value.decode("utf-8", errors="replace")
 
     # -- vocabulary ----------------------------------------------------------------
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token takes in an f16 KV cache (K and V, every layer)."""
+        m = self._ptr
+        n_head = max(1, _llama.llama_model_n_head(m))
+        head_dim = _llama.llama_model_n_embd(m) // n_head
+        return 2 * 2 * _llama.llama_model_n_layer(m) * _llama.llama_model_n_head_kv(m) * head_dim
+
     def token_text(self, token: int) -> str:
         """The vocabulary entry for ``token`` as stored (not detokenized)."""
         raw = _llama.llama_vocab_get_text(self._vocab, token)

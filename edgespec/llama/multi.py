@@ -1,0 +1,180 @@
+"""Many sequences in one context: a unified KV pool shared by up to ``n_seq`` sequences,
+one ``llama_decode`` for the tokens of all of them, logits only at the rows asked for.
+
+A ``MultiContext`` keeps, per sequence id, the list of tokens its KV memory holds (as
+``Context`` does for sequence 0), so ``pos_max(s) == len(tokens[s]) - 1`` at all times:
+``decode`` appends after success, ``rollback`` trims, ``free`` empties a sequence so
+another can take its cells (continuous batching). ``view(s)`` is the one sequence as the
+speculative loop sees a context (``n_ctx``, ``n_batch``, ``tokens``, ``rollback``).
+It knows nothing about scheduling: the caller decides which sequences share a decode.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DecodeError, RollbackError
+from .backend import _last_llama_errors, _llama, default_threads
+from .context import create_context
+from .model import Model
+
+# (sequence id, tokens to append, indices into those tokens whose logits are wanted)
+Part = tuple[int, Sequence[int], Sequence[int]]
+
+
+class MultiContext:
+    """A llama.cpp context holding up to ``n_seq`` sequences in one KV pool of ``n_ctx``."""
+
+    def __init__(self, model: Model, *, n_seq: int, n_ctx: int, n_batch: int = 512,
+                 n_threads: int | None = None) -> None:
+        if n_seq < 1:
+            raise ValueError("n_seq must be at least 1")
+        self.model = model
+        self.n_threads = n_threads or default_threads()
+        self._ptr, self.batch_invariant = create_context(
+            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=self.n_threads, n_seq_max=n_seq)
+        self._mem = _llama.llama_get_memory(self._ptr)
+        self.n_seq = n_seq
+        self.n_ctx: int = _llama.llama_n_ctx(self._ptr)
+        self.n_batch: int = _llama.llama_n_batch(self._ptr)
+        self.n_vocab = model.n_vocab
+        self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
+        self.t_decode = 0.0
+        self.n_decode_calls = 0
+        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        self._b_nseq[:] = 1
+        self._seq_of_row = [-1] * self.n_batch  # what b.seq_id[i][0] holds now
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            _llama.llama_batch_free(self._batch)
+            _llama.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    @property
+    def n_used(self) -> int:
+        """KV cells held by all sequences together."""
+        return sum(len(t) for t in self.tokens)
+
+    def decode(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        """Append each part's tokens to its sequence in ONE decode; return, per part, the
+        logits of its rows (shape ``(len(rows), n_vocab)``, a copy).
+
+        The parts together must fit one batch (``n_batch`` tokens) and each sequence may
+        appear once. On failure nothing of this batch stays in any sequence's memory.
+        """
+        n = sum(len(toks) for _, toks, _ in parts)
+        if n == 0:
+            raise ValueError("decode() needs at least one token")
+        if n > self.n_batch:
+            raise ValueError(f"{n} tokens do not fit one batch of {self.n_batch}")
+        seqs = [s for s, _, _ in parts]
+        if len(set(seqs)) != len(seqs):
+            raise ValueError("a sequence may appear only once per decode")
+        b, i, out_rows = self._batch, 0, []
+        self._b_logits[:n] = 0
+        for s, toks, rows in parts:
+            m = len(toks)
+            start = len(self.tokens[s])
+            self._b_token[i:i + m] = np.asarray(toks, dtype=np.int32)
+            self._b_pos[i:i + m] = np.arange(start, start + m, dtype=np.int32)
+            for j in range(i, i + m):
+                if self._seq_of_row[j] != s:
+                    b.seq_id[j][0] = s
+                    self._seq_of_row[j] = s
+            for r in rows:
+                if not 0 <= r < m:
+                    raise ValueError(f"row {r} is outside the part's {m} tokens")
+                self._b_logits[i + r] = 1
+            out_rows.append(sorted(rows) == list(rows))
+            i += m
+        b.n_tokens = n
+        t0 = time.perf_counter()
+        rc = _llama.llama_decode(self._ptr, b)
+        self.t_decode += time.perf_counter() - t0
+        self.n_decode_calls += 1
+        if rc != 0:
+            for s in seqs:  # nothing half-written stays behind
+                _llama.llama_memory_seq_rm(self._mem, s, len(self.tokens[s]), -1)
+            raise DecodeError(
+                f"llama_decode failed with code {rc} for a batch of {n} tokens over "
+                f"{len(parts)} sequences ({_last_llama_errors() or 'no reason given'})"
+            )
+        for s, toks, _ in parts:
+            self.tokens[s].extend(int(t) for t in toks)
+        n_out = sum(len(rows) for _, _, rows in parts)
+        if not n_out:
+            return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in parts]
+        # Outputs come back in batch order, one row per flagged token.
+        arr = np.ctypeslib.as_array(_llama.llama_get_logits(self._ptr), shape=(n_out, self.n_vocab))
+        result, k = [], 0
+        for (_, _, rows), in_order in zip(parts, out_rows):
+            block = arr[k:k + len(rows)]
+            if not in_order:
+                block = block[np.argsort(np.argsort(np.asarray(rows)))]
+            result.append(np.array(block))
+            k += len(rows)
+        return result
+
+    def rollback(self, seq: int, n_keep: int) -> None:
+        """Keep the first ``n_keep`` tokens of sequence ``seq``; remove the rest."""
+        toks = self.tokens[seq]
+        if n_keep >= len(toks):
+            return
+        if n_keep < 0:
+            raise ValueError("n_keep must be >= 0")
+        if not _llama.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
+            raise RollbackError(
+                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
+                "sequence from its memory (recurrent or hybrid model); use --draft none"
+            )
+        del toks[n_keep:]
+
+    def free(self, seq: int) -> None:
+        """Forget sequence ``seq`` entirely: its cells go back to the pool."""
+        _llama.llama_memory_seq_rm(self._mem, seq, 0, -1)
+        self.tokens[seq].clear()
+
+    def pos_max(self, seq: int) -> int:
+        """Largest position of sequence ``seq`` in the KV memory (-1 when empty)."""
+        return int(_llama.llama_memory_seq_pos_max(self._mem, seq))
+
+    def view(self, seq: int, n_ctx: int) -> "SeqView":
+        return SeqView(self, seq, n_ctx)
+
+
+class SeqView:
+    """One sequence of a ``MultiContext`` seen as a context of ``n_ctx`` tokens (what it
+    reserved of the pool): what the speculative loop reads and how it rolls back."""
+
+    def __init__(self, owner: MultiContext, seq: int, n_ctx: int) -> None:
+        self.owner, self.seq, self.n_ctx = owner, seq, n_ctx
+        self.n_batch = owner.n_batch
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.owner.tokens[self.seq]
+
+    @property
+    def n_past(self) -> int:
+        return len(self.owner.tokens[self.seq])
+
+    def rollback(self, n_keep: int) -> None:
+        self.owner.rollback(self.seq, n_keep)
+
+    def pos_max(self) -> int:
+        return self.owner.pos_max(self.seq)

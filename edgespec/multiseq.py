@@ -1,0 +1,384 @@
+"""Many sequences per decode: continuous batching over one multi-sequence context.
+
+Up to ``n_parallel`` sequences share one KV pool (``llama.MultiContext``). Each step is
+ONE ``llama_decode`` holding, for every running sequence, its verify batch (the last
+committed token and whatever it drafts this round), and, in the room left, the next
+chunk of a waiting prompt: a long prompt is prefilled a chunk per step beside the
+running sequences instead of stalling them. A sequence that ends (end of generation,
+``max_tokens``, a stop string) gives its cells back (``llama_memory_seq_rm``) and the
+next request takes its place at once.
+
+Each sequence runs the same round as a single generation (``SpeculativeLoop``'s
+``propose`` / ``settle``) and builds its reply the same way (``Reply``), so it ends for
+the same reasons at the same token. What changes is who chooses the draft lengths: with
+many rows per decode, a draft row costs real compute on a CPU, so the lengths are
+chosen for the batch as a whole: the set of lengths with the most expected committed
+tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
+batch's own timings (``policy.OnlineCost``), each sequence's acceptance learned from its
+own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU.
+
+Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
+others shared its batches (tests/test_multiseq.py checks it against solo runs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from . import sampling
+from .drafters import NgramDrafter, NoDrafter
+from .errors import ContextOverflowError, EdgespecError, InputError
+from .events import Result, Stats
+from .llama import MultiContext
+from .policy import DraftPolicy, FixedPolicy, OnlineCost
+from .reply import Reply
+from .speculative import SpeculativeLoop
+
+# Prompt tokens prefilled per step beside the running sequences: small enough that a
+# step stays a few single-token steps long, large enough to fill the matmuls.
+DEFAULT_CHUNK = 128
+_COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond)
+
+
+@dataclass
+class Request:
+    """One prompt of a batch: ``key`` comes back with its outcome; ``options`` are the
+    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...)."""
+
+    key: Any
+    prompt: Any
+    options: dict = field(default_factory=dict)
+    prepared: tuple | None = None  # Engine.prepare's answer, once asked
+
+
+@dataclass
+class Outcome:
+    """A finished request: its result, or the error that kept it from running."""
+
+    key: Any
+    result: Any = None
+    error: EdgespecError | None = None
+
+
+@dataclass
+class BatchStats:
+    """What a batch run did, for the progress line and ``bench``."""
+
+    steps: int = 0
+    sequences: int = 0
+    tokens: int = 0             # generated tokens, all sequences
+    prompt_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    t_decode: float = 0.0
+    rows_sum: int = 0           # rows decoded, summed over steps
+    running_sum: int = 0        # running sequences, summed over steps
+    t_start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def mean_running(self) -> float:
+        return self.running_sum / self.steps if self.steps else 0.0
+
+
+class _Seq:
+    """One running sequence: its slot, its round machinery and its reply."""
+
+    def __init__(self, req: Request, slot: int, ids: list[int], params, max_tokens: int,
+                 stops: list[str], reserve: int, runner: "BatchRunner") -> None:
+        self.req, self.slot, self.ids, self.reserve = req, slot, ids, reserve
+        self.t_start = time.perf_counter()
+        self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
+        self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
+                           prompt_tokens_processed=len(ids))
+        rng = sampling.make_rng(params.seed)
+        drafter = NgramDrafter(min_match=runner.engine.ngram_min_match) \
+            if runner.drafter_name == "ngram" else NoDrafter()
+        drafter.begin(ids, params, rng)
+        self.loop = SpeculativeLoop(
+            target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
+            params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
+            n_vocab=runner.engine.target_model.n_vocab, is_eog=runner.engine.target_model.is_eog)
+        self.budget = min(max_tokens, reserve - len(ids))
+        self.produced = 0
+        self.reply = Reply(runner.engine.target_model, stops, max_tokens)
+        self.proposal = None
+        self.drafts: list[int] = []
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.ids) - 1
+
+
+class BatchRunner:
+    """Runs requests ``n_parallel`` at a time over one engine's target model.
+
+    Drafting: ``"none"`` or ``"ngram"`` (prompt lookup, one drafter per sequence). A
+    draft model is not run inside batches (it would need its own multi-sequence
+    context; on the machines we measured, batching alone gains more): the engine's
+    ``"model"`` drafter falls back to plain decoding here, and says so in
+    ``drafter_name``.
+    """
+
+    def __init__(self, engine: Any, n_parallel: int, *, n_ctx_seq: int,
+                 chunk: int = DEFAULT_CHUNK, draft: str | None = None, adaptive: bool | None = None,
+                 k: int | None = None) -> None:
+        if n_parallel < 1:
+            raise InputError(f"--parallel must be at least 1 (got {n_parallel})")
+        if chunk < 1:
+            raise InputError(f"the prefill chunk must be at least 1 token (got {chunk})")
+        self.engine = engine
+        name = draft if draft is not None else engine.drafter_name
+        self.drafter_name = name if name in ("none", "ngram") else "none"
+        self.adaptive = engine.adaptive_k if adaptive is None else adaptive
+        self.k = k or engine.k
+        self.n_parallel = n_parallel
+        self.n_ctx_seq = n_ctx_seq
+        self.chunk = chunk
+        n_batch = max(engine._n_batch, n_parallel * 16 + chunk)
+        self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
+                                n_batch=n_batch, n_threads=engine.n_threads)
+        self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
+        self.stats = BatchStats()
+
+    def close(self) -> None:
+        self.ctx.close()
+
+    def new_policy(self, seed: int | None) -> DraftPolicy | FixedPolicy:
+        if self.drafter_name == "none":
+            return FixedPolicy(0)
+        if not self.adaptive:
+            return FixedPolicy(self.k)
+        pol = DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
+        pol.begin(seed)
+        return pol
+
+    # -- admission ----------------------------------------------------------------------
+    def _prepare(self, req: Request, slot: int) -> _Seq:
+        if req.prepared is None:
+            req.prepared = self.engine.prepare(req.prompt, **req.options)
+        ids, params, max_tokens, stops = req.prepared
+        if len(ids) >= self.n_ctx_seq:
+            raise ContextOverflowError(
+                f"the prompt is {len(ids)} tokens but a parallel sequence holds "
+                f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
+        return _Seq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self)
+
+    def run(self, requests: Iterable[Request]) -> Iterator[Outcome]:
+        """Outcomes in the order the requests finish. Closing the iterator (or Ctrl-C)
+        stops at a step boundary; nothing is yielded twice."""
+        queue = iter(requests)
+        free = list(range(self.n_parallel - 1, -1, -1))
+        running: list[_Seq] = []
+        exhausted = False
+        try:
+            while True:
+                while free and not exhausted:
+                    req = next(queue, None)
+                    if req is None:
+                        exhausted = True
+                        break
+                    try:
+                        running.append(self._prepare(req, free[-1]))
+                        free.pop()
+                    except EdgespecError as e:
+                        yield Outcome(req.key, error=e)
+                if not running:
+                    return
+                for seq in self._step(running):
+                    running.remove(seq)
+                    self.ctx.free(seq.slot)
+                    free.append(seq.slot)
+                    yield Outcome(seq.req.key, result=self._result(seq))
+        finally:
+            for seq in running:
+                self.ctx.free(seq.slot)
+
+    # -- one step -------------------------------------------------------------------------
+    def _step(self, running: list[_Seq]) -> list[_Seq]:
+        """One decode for every running sequence; the sequences that ended."""
+        gen = [s for s in running if not s.prefilling]
+        for s in gen:
+            s.proposal = s.loop.propose(s.budget - s.produced)
+        lengths = self._draft_lengths(gen)
+        parts, room = [], self.ctx.n_batch
+        for s, n in zip(gen, lengths):
+            s.drafts = s.loop.drafts(s.proposal, n)
+            parts.append((s.slot, [s.loop.committed[-1], *s.drafts], range(len(s.drafts) + 1)))
+            room -= len(s.drafts) + 1
+        room = min(room, self.chunk)
+        filling = []
+        for s in running:
+            if s.prefilling and room > 0:
+                take = min(room, len(s.ids) - 1 - s.prefilled)
+                parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
+                filling.append((s, take))
+                room -= take
+        t0 = time.perf_counter()
+        outs = self.ctx.decode(parts)
+        seconds = time.perf_counter() - t0
+        rows = sum(len(p[1]) for p in parts)
+        if not filling:  # prefill rows cost differently (no logits); learn from pure steps
+            self.cost.observe(rows, seconds)
+        st = self.stats
+        st.steps += 1
+        st.t_decode += seconds
+        st.rows_sum += rows
+        st.running_sum += len(gen)
+        for s, take in filling:
+            s.prefilled += take
+            st.prompt_tokens += take
+        ended = []
+        for s, logits in zip(gen, outs):
+            res = s.loop.settle(s.proposal, s.drafts, logits)
+            s.produced += len(res.tokens)
+            st.drafted += res.info.drafted
+            st.accepted += res.info.accepted
+            n_before = len(s.reply.ids)
+            s.reply.push(res)
+            st.tokens += len(s.reply.ids) - n_before
+            if s.reply.done or s.produced >= s.budget:
+                s.reply.finish(s.loop.rounds)
+                ended.append(s)
+        return ended
+
+    def _draft_lengths(self, gen: list[_Seq]) -> list[int]:
+        """Draft lengths for the batch: start from none, then repeatedly take the one
+        longer draft that most raises expected tokens per unit of the batch's cost,
+        while any does. A fixed policy drafts what it proposes."""
+        lengths = [0] * len(gen)
+        if self.drafter_name == "none":
+            return lengths
+        curves = []
+        for i, s in enumerate(gen):
+            pol = s.loop.policy
+            if isinstance(pol, FixedPolicy):
+                lengths[i] = pol.choose(s.proposal.ids)
+                curves.append(None)
+            else:
+                curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len))
+        rows = len(gen) + sum(lengths)
+        gain = float(len(gen))
+        best = gain / self.cost(rows)
+        while True:
+            pick = None
+            for i, curve in enumerate(curves):
+                if not curve:
+                    continue
+                for n in range(lengths[i] + 1, len(curve)):
+                    r = (gain + curve[n] - curve[lengths[i]]) / self.cost(rows + n - lengths[i])
+                    if r > best:
+                        best, pick = r, (i, n)
+            if pick is None:
+                break
+            i, n = pick
+            gain += curves[i][n] - curves[i][lengths[i]]
+            rows += n - lengths[i]
+            lengths[i] = n
+        for s, n in zip(gen, lengths):
+            s.loop.policy.note_choice(n)
+        return lengths
+
+    def _result(self, seq: _Seq):
+        st = seq.stats
+        st.generated_tokens = len(seq.reply.ids)
+        st.t_total = st.t_generate = time.perf_counter() - seq.t_start
+        st.k_final = seq.loop.last_k
+        self.stats.sequences += 1
+        return Result(seq.reply.text, list(seq.reply.ids), seq.reply.finish_reason, st)
+
+
+class BatchRun:
+    """``Engine.generate_many``'s answer: iterate it for ``Outcome``s in the order the
+    requests finish. Before iterating, ``n_parallel`` says how many sequences share each
+    decode and why (``parallel_reason``); while and after, ``stats`` has the throughput.
+
+    ``parallel="auto"`` picks N from the batch cost C(N) (the profile's or the prior's),
+    the number of requests and the memory the KV cache of N sequences needs
+    (``adaptive.choose_parallel``). Every request is checked and tokenized first: one
+    that cannot run (empty, too long, bad settings) comes back at once as an error.
+    """
+
+    def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
+                 chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
+        from .adaptive import choose_parallel
+
+        self.engine = engine
+        self.failed: list[Outcome] = []
+        self.requests: list[Request] = []
+        for req in requests:
+            try:
+                req.prepared = engine.prepare(req.prompt, **req.options)
+                self.requests.append(req)
+            except EdgespecError as e:
+                self.failed.append(Outcome(req.key, error=e))
+        # Each sequence reserves room for its prompt, its reply and one verify batch.
+        need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
+        self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
+        per_seq = self.n_ctx_seq * engine.target_model.kv_bytes_per_token
+        self.max_by_memory = max(1, int(_available_memory() * 0.5 // max(per_seq, 1)))
+        if parallel == "auto":
+            self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
+                                              self.max_by_memory)
+            self.parallel_reason = (
+                f"auto: {self.n_parallel} sequences per decode (throughput N/C(N) from the "
+                f"batch cost; {len(self.requests)} prompts, KV room for {self.max_by_memory})")
+        else:
+            if not isinstance(parallel, int) or parallel < 1:
+                raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
+            self.n_parallel = max(1, min(parallel, len(self.requests) or 1))
+            self.parallel_reason = f"{self.n_parallel} sequences per decode (asked for {parallel})"
+        self._chunk, self._draft = chunk, draft
+        asked = draft if draft is not None else engine.drafter_name
+        self.drafter_note = {
+            "none": "",
+            "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
+        }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
+        self.runner: BatchRunner | None = None
+        self.stats = BatchStats()
+
+    def summary(self) -> str:
+        """What the run did, in one line: throughput, sequences per decode, drafting."""
+        st = self.stats
+        line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
+                f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
+        if st.drafted:
+            line += f"; prompt lookup drafted {st.drafted}, accepted {st.accepted}"
+        elif self.runner is not None and self.runner.drafter_name == "ngram":
+            line += "; prompt lookup drafted nothing (it did not pay in this batch)"
+        return line
+
+    @property
+    def kv_bytes(self) -> int:
+        """The KV pool the run allocates (all sequences' reserved room)."""
+        return self.n_parallel * self.n_ctx_seq * self.engine.target_model.kv_bytes_per_token
+
+    def __iter__(self) -> Iterator[Outcome]:
+        yield from self.failed
+        if not self.requests:
+            return
+        self.runner = BatchRunner(self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq,
+                                  chunk=self._chunk, draft=self._draft)
+        self.stats = self.runner.stats
+        try:
+            yield from self.runner.run(self.requests)
+        finally:
+            self.runner.close()
+
+
+def _available_memory() -> int:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no psutil: assume a small machine
+        return 4 << 30

@@ -1,0 +1,63 @@
+"""One reply as it grows: the committed tokens of each round turned into ``Token`` and
+``Round`` events, ended by end-of-generation, ``max_tokens`` or a stop string.
+
+The engine's single stream and the multi-sequence batch both build their replies here,
+so a sequence ends for the same reasons, at the same token, whoever decodes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from .events import Event, Token
+from .llama import Detokenizer, Model
+from .text import TextAssembler
+
+
+class Reply:
+    """The text side of one generation: streaming detokenization, stop strings, the
+    reasons to stop. ``push(round_result)`` returns the events that round produces;
+    ``done`` tells whether the reply has ended; ``finish()`` releases held-back text."""
+
+    def __init__(self, model: Model, stops: Sequence[str], max_tokens: int) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self.detok = Detokenizer(model)
+        self.text_out = TextAssembler(stops)
+        self.ids: list[int] = []
+        self.finish_reason = "length"
+        self.done = False
+
+    @property
+    def text(self) -> str:
+        return self.text_out.text
+
+    def push(self, res) -> list[Event]:
+        """The events of one round (a ``speculative.RoundResult``): its tokens up to
+        wherever the reply ends, then the round record."""
+        events: list[Event] = []
+        for tok, fd in zip(res.tokens, res.from_draft):
+            if self.model.is_eog(tok):
+                self.finish_reason, self.done = "stop", True
+                break
+            self.ids.append(tok)
+            piece, hit = self.text_out.push(self.detok.push(tok))
+            events.append(Token(id=tok, text=piece, from_draft=fd, round=res.info.index))
+            if hit:
+                self.finish_reason, self.done = "stop", True
+                break
+            if len(self.ids) >= self.max_tokens:
+                self.done = True
+                break
+        rej = res.info.rejected_ids
+        events.append(replace(res.info, rejected_text=self.model.detokenize(rej)) if rej else res.info)
+        return events
+
+    def finish(self, round_index: int) -> list[Event]:
+        """Release the text still held (a partial character, a possible stop string's
+        start) at the end of generation, as a last ``Token`` with id -1."""
+        if self.finish_reason == "stop" and self.text_out.hit:
+            return []
+        tail = self.text_out.finish(self.detok.flush())
+        return [Token(id=-1, text=tail, from_draft=False, round=round_index)] if tail else []
