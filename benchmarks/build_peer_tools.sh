@@ -2,13 +2,14 @@
 # Builds llama.cpp's own C++ tools — the peer edgespec is compared with — from the
 # llama.cpp sources vendored in the pinned llama-cpp-python sdist, so both run the same
 # kernels: llama-speculative-simple (prompt lookup: --spec-type ngram-simple / ngram-mod)
-# and llama-completion (plain decoding). Only those targets are built (~5 min on 2 cores).
+# llama-completion (plain decoding) and llama-batched-bench (many sequences per decode,
+# the peer of `generate --parallel`). Only those targets are built (~5 min on 2 cores).
 # Prints the bin directory. Usage: benchmarks/build_peer_tools.sh [DEST]
 set -euo pipefail
 VERSION=0.3.36
 DEST="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/peer-llama.cpp-$VERSION}"
 BIN="$DEST/build/bin"
-if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-completion" ]; then
+if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-completion" ] && [ -x "$BIN/llama-batched-bench" ]; then
   echo "$BIN"; exit 0
 fi
 mkdir -p "$DEST"
@@ -23,5 +24,5 @@ fi
 cmake -S "$DEST/src" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON >&2
 cmake --build "$DEST/build" -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-  --target llama-speculative-simple llama-completion >&2
+  --target llama-speculative-simple llama-completion llama-batched-bench >&2
 echo "$BIN"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 from .adaptive import estimate_alpha
@@ -375,3 +376,31 @@ def bench_report(
         ref = {r.prompt_id: r.token_ids for r in ref_runs}
         settings["plain_kernels_identical"] = all(ref[r.prompt_id] == r.token_ids for r in plain_runs)
     return BenchReport(plain, results, auto_sum, dict(auto_plan or {}), settings)
+
+
+def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int | str, *,
+                     max_tokens: int) -> dict:
+    """The prompts one at a time (``engine.generate``) against all of them through
+    ``engine.generate_many(parallel=...)``, side by side on one engine: generated tokens
+    over wall time, prompt processing included (a batch job's throughput)."""
+    texts = [p.prompt for p in prompts]
+    t0 = time.perf_counter()
+    seq_tokens = sum(len(engine.generate(t, max_tokens=max_tokens).token_ids) for t in texts)
+    seq_s = time.perf_counter() - t0
+    run = engine.generate_many(texts, parallel=parallel, max_tokens=max_tokens)
+    t0 = time.perf_counter()
+    par_tokens = 0
+    for outcome in run:
+        if outcome.error is not None:
+            raise outcome.error
+        par_tokens += len(outcome.result.token_ids)
+    par_s = time.perf_counter() - t0
+    seq_rate, par_rate = seq_tokens / seq_s, par_tokens / par_s
+    return {
+        "n_parallel": run.n_parallel, "reason": run.parallel_reason,
+        "sequential_tokens_per_second": round(seq_rate, 3),
+        "parallel_tokens_per_second": round(par_rate, 3),
+        "speedup": round(par_rate / seq_rate, 3) if seq_rate else None,
+        "mean_running": round(run.stats.mean_running, 2),
+        "drafted": run.stats.drafted, "accepted": run.stats.accepted,
+    }

@@ -23,6 +23,7 @@ others shared its batches (tests/test_multiseq.py checks it against solo runs).
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -177,7 +178,8 @@ class BatchRunner:
         """Outcomes in the order the requests finish. Closing the iterator (or Ctrl-C)
         stops at a step boundary; nothing is yielded twice."""
         queue = iter(requests)
-        free = list(range(self.n_parallel - 1, -1, -1))
+        free = list(range(self.n_parallel))  # a heap: the lowest free slot first keeps
+        # the running sequence ids consecutive (one micro-batch on per-sequence streams)
         running: list[_Seq] = []
         exhausted = False
         try:
@@ -188,8 +190,8 @@ class BatchRunner:
                         exhausted = True
                         break
                     try:
-                        running.append(self._prepare(req, free[-1]))
-                        free.pop()
+                        running.append(self._prepare(req, free[0]))
+                        heapq.heappop(free)
                     except EdgespecError as e:
                         yield Outcome(req.key, error=e)
                 if not running:
@@ -197,7 +199,7 @@ class BatchRunner:
                 for seq in self._step(running):
                     running.remove(seq)
                     self.ctx.free(seq.slot)
-                    free.append(seq.slot)
+                    heapq.heappush(free, seq.slot)
                     yield Outcome(seq.req.key, result=self._result(seq))
         finally:
             for seq in running:
@@ -206,7 +208,7 @@ class BatchRunner:
     # -- one step -------------------------------------------------------------------------
     def _step(self, running: list[_Seq]) -> list[_Seq]:
         """One decode for every running sequence; the sequences that ended."""
-        gen = [s for s in running if not s.prefilling]
+        gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
             s.proposal = s.loop.propose(s.budget - s.produced)
         lengths = self._draft_lengths(gen)
@@ -223,9 +225,15 @@ class BatchRunner:
                 parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
                 filling.append((s, take))
                 room -= take
+        # in slot order: with one KV stream per sequence (exact kernels) llama.cpp splits
+        # a batch into micro-batches over consecutive sequence ids
+        order = sorted(range(len(parts)), key=lambda i: parts[i][0])
         t0 = time.perf_counter()
-        outs = self.ctx.decode(parts)
+        sorted_outs = self.ctx.decode([parts[i] for i in order])
         seconds = time.perf_counter() - t0
+        outs = [None] * len(parts)
+        for j, i in enumerate(order):
+            outs[i] = sorted_outs[j]
         rows = sum(len(p[1]) for p in parts)
         if not filling:  # prefill rows cost differently (no logits); learn from pure steps
             self.cost.observe(rows, seconds)

@@ -54,6 +54,8 @@ class Plan:
     # the policy's priors: c(n) and the draft model's cost per token (None: the engine's)
     verify_cost: adaptive.VerifyCost | None = None
     draft_gamma: float | None = None
+    # C(n) of n sequences per decode, for --parallel auto (None: the engine's prior)
+    batch_cost: adaptive.VerifyCost | None = None
     # ``reason`` in one line, for the line printed on every run (the full reason is for
     # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
     headline: str = ""
@@ -85,6 +87,7 @@ class Plan:
             "exact": self.exact,
             "verify_cost": self.verify_cost,
             "draft_gamma": self.draft_gamma if self.drafter == "model" else None,
+            "batch_cost": self.batch_cost,
         }
 
     @property
@@ -157,7 +160,6 @@ def plan(
                                                    room.offline, notes)
     if ask.mode in ("model", "given") and draft_model is None:
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
-
     # 2. the drafter and k
     costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
@@ -172,10 +174,10 @@ def plan(
         k_max=kk if k is not None else None,
         notes=tuple(notes + list(prof.notes)), options=choice.options,
         exact=exact, adaptive=k is None,
-        # the profile's c(n) is for llama.cpp's kernels on CPUs; under exact the engine's
-        # own prior for those kernels serves better until its timings take over
-        verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c,
-        draft_gamma=costs.gamma,
+        # the profile's c(n) and C(n) are for llama.cpp's kernels on CPUs; under exact the
+        # engine's own priors serve better until its timings take over
+        verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c, draft_gamma=costs.gamma,
+        batch_cost=prof.batch.cost if prof.batch and not exact else None,
     )
 
 

@@ -129,6 +129,36 @@ def time_decodes(
     )
 
 
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
+                 context: int = 100, repeats: int = 3) -> dict[int, float]:
+    """Seconds of one decode of n sequences, one new token each (logits at every row),
+    each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
+    costs. Median of ``repeats`` after a discarded first decode."""
+    from .llama import MultiContext
+
+    out: dict[int, float] = {}
+    span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary
+    prefix = [(i * 37) % span + 5 for i in range(context)]
+    for n in ns:
+        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n),
+                           n_threads=n_threads)
+        try:
+            for s in range(n):
+                ctx.decode([(s, prefix, ())])
+            times = []
+            for r in range(repeats + 1):
+                t0 = time.perf_counter()
+                ctx.decode([(s, [5 + r], [0]) for s in range(n)])
+                times.append(time.perf_counter() - t0)
+            out[n] = statistics.median(times[1:])
+        finally:
+            ctx.close()
+    return out
+
+
 def fit_verify_cost(relative: dict[int, float]) -> adaptive.VerifyCost:
     """c(n) from measured ratios: c(1) = 1 and never below 1; dips are kept (a tiled
     GEMM's batches of 8 and 16 cost less than 7 and 15, which the policy exploits)."""
@@ -203,6 +233,13 @@ class TuneResult:
     settings: dict
     exact_slowdown: float = 1.0       # plain tok/s on llama.cpp's kernels / on exact ones
     exact_tokens_per_second: float | None = None  # plain decoding on the exact kernels
+    batch_seconds: dict[int, float] | None = None  # one decode of n sequences (time_batches)
+
+    @property
+    def batch_cost(self) -> dict[int, float]:
+        """C(n) = one decode of n sequences relative to one."""
+        b = self.batch_seconds or {}
+        return {n: t / b[1] for n, t in sorted(b.items())} if b.get(1) else {}
 
     def drafter(self, name: str) -> DrafterFit | None:
         return next((d for d in self.drafters if d.drafter == name), None)
@@ -245,6 +282,10 @@ class TuneResult:
             "exact_plain_tokens_per_second": None if self.exact_tokens_per_second is None
             else round(self.exact_tokens_per_second, 3),
             "exact_slowdown": round(self.exact_slowdown, 4),
+            "batch": {
+                str(n): {"cost": round(c, 3), "throughput": round(n / c, 3)}
+                for n, c in self.batch_cost.items()
+            },
             "choice": {
                 "drafter": self.choice.drafter,
                 "k": self.choice.k,
@@ -290,6 +331,9 @@ def tune(
     draft_ctx = engine.draft_ctx if "model" in drafters else None
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
+    say(f"timing decodes of {', '.join(map(str, BATCH_SIZES))} sequences at once (batch throughput)")
+    batch_model = (fast_engine or engine).target_model
+    batch_seconds = time_batches(batch_model, engine.n_threads)
 
     say(f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
         f"{', '.join(map(str, sorted(set(ks))))}")
@@ -341,7 +385,8 @@ def tune(
         "load_average": bench.load_average(),
     }
     return TuneResult(times, c, tuple(fits), tuple(points), choice, bench.rate(plain), settings,
-                      exact_slowdown=slowdown, exact_tokens_per_second=bench.rate(ref) if fast else None)
+                      exact_slowdown=slowdown, exact_tokens_per_second=bench.rate(ref) if fast else None,
+                      batch_seconds=batch_seconds)
 
 
 # --------------------------------------------------------------------------------------
@@ -373,6 +418,8 @@ def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | N
     model, ngram = result.drafter("model"), result.drafter("ngram")
     skipped: list[str] = []
     kwargs: dict[str, Any] = {"verify": verify}
+    if result.batch_cost:
+        kwargs["batch"] = {n: c for n, c in result.batch_cost.items() if n >= 2}
     if result.exact_tokens_per_second is not None:
         kwargs["exact_slowdown"] = min(5.0, max(0.5, result.exact_slowdown))
     if ngram is not None:

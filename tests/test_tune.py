@@ -123,7 +123,7 @@ def result(tiny_target, tiny_noisy):
         phases = []
         r = tune.tune(e, ks=[1, 3], prompts=TINY_PROMPTS, max_tokens=10, repeats=1, n_max=6,
                       phase=phases.append)
-        assert len(phases) == 2
+        assert len(phases) == 3 and "sequences at once" in phases[1]
         # the engine still generates correctly afterwards (caches left consistent)
         e.set_drafter("none")
         ref = e.generate(TINY_PROMPTS[0].prompt, max_tokens=10).token_ids
@@ -294,3 +294,23 @@ def test_exact_kernel_slowdown_is_measured_against_a_plain_fast_engine(tiny_targ
     prof = profiles.load_profile("cpu-small")
     assert prof.exact_slowdown.status == "measured"
     assert prof.exact_slowdown.value == pytest.approx(min(5.0, max(0.5, r.exact_slowdown)), abs=1e-3)
+
+
+def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, tmp_path, monkeypatch):
+    tuned = result
+    from edgespec import profiles
+    from edgespec.planner import plan
+
+    cost = tuned.batch_cost
+    assert sorted(cost) == list(tune.BATCH_SIZES) and cost[1] == 1.0
+    assert all(c > 0 for c in cost.values())
+    d = tuned.to_dict()["batch"]
+    assert d["4"]["throughput"] == round(4 / cost[4], 3)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    tune.save(tuned, "cpu-small", pair=None)
+    prof = profiles.load_profile("cpu-small")
+    assert prof.batch is not None and prof.batch.status == "measured"
+    assert prof.batch.cost.n == (2, 4, 8, 16, 32)
+    p = plan("cpu-small", target=str(tuned.settings["target"]), draft="none")
+    assert p.engine_kwargs()["batch_cost"] == prof.batch.cost
+

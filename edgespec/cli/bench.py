@@ -21,6 +21,7 @@ from edgespec.cli.common import (
     ExactOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
     cli_errors,
     out_console,
+    parse_parallel,
 )
 from edgespec.cli.measure import (
     InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
@@ -52,6 +53,12 @@ def bench(
     threads: ThreadsOpt = None,
     json_output: JsonOpt = False,
     csv_file: Annotated[Optional[Path], typer.Option("--csv", help="Also write one row per configuration here.")] = None,
+    parallel: Annotated[
+        Optional[str],
+        typer.Option("--parallel", "-P",
+                     help="Also measure batch throughput: the prompts one at a time against all of them "
+                          "N per decode (a number or 'auto'), plain decoding on llama.cpp's kernels."),
+    ] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -59,6 +66,7 @@ def bench(
     from edgespec import bench as lib
 
     with cli_errors():
+        n_parallel = parse_parallel(parallel) if parallel is not None else None
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx,
                                        exact)
         show_plan(auto_plan, verbose and not quiet)
@@ -78,9 +86,16 @@ def bench(
                     repeat=repeat, temperature=temperature, seed=seed if temperature > 0 else None,
                     progress=progress, fast_engine=fast_engine,
                 )
+            batch = None
+            if n_parallel is not None:
+                plain = fast_engine or engine
+                plain.set_drafter(None)
+                batch = lib.batch_throughput(plain, prompts, n_parallel, max_tokens=max_tokens)
         finally:
             close_engines(engine, fast_engine)
         data = report.to_dict()
+        if batch is not None:
+            data["batch"] = batch
         if csv_file is not None:
             _write_csv(csv_file, data)
         if json_output:
@@ -154,6 +169,13 @@ def _render_bench(data: dict) -> None:
         f" measured, {fmt_x(a['planned_predicted_speedup'])} predicted; best here: {best['config']} ",
         _speed_text(best["speedup"]), f" (auto reaches {_pct(data['auto_vs_best'])} of it)",
     ))
+    if data.get("batch"):
+        b = data["batch"]
+        out.print(Text.assemble(
+            ("batch throughput ", "bold"), f"({b['reason']}): {b['parallel_tokens_per_second']:.1f} tok/s against "
+            f"{b['sequential_tokens_per_second']:.1f} tok/s one prompt at a time → ", _speed_text(b["speedup"]),
+            " (plain decoding, prompt processing included)",
+        ))
     load = s["load_average"]
     if s.get("plain_kernels") == "llama.cpp" and len(data["results"]) and \
             data["results"][0]["config"] == "plain, exact kernels":

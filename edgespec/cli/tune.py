@@ -130,6 +130,12 @@ def _render_tune(data: dict) -> None:
                   f"invariant kernels speculation needs, {data['plain_tokens_per_second']:.1f} tok/s on llama.cpp's: "
                   f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below")
     t.add_row("verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16)))
+    if data.get("batch"):
+        step = data["target_step_ms"]
+        t.add_row("batch throughput", "  ".join(
+            f"{n}×: {b['throughput'] * 1000 / step:.0f} tok/s ({b['throughput']:.2f}×)"
+            for n, b in data["batch"].items()) + "  (sequences per decode, one token each; "
+            "--parallel auto picks from these)")
     for name, d in data["drafters"].items():
         extra = f", proposes in {d['hit']:.0%} of rounds" if name == "ngram" else ""
         pmin = f", p_min {d['p_min']:.2f}" if d["p_min"] is not None else ""

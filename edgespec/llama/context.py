@@ -17,16 +17,21 @@ def create_context(model: Model, *, n_ctx: int, n_batch: int, n_threads: int,
                    n_threads_batch: int | None = None, n_seq_max: int = 1) -> tuple:
     """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
 
-    With several sequences the KV memory is one unified pool (``kv_unified``): a batch
-    may then mix sequences and token counts freely and stays one graph computation
-    (split KV streams would cut it into equal-count, consecutive-id micro-batches).
+    With several sequences on llama.cpp's kernels the KV memory is one unified pool
+    (``kv_unified``): a batch may then mix sequences and token counts freely and stays
+    one graph computation. On exact kernels each sequence gets its own KV stream
+    instead: in a shared pool a sequence's cells can land out of position order (a new
+    prompt wrapping around holes others left), and attention sums its cells in cell
+    order, so its logits would depend on its neighbours. Separate streams fill like a
+    solo context; the price is that llama.cpp cuts a batch into micro-batches of equal
+    token counts over consecutive sequence ids.
     """
     params = _llama.llama_context_default_params()
     params.n_ctx = n_ctx
     params.n_batch = n_batch
     params.n_ubatch = n_batch
     params.n_seq_max = n_seq_max
-    params.kv_unified = n_seq_max > 1
+    params.kv_unified = n_seq_max > 1 and not model.exact
     params.n_threads = n_threads
     params.n_threads_batch = n_threads_batch or n_threads
     exact = model.exact  # see "Batch-invariant numerics" in kernels.py

@@ -116,6 +116,8 @@ class Profile:
     origin: str = "shipped"  # "shipped" | "user" | "user over shipped"
     path: str = ""
     notes: tuple[str, ...] = ()  # e.g. how detection scaled it to this machine
+    # C(n): one decode of n sequences (one token each) relative to one; picks --parallel
+    batch: VerifyFigure | None = None
 
     def pair_cost(self, pair: str | None) -> PairCost:
         for name, pc in self.pair_costs:
@@ -137,6 +139,8 @@ class Profile:
             ("cost.gamma_ngram", self.gamma_ngram),
             ("cost.exact_slowdown", self.exact_slowdown),
         ]
+        if self.batch is not None:
+            out.append(("cost.batch", self.batch))
         for name, pc in self.pair_costs:
             for f in dataclasses.fields(pc):
                 value = getattr(pc, f.name)
@@ -181,6 +185,7 @@ class Profile:
                 "ngram_hit": self.ngram_hit.to_dict(),
                 "gamma_ngram": self.gamma_ngram.to_dict(),
                 "exact_slowdown": self.exact_slowdown.to_dict(),
+                **({"batch": self.batch.to_dict()} if self.batch is not None else {}),
                 "pair": {
                     name: {
                         f.name: getattr(pc, f.name).to_dict()

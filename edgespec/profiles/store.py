@@ -157,6 +157,7 @@ def record_measurements(
     alpha_ngram: float | None = None,
     ngram_hit: float | None = None,
     exact_slowdown: float | None = None,
+    batch: Mapping[int, float] | None = None,
     source: str = "edgespec tune",
     when: _dt.date | None = None,
     extends: str | None = None,
@@ -185,14 +186,10 @@ def record_measurements(
             cost[key] = fig(value)
     pair_figs = {k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms))
                  if v is not None}
-    verify_table = None
-    if verify:
-        ns = sorted(int(n) for n in verify)
-        verify_table = {
-            "n": ns, "c": [round(float(verify[n]), 4) for n in ns],
-            "status": "measured", "source": source, "date": when,
-        }
+    verify_table = _cost_table(verify, source, when) if verify else None
     _place_pair_figures(cost, pair, pair_figs, verify_table)
+    if batch:  # a device figure: the cost of n sequences per decode
+        cost["batch"] = _cost_table(batch, source, when)
     text = (
         f"# edgespec profile {profile}: figures measured on this machine by {source}.\n"
         f"# Last written {when.isoformat()}. Keys not set here come from "
@@ -218,6 +215,13 @@ def _user_data(path: Path, profile: str, extends: str | None) -> dict:
         data["extends"] = extends
     data.setdefault("schema", SCHEMA_VERSION)
     return data
+
+
+def _cost_table(costs: Mapping[int, float], source: str, when: _dt.date) -> dict:
+    """A measured c(n) table: ``{n = [...], c = [...], status, source, date}``."""
+    ns = sorted(int(n) for n in costs)
+    return {"n": ns, "c": [round(max(1.0, float(costs[n])), 4) for n in ns],
+            "status": "measured", "source": source, "date": when}
 
 
 def _place_pair_figures(cost: dict, pair: str | None, pair_figs: dict, verify_table: dict | None) -> None:
