@@ -26,12 +26,12 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from . import sampling
 from .drafters import NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, EdgespecError, InputError
-from .events import Result, Stats
+from .events import Done, Result, Stats
 from .llama import MultiContext
 from .policy import DraftPolicy, FixedPolicy, OnlineCost
 from .reply import Reply
@@ -52,6 +52,10 @@ class Request:
     prompt: Any
     options: dict = field(default_factory=dict)
     prepared: tuple | None = None  # Engine.prepare's answer, once asked
+    # streaming (the server): each of the sequence's events as it happens, and a check
+    # between steps whether the caller has gone (its slot is then freed at once)
+    on_event: Callable[[Any], None] | None = None
+    cancelled: Callable[[], bool] | None = None
 
 
 @dataclass
@@ -61,6 +65,7 @@ class Outcome:
     key: Any
     result: Any = None
     error: EdgespecError | None = None
+    cancelled: bool = False
 
 
 @dataclass
@@ -150,6 +155,8 @@ class BatchRunner:
                                 n_batch=n_batch, n_threads=engine.n_threads)
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
         self.stats = BatchStats()
+        self._free = list(range(n_parallel))
+        self._running: list[_Seq] = []
 
     def close(self) -> None:
         self.ctx.close()
@@ -174,36 +181,66 @@ class BatchRunner:
                 f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
         return _Seq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self)
 
+    @property
+    def has_room(self) -> bool:
+        return bool(self._free)
+
+    @property
+    def active(self) -> int:
+        return len(self._running)
+
+    def admit(self, req: Request) -> Outcome | None:
+        """Start ``req`` in the lowest free slot (a heap: it keeps the running sequence
+        ids consecutive, one micro-batch on per-sequence streams). Returns its error
+        outcome if it cannot run, else None."""
+        try:
+            self._running.append(self._prepare(req, self._free[0]))
+        except EdgespecError as e:
+            return Outcome(req.key, error=e)
+        heapq.heappop(self._free)
+        return None
+
+    def step(self) -> list[Outcome]:
+        """One decode for every running sequence (dropping cancelled ones first); the
+        outcomes of the sequences that ended."""
+        done: list[Outcome] = []
+        for seq in [s for s in self._running if s.req.cancelled is not None and s.req.cancelled()]:
+            self._release(seq)
+            done.append(Outcome(seq.req.key, cancelled=True))
+        if self._running:
+            for seq in self._step(self._running):
+                self._release(seq)
+                done.append(Outcome(seq.req.key, result=self._result(seq)))
+        return done
+
+    def _release(self, seq: _Seq) -> None:
+        self._running.remove(seq)
+        self.ctx.free(seq.slot)
+        heapq.heappush(self._free, seq.slot)
+
+    def release_all(self) -> None:
+        """Drop every running sequence (their slots go back to the pool)."""
+        for seq in list(self._running):
+            self._release(seq)
+
     def run(self, requests: Iterable[Request]) -> Iterator[Outcome]:
         """Outcomes in the order the requests finish. Closing the iterator (or Ctrl-C)
         stops at a step boundary; nothing is yielded twice."""
         queue = iter(requests)
-        free = list(range(self.n_parallel))  # a heap: the lowest free slot first keeps
-        # the running sequence ids consecutive (one micro-batch on per-sequence streams)
-        running: list[_Seq] = []
         exhausted = False
         try:
             while True:
-                while free and not exhausted:
+                while self.has_room and not exhausted:
                     req = next(queue, None)
                     if req is None:
                         exhausted = True
-                        break
-                    try:
-                        running.append(self._prepare(req, free[0]))
-                        heapq.heappop(free)
-                    except EdgespecError as e:
-                        yield Outcome(req.key, error=e)
-                if not running:
+                    elif (failed := self.admit(req)) is not None:
+                        yield failed
+                if not self._running:
                     return
-                for seq in self._step(running):
-                    running.remove(seq)
-                    self.ctx.free(seq.slot)
-                    heapq.heappush(free, seq.slot)
-                    yield Outcome(seq.req.key, result=self._result(seq))
+                yield from self.step()
         finally:
-            for seq in running:
-                self.ctx.free(seq.slot)
+            self.release_all()
 
     # -- one step -------------------------------------------------------------------------
     def _step(self, running: list[_Seq]) -> list[_Seq]:
@@ -252,11 +289,14 @@ class BatchRunner:
             st.drafted += res.info.drafted
             st.accepted += res.info.accepted
             n_before = len(s.reply.ids)
-            s.reply.push(res)
+            events = s.reply.push(res)
             st.tokens += len(s.reply.ids) - n_before
             if s.reply.done or s.produced >= s.budget:
-                s.reply.finish(s.loop.rounds)
+                events += s.reply.finish(s.loop.rounds)
                 ended.append(s)
+            if s.req.on_event is not None:
+                for ev in events:
+                    s.req.on_event(ev)
         return ended
 
     def _draft_lengths(self, gen: list[_Seq]) -> list[int]:
@@ -302,6 +342,9 @@ class BatchRunner:
         st.t_total = st.t_generate = time.perf_counter() - seq.t_start
         st.k_final = seq.loop.last_k
         self.stats.sequences += 1
+        if seq.req.on_event is not None:
+            seq.req.on_event(Done(finish_reason=seq.reply.finish_reason, stats=st, text=seq.reply.text,
+                                  token_ids=tuple(seq.reply.ids)))
         return Result(seq.reply.text, list(seq.reply.ids), seq.reply.finish_reason, st)
 
 

@@ -68,6 +68,11 @@ def serve(
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests that may wait for the model; more get 503.")
     ] = 32,
+    parallel: Annotated[
+        int, typer.Option("--parallel", "-P", min=1,
+                          help="Requests generated at once, sharing each decode (parallel slots; each slot "
+                               "holds --n-ctx tokens of KV). 1: one at a time, reusing the last prompt's cache.")
+    ] = 1,
 ) -> None:
     """Serve the model pair over an OpenAI-compatible HTTP API, with a chat page at /."""
     import uvicorn
@@ -84,7 +89,7 @@ def serve(
     try:
         with cli_errors():
             app = create_app(
-                engine, api_key=api_key or None, max_queue=max_queue, max_tokens=max_tokens,
+                engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
             )
             shown = f"[{host}]" if ":" in host else host

@@ -77,6 +77,7 @@ def create_app(
     *,
     api_key: str | None = None,
     max_queue: int = DEFAULT_MAX_QUEUE,
+    parallel: int = 1,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     defaults: Mapping[str, Any] | None = None,
@@ -87,6 +88,8 @@ def create_app(
 
     ``api_key``: when set, every ``/v1`` request needs ``Authorization: Bearer <key>``.
     ``max_queue``: requests that may wait while one generates (503 beyond).
+    ``parallel``: generations that share each decode (slots of one multi-sequence
+    batch); 1 serves one at a time and reuses the previous request's KV prefix.
     ``max_body_bytes``: the largest request body (413 beyond). ``max_tokens``: the reply
     length for requests that do not give one. ``defaults``: sampling values (the keys of
     ``Engine.stream``: temperature, top_p, top_k, min_p, seed, ...) for requests that do
@@ -101,7 +104,7 @@ def create_app(
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics)
+    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel)
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     model_id = model_name or Path(str(engine.target_path)).stem

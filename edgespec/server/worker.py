@@ -18,6 +18,11 @@ What reaches the job's queue, in order: ``Started`` (the prompt was accepted) or
 the context), then the engine's ``Token`` / ``Round`` events and its ``Done``, or
 ``Failed`` if the engine failed midway. The worker never raises into the event loop and
 knows nothing of HTTP.
+
+With ``parallel`` > 1 the worker runs up to that many generations at once, as slots of
+one multi-sequence batch (``edgespec.multiseq``): concurrent requests share each decode
+instead of waiting in line. Between two decodes it admits queued jobs into free slots
+and drops the sequences of jobs that were cancelled; events reach each job as above.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class Failed:
     error: BaseException
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """One request's generation: what to run, and where its events go.
 
@@ -90,10 +95,14 @@ class Job:
 class Worker:
     """The thread that owns the engine, and the bounded queue in front of it."""
 
-    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics) -> None:
+    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics, parallel: int = 1) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1 (got {parallel})")
         self.engine = engine
+        self.parallel = parallel
+        self._active: set[Job] = set()  # parallel slots: the jobs generating now
         self.max_queue = max_queue
         self.metrics = metrics
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
@@ -120,7 +129,7 @@ class Worker:
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return self._current is not None or bool(self._active)
 
     @property
     def alive(self) -> bool:
@@ -139,9 +148,9 @@ class Worker:
         with self._lock:
             self._stopping = True
             thread = self._thread
-        current = self._current
-        if current is not None:
-            current.cancel()
+        for current in [self._current, *list(self._active)]:
+            if current is not None:
+                current.cancel()
         while True:
             try:
                 job = self._jobs.get_nowait()
@@ -156,6 +165,9 @@ class Worker:
 
     # -- the worker thread -------------------------------------------------------------
     def _run(self) -> None:
+        if self.parallel > 1:
+            self._run_slots()
+            return
         while True:
             job = self._jobs.get()
             if job is None:
@@ -199,3 +211,62 @@ class Worker:
             events.close()
         if not finished and job.cancelled:
             self.metrics.count_cancelled(started=True)
+
+    # -- parallel slots ---------------------------------------------------------------
+    def _run_slots(self) -> None:
+        from edgespec.multiseq import BatchRunner
+
+        runner = BatchRunner(self.engine, self.parallel, n_ctx_seq=self.engine.n_ctx)
+        try:
+            while True:
+                if not self._admit(runner):
+                    return
+                if not runner.active:
+                    continue
+                try:
+                    outcomes = runner.step()
+                except EdgespecError as e:  # the decode failed: every running job fails
+                    for job in self._active:
+                        job.post(Failed(e))
+                    self._active.clear()
+                    runner.release_all()
+                    continue
+                for o in outcomes:
+                    self._active.discard(o.key)
+                    if o.cancelled:
+                        self.metrics.count_cancelled(started=True)
+        finally:
+            runner.close()
+
+    def _admit(self, runner: Any) -> bool:
+        """Move queued jobs into free slots; wait for one only when nothing runs.
+        False when the worker is told to stop."""
+        from edgespec.multiseq import Request
+
+        while runner.has_room:
+            try:
+                job = self._jobs.get(block=not runner.active)
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            if job.cancelled:
+                self.metrics.count_cancelled(started=False)
+                continue
+            wait = time.perf_counter() - job.enqueued_at
+            req = Request(job, job.prompt, job.options, on_event=lambda ev, j=job: self._forward(j, ev),
+                          cancelled=lambda j=job: j.cancelled)
+            failed = runner.admit(req)
+            if failed is not None:
+                job.post(Failed(failed.error))
+                continue
+            self.metrics.observe_queue_wait(wait)
+            job.post(Started(queue_wait=wait))
+            self._active.add(job)
+        return True
+
+    def _forward(self, job: Job, event: Any) -> None:
+        if isinstance(event, Done):
+            # counted before the client hears of it: /metrics is never behind a reply
+            self.metrics.observe_generation(event.stats)
+        job.post(event)
