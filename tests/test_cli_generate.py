@@ -164,3 +164,28 @@ def test_real_model_exact_greedy_output_is_the_same_with_and_without_drafting(tm
     assert len(ids["none"]) > 10
     for name in ("ngram", "ngram k=4", "model k=4"):
         assert ids[name] == ids["none"], name
+
+def test_batch_parallel_runs_many_per_decode_and_says_so(run, tiny_target, tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(f'{{"id": {i}, "prompt": "the fox {i}", "max_tokens": {3 + i}}}\n' for i in range(6)))
+    out = tmp_path / "out.jsonl"
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", out, "--parallel", "3", "--exact")
+    assert r.exit_code == 0, r.output
+    assert "3 sequences per decode (asked for 3)" in r.stderr
+    assert "tok/s overall" in r.stderr
+    lines = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
+    assert sorted(lines) == list(range(6))
+    from edgespec import Engine
+    with Engine(tiny_target, exact=True) as e:
+        for i in range(6):
+            assert lines[i]["text"] == e.generate(f"the fox {i}", max_tokens=3 + i).text
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_batch_parallel_must_be_a_positive_number_or_auto(run, tiny_target, tmp_path, value):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"id": 1, "prompt": "hi"}\n')
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
+            "--parallel", value)
+    assert r.exit_code == 2 and "--parallel must be a positive number or 'auto'" in r.stderr
+    assert not (tmp_path / "o.jsonl").exists() or (tmp_path / "o.jsonl").read_text() == ""
