@@ -84,6 +84,9 @@ class Engine:
     as in llama.cpp, vLLM and transformers). ``True``: batch-invariant kernels, so greedy
     speculation equals this engine's plain greedy decoding token for token, at ~1.2-1.3x
     the cost per step on a CPU. A draft model uses the target's kind of kernels.
+
+    ``rpc`` ("HOST:PORT,...") puts the target's layers on llama.cpp RPC servers, split by
+    memory or ``tensor_split``; drafter and sampling stay here (``edgespec.llama.rpc``).
     """
 
     def __init__(
@@ -104,7 +107,10 @@ class Engine:
         adaptive_k: bool = True,
         ngram_min_match: int = 2,
         exact: bool | None = False,
+        rpc: str | Sequence[str] | None = None,
+        tensor_split: Sequence[float] = (),
     ) -> None:
+        self._rpc = (rpc, tuple(tensor_split))
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
         if n_ctx < 16:
@@ -139,7 +145,7 @@ class Engine:
             raise
 
     def _load_target(self, path: str | os.PathLike, *, exact: bool) -> None:
-        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact)
+        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=self._rpc[0], tensor_split=self._rpc[1])
         try:
             n_ctx = self._n_ctx_asked
             self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import adaptive, catalog
 from .explain import explain as _explain
@@ -57,6 +57,10 @@ class Plan:
     # ``reason`` in one line, for the line printed on every run (the full reason is for
     # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
     headline: str = ""
+    # the target's layers on these llama.cpp RPC servers (HOST:PORT), split by memory or
+    # by ``tensor_split``; the drafter stays local
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
@@ -69,7 +73,9 @@ class Plan:
             draft = "ngram"
         else:
             draft = None
+        over_rpc = {"rpc": ",".join(self.rpc), "tensor_split": self.tensor_split} if self.rpc else {}
         return {
+            **over_rpc,
             "target": catalog.resolve_model(self.target, offline=offline),
             "draft": draft,
             # without a drafter k is unused, but Engine wants k >= 1
@@ -128,6 +134,8 @@ def plan(
     probe: Any = None,
     offline: bool | None = None,
     exact: bool = False,
+    rpc: Sequence[str] = (),
+    tensor_split: Sequence[float] = (),
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine), then apply command-line overrides.
@@ -137,6 +145,8 @@ def plan(
     learned policy. ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU
     the cost model then counts. ``probe`` replaces the machine for detection (tests).
     ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
+    ``rpc`` puts the target on those RPC servers: the cost model adds the profile's
+    network cost per target decode (``cost.rpc_round_trip_ms``) to c(n) and γ.
     """
     notes: list[str] = []
     prof, available = _load(profile, probe, notes)
@@ -160,6 +170,8 @@ def plan(
 
     # 2. the drafter and k
     costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact)
+    if rpc:
+        costs = _over_network(costs, prof, pair_name, tgt, notes)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
     choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
@@ -175,7 +187,7 @@ def plan(
         # the profile's c(n) is for llama.cpp's kernels on CPUs; under exact the engine's
         # own prior for those kernels serves better until its timings take over
         verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c,
-        draft_gamma=costs.gamma,
+        draft_gamma=costs.gamma, rpc=tuple(rpc), tensor_split=tuple(tensor_split),
     )
 
 
@@ -334,6 +346,31 @@ def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, head
         s = 1.0
         reason = headline = "plain decoding: k=0 from the command line"
     return choice, kk, s, reason, headline
+
+
+RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logits per decode
+
+
+def _over_network(costs: _Costs, prof: Profile, pair_name: str | None, tgt: str, notes: list[str]) -> _Costs:
+    """The costs when every target decode also crosses the network (``adaptive.over_network``).
+    The exact kernels cost nothing extra there: RPC servers never repack weights."""
+    fig = prof.rpc_round_trip_ms
+    r = fig.value if fig else RPC_ROUND_TRIP_ESTIMATE_MS
+    step = prof.pair_cost(pair_name).target_step_ms
+    if step is not None:
+        t = step.value
+    else:
+        try:
+            size = catalog.model_info(tgt).size_bytes
+        except Exception:  # noqa: BLE001 - an unreadable file: a 1 GB target
+            size = 1_000_000_000
+        t = adaptive.step_ms(size, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value)
+    c, gamma = adaptive.over_network(costs.c, costs.gamma, step_ms=t, round_trip_ms=r)
+    options = [replace(o, gamma=o.gamma * t / (t + r)) for o in costs.options]
+    status = f"{fig.status} ({fig.source})" if fig else "estimated for a wired LAN"
+    notes.append(f"over RPC: {r:.2f} ms of network per target decode ({status}) on a {t:.1f} ms step")
+    return replace(costs, options=options, c=c, c_status=f"{costs.c_status}, over RPC", slowdown=1.0,
+                   gamma=gamma)
 
 
 def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:

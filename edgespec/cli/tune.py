@@ -17,6 +17,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     ExactOpt, NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     err_console,
     out_console,
@@ -51,6 +52,8 @@ def tune(
     ] = 5,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     json_output: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -61,7 +64,7 @@ def tune(
 
     with cli_errors():
         ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx,
-                                       exact)
+                                       exact, rpc, tensor_split)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
         if mode in ("none", "off", "plain"):

@@ -23,6 +23,14 @@ except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSErr
 
 LLAMA_CPP_PYTHON_VERSION = getattr(_llama, "__version__", "unknown")
 
+
+def _ggml_library() -> ctypes.CDLL:
+    """libggml (the backend registry; libggml-base's symbols resolve through it), for the
+    device and RPC calls the Python binding does not declare (see ``rpc.py``)."""
+    from llama_cpp import _ggml
+
+    return _ggml.libggml
+
 # --------------------------------------------------------------------------------------
 # Logging: llama.cpp talks a lot on stderr. Keep its recent lines so an error message can
 # quote the reason it gave, and print them only when asked to be verbose.
