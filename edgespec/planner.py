@@ -348,6 +348,19 @@ def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, head
     return choice, kk, s, reason, headline
 
 
+def local_step_ms(prof: Profile, pair_name: str | None, tgt: str) -> float:
+    """The target's compute step in ms: the pair's measured figure, or the estimate from
+    its size and the profile's step-time model."""
+    step = prof.pair_cost(pair_name).target_step_ms
+    if step is not None:
+        return step.value
+    try:
+        size = catalog.model_info(tgt).size_bytes
+    except Exception:  # noqa: BLE001 - an unreadable file: a 1 GB target
+        size = 1_000_000_000
+    return adaptive.step_ms(size, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value)
+
+
 RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logits per decode
 
 
@@ -356,15 +369,7 @@ def _over_network(costs: _Costs, prof: Profile, pair_name: str | None, tgt: str,
     The exact kernels cost nothing extra there: RPC servers never repack weights."""
     fig = prof.rpc_round_trip_ms
     r = fig.value if fig else RPC_ROUND_TRIP_ESTIMATE_MS
-    step = prof.pair_cost(pair_name).target_step_ms
-    if step is not None:
-        t = step.value
-    else:
-        try:
-            size = catalog.model_info(tgt).size_bytes
-        except Exception:  # noqa: BLE001 - an unreadable file: a 1 GB target
-            size = 1_000_000_000
-        t = adaptive.step_ms(size, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value)
+    t = local_step_ms(prof, pair_name, tgt)
     c, gamma = adaptive.over_network(costs.c, costs.gamma, step_ms=t, round_trip_ms=r)
     options = [replace(o, gamma=o.gamma * t / (t + r)) for o in costs.options]
     status = f"{fig.status} ({fig.source})" if fig else "estimated for a wired LAN"

@@ -361,6 +361,19 @@ def pair_of(target: str, draft: str | None) -> str | None:
     return None
 
 
+def save_network(result: TuneResult, profile: str, *, local_step_ms: float, extends: str | None = None,
+                 when: Any = None) -> tuple[Path, float, list[str]]:
+    """After a tune over RPC: write the network's cost per target decode (the step over
+    RPC less the local compute step ``local_step_ms``) as ``cost.rpc_round_trip_ms``; the
+    path, that cost, and what was not saved."""
+    r = max(0.0, result.times.step_ms - local_step_ms)
+    source = (f"edgespec tune --rpc: {result.times.step_ms:.1f} ms step over RPC less "
+              f"{local_step_ms:.1f} ms local, {Path(result.settings['target']).name}")
+    path = profiles.record_measurements(profile, rpc_round_trip_ms=r, source=source, when=when, extends=extends)
+    return path, r, ["c(n), step time and γ measured over RPC: they describe this link; the planner derives "
+                     "them from the local figures and the network cost"]
+
+
 def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | None = None,
          when: Any = None) -> tuple[Path, list[str]]:
     """Write the measured figures into the user profile ``profile``; return its path and
