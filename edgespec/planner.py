@@ -133,9 +133,7 @@ def plan(
     n_gpu_layers: int | None = None,
     probe: Any = None,
     offline: bool | None = None,
-    exact: bool = False,
-    rpc: Sequence[str] = (),
-    tensor_split: Sequence[float] = (),
+    exact: bool = False, rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine), then apply command-line overrides.
@@ -144,9 +142,7 @@ def plan(
     a catalog name or a path. ``k`` fixes the draft length of every round instead of the
     learned policy. ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU
     the cost model then counts. ``probe`` replaces the machine for detection (tests).
-    ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
-    ``rpc`` puts the target on those RPC servers: the cost model adds the profile's
-    network cost per target decode (``cost.rpc_round_trip_ms``) to c(n) and γ.
+    ``offline`` skips pairs not available locally; ``rpc`` adds the network's cost.
     """
     notes: list[str] = []
     prof, available = _load(profile, probe, notes)
@@ -169,9 +165,7 @@ def plan(
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
 
     # 2. the drafter and k
-    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact)
-    if rpc:
-        costs = _over_network(costs, prof, pair_name, tgt, notes)
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact, notes if rpc else None)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
     choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
@@ -186,7 +180,7 @@ def plan(
         exact=exact, adaptive=k is None,
         # the profile's c(n) is for llama.cpp's kernels on CPUs; under exact the engine's
         # own prior for those kernels serves better until its timings take over
-        verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c,
+        verify_cost=None if exact and prof.n_gpu_layers == 0 and not rpc else costs.c,
         draft_gamma=costs.gamma, rpc=tuple(rpc), tensor_split=tuple(tensor_split),
     )
 
@@ -281,7 +275,8 @@ class _Costs:
 
 
 def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str,
-           exact: bool = False) -> _Costs:
+           exact: bool = False, rpc_notes: list[str] | None = None) -> _Costs:
+    """The cost model's inputs; with ``rpc_notes`` (over RPC) the network's share added."""
     pc = prof.pair_cost(pair_name)
     c_fig = pc.verify or prof.verify
     options: list[adaptive.DrafterOption] = []
@@ -301,7 +296,8 @@ def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: s
     # with --exact the target runs batch-invariant kernels, slower per token on a CPU
     # than the llama.cpp kernels plain decoding would otherwise run on
     slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
-    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
+    costs = _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
+    return costs if rpc_notes is None else _over_network(costs, prof, pair_name, tgt, rpc_notes)
 
 
 def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str, str]:

@@ -162,3 +162,22 @@ def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():
         _, stderr = child.communicate(timeout=10)
     assert child.returncode == 0
     assert "WARNING" in stderr and "no authentication" in stderr and "0.0.0.0:" + str(port) in stderr
+
+
+def test_tune_over_rpc_measures_and_saves_the_network_cost(servers, tiny_target, tmp_path):
+    r = _cli("tune", "--target", str(tiny_target), "--draft", "ngram", "--rpc", servers[0].endpoint, "--k-grid", "2",
+             "--max-tokens", "8", "--repeat", "1", "--limit", "1", "--threads", "1", "--json", "-q", "--save",
+             env={"XDG_CONFIG_HOME": str(tmp_path)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    net = data["rpc"]
+    assert net["servers"] == [servers[0].endpoint] and net["step_ms"] == pytest.approx(data["target_step_ms"], abs=1e-3)
+    assert net["round_trip_ms"] == pytest.approx(max(0.0, net["step_ms"] - net["local_step_ms"]))
+    saved = (tmp_path / "edgespec" / "profiles" / f"{data['profile']}.toml").read_text()
+    assert "rpc_round_trip_ms" in saved and "[cost.pair" not in saved  # c(n) over RPC is not the machine's
+
+
+def test_profiles_detect_says_the_build_has_rpc():
+    r = _cli("profiles", "detect", "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert '"rpc": true' in r.stdout
