@@ -142,7 +142,7 @@ def plan(
     a catalog name or a path. ``k`` fixes the draft length of every round instead of the
     learned policy. ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU
     the cost model then counts. ``probe`` replaces the machine for detection (tests).
-    ``offline`` skips pairs not available locally; ``rpc`` adds the network's cost.
+    ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs not here; ``rpc`` adds network cost.
     """
     notes: list[str] = []
     prof, available = _load(profile, probe, notes)
