@@ -293,7 +293,7 @@ def lost_endpoint(endpoints: Sequence[Endpoint], timeout: float = 1.0) -> tuple[
 def _on_abort(message: bytes) -> None:
     text = (message or b"").decode("utf-8", errors="replace").strip()
     try:
-        if _handler and _registered and "RPC" in text:
+        if _handler and _registered and ("RPC" in text or any(str(ep) in text for ep in _registered)):
             ep, how = lost_endpoint(tuple(_registered))
             where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
                 f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
