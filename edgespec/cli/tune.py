@@ -144,8 +144,9 @@ def _render_tune(data: dict) -> None:
                   f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below")
     if data.get("rpc"):
         r = data["rpc"]
-        t.add_row("over RPC", f"{', '.join(r['servers'])}: {r['step_ms']:.1f} ms per step against {r['local_step_ms']:.1f} "
-                  f"ms computed here: {r['round_trip_ms']:.1f} ms of network per target decode")
+        t.add_row("over RPC", f"{', '.join(r['servers'])}: {r['step_ms']:.1f} ms per step against "
+                  f"{r['local_step_ms']:.1f} ms computed here (the profile's step): {r['round_trip_ms']:.1f} ms "
+                  "of network per target decode")
     t.add_row("verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16)))
     for name, d in data["drafters"].items():
         extra = f", proposes in {d['hit']:.0%} of rounds" if name == "ngram" else ""
