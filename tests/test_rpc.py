@@ -132,7 +132,6 @@ def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_t
         r = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
         _assert_one_line_naming(r, proxy.endpoint)
         assert "mid-generation" in r.stderr, r.stderr
-        print(r.stderr)
     lines = out.read_text().splitlines()
     assert 2 <= len(lines) < 40
     done = [json.loads(line)["id"] for line in lines]  # every line whole
