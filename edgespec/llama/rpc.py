@@ -214,12 +214,12 @@ def register(endpoints: Sequence[Endpoint], *, timeout: float = 5.0) -> list[int
     """Check each endpoint (connect, HELLO), then register it with llama.cpp; the device
     handles of all of them, in order. An endpoint registered before is not checked again."""
     lib = _ggml()
+    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_proc(b"ggml_backend_rpc_add_server"))
     with _reg_lock:
         for ep in endpoints:
             if ep in _registered:
                 continue
             probe(ep, timeout)
-            add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_proc(b"ggml_backend_rpc_add_server"))
             reg = add(str(ep).encode())
             n = lib.ggml_backend_reg_dev_count(reg) if reg else 0
             if not n:
