@@ -22,6 +22,15 @@ CPUs are slower per token than llama.cpp's defaults that plain decoding uses. Wi
 ``slowdown`` = (plain tokens/s on llama.cpp's kernels) / (plain tokens/s on exact ones),
 the speedup a user sees over plain decoding is S(k) / slowdown (1 on GPUs).
 
+Over a network (the target's layers on llama.cpp RPC servers) every target decode also
+pays R ms of round trips and transfers, whatever its batch size, while the drafter runs
+locally. With t the target's compute step in ms, the figures in target steps become
+
+    c_net(n) = (c(n)·t + R) / (t + R)        γ_net = γ·t / (t + R)
+
+so c_net(n) → 1 and γ_net → 0 as R grows: verifying k + 1 tokens costs little more
+than one, and a local drafter pays once R is large enough (``over_network``).
+
 This module is pure arithmetic: it knows nothing about devices (``profiles`` supplies
 the figures) or models.
 """
@@ -192,3 +201,13 @@ def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_
     throughput = [n / max(cost(n), 1e-9) for n in range(1, cap + 1)]
     best = max(throughput)
     return next(n for n, t in enumerate(throughput, start=1) if t >= within * best)
+
+
+def over_network(c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float,
+                 n_max: int = 16) -> tuple[VerifyCost, float | None]:
+    """c(n) and γ when each target decode also pays ``round_trip_ms`` on the network
+    (formulas in the module docstring); ``step_ms`` is the target's compute step."""
+    t, r = max(step_ms, 1e-9), max(round_trip_ms, 0.0)
+    ns = tuple(range(2, n_max + 1))
+    c_net = VerifyCost(ns, tuple((c(n) * t + r) / (t + r) for n in ns))
+    return c_net, (None if gamma is None else gamma * t / (t + r))

@@ -23,8 +23,9 @@ bench`` prints. This module never prints; ``tune`` reuses ``measure``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .adaptive import estimate_alpha
@@ -404,3 +405,33 @@ def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int 
         "mean_running": round(run.stats.mean_running, 2),
         "drafted": run.stats.drafted, "accepted": run.stats.accepted,
     }
+
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
+                 context: int = 100, repeats: int = 3) -> dict[int, float]:
+    """Seconds of one decode of n sequences, one new token each (logits at every row),
+    each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
+    costs. Median of ``repeats`` after a discarded first decode."""
+    from .llama import MultiContext
+
+    out: dict[int, float] = {}
+    span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary
+    prefix = [(i * 37) % span + 5 for i in range(context)]
+    for n in ns:
+        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n),
+                           n_threads=n_threads)
+        try:
+            for s in range(n):
+                ctx.decode([(s, prefix, ())])
+            times = []
+            for r in range(repeats + 1):
+                t0 = time.perf_counter()
+                ctx.decode([(s, [5 + r], [0]) for s in range(n)])
+                times.append(time.perf_counter() - t0)
+            out[n] = statistics.median(times[1:])
+        finally:
+            ctx.close()
+    return out

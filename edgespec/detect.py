@@ -100,6 +100,14 @@ class LocalProbe:
         except Exception:  # noqa: BLE001 - llama.cpp not importable: unknown
             return None
 
+    def rpc(self) -> bool | None:
+        try:
+            from .llama import rpc
+
+            return rpc.rpc_available()
+        except Exception:  # noqa: BLE001 - llama.cpp not importable: unknown
+            return None
+
 
 class RecordedProbe:
     """Replays a recording: a TOML file with ``system``, ``arch``, ``gpu_offload``,
@@ -141,6 +149,9 @@ class RecordedProbe:
     def gpu_offload(self) -> bool | None:
         return self.data.get("gpu_offload")
 
+    def rpc(self) -> bool | None:
+        return self.data.get("rpc")
+
 
 # --------------------------------------------------------------------------------------
 # Reading the machine
@@ -166,6 +177,7 @@ class Machine:
     board: str | None = None  # device-tree model: Raspberry Pi, Jetson
     gpus: tuple[GPU, ...] = ()
     gpu_offload: bool | None = None
+    rpc: bool | None = None  # llama.cpp built with its RPC backend (``--rpc``, ``rpc-server``)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -259,7 +271,7 @@ def read_machine(probe: Probe | None = None) -> Machine:
     return Machine(
         system=system, arch=arch, cpu=cpu, physical_cores=physical, logical_cores=logical,
         total_bytes=total, available_bytes=available, chip=chip, board=board, gpus=gpus,
-        gpu_offload=probe.gpu_offload(),
+        gpu_offload=probe.gpu_offload(), rpc=probe.rpc() if hasattr(probe, "rpc") else None,
     )
 
 
@@ -279,4 +291,6 @@ def machine_facts(machine: Machine) -> dict[str, Any]:
             f"{g.name} ({g.memory_bytes / GIB:.1f} GiB)" if g.memory_bytes else g.name for g in machine.gpus
         ) or "-",
         "gpu offload in llama.cpp": {True: "yes", False: "no", None: "unknown"}[machine.gpu_offload],
+        "RPC backend in llama.cpp": {True: "yes (--rpc, edgespec rpc-server)", None: "unknown",
+                                     False: 'no (rebuild with CMAKE_ARGS="-DGGML_RPC=on", see the README)'}[machine.rpc],
     }

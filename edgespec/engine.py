@@ -61,7 +61,7 @@ class Engine:
     lookup, 8 for a draft model). With ``adaptive_k=False`` every round drafts exactly
     ``k`` instead (for sweeps), and ``p_min`` is that mode's fixed confidence cut-off for
     the draft model. ``ngram_min_match`` is the shortest context match prompt lookup
-    drafts from (2: the policy learns which lengths pay). ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU).
+    drafts from (2: the policy learns which lengths pay). ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU); ``rpc`` ("HOST:PORT,...") puts the target's layers on llama.cpp RPC servers, split by memory or ``tensor_split`` (``edgespec.llama.rpc``).
 
     ``exact`` picks the target's kernels (see ``edgespec.llama``). ``False`` (the
     default): llama.cpp's own, fastest kernels; speculation is lossless as the field
@@ -91,6 +91,7 @@ class Engine:
         ngram_min_match: int = 2,
         exact: bool | None = False,
         batch_cost: VerifyCost | None = None,
+        rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -105,7 +106,7 @@ class Engine:
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
         self._n_ctx_asked = n_ctx
-        self._load_target(target, exact=bool(exact))
+        self._load_target(target, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
         self._cost = OnlineCost(verify_cost or self._default_verify_cost())
         self._draft_gamma = draft_gamma
         self._batch_cost = batch_cost
@@ -126,8 +127,8 @@ class Engine:
             self.close()
             raise
 
-    def _load_target(self, path: str | os.PathLike, *, exact: bool) -> None:
-        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact)
+    def _load_target(self, path: str | os.PathLike, *, exact: bool, rpc: tuple = (None, ())) -> None:
+        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=rpc[0], tensor_split=rpc[1])
         try:
             n_ctx = self._n_ctx_asked
             self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx

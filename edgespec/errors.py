@@ -64,3 +64,19 @@ class InputError(EdgespecError):
     """Bad user input: an unreadable prompt file, a malformed JSONL line, a bad option."""
 
     exit_code = 2
+
+
+class RpcError(EdgespecError):
+    """An RPC server (``--rpc HOST:PORT``) that cannot be reached, is not one, speaks
+    another protocol version, or is missing from this llama.cpp build."""
+
+    exit_code = 9
+
+
+class RpcServerLost(RpcError):
+    """An RPC server went away mid-generation. llama.cpp cannot continue, so this error
+    is handed to ``edgespec.llama.rpc.on_server_lost``'s handler instead of raised."""
+
+    def __init__(self, message: str, *, endpoint: str = "") -> None:
+        super().__init__(message)
+        self.endpoint = endpoint

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import adaptive, catalog
 from .explain import explain as _explain
@@ -59,6 +59,10 @@ class Plan:
     # ``reason`` in one line, for the line printed on every run (the full reason is for
     # -v and `edgespec profiles detect`); empty: ``reason`` is one line already
     headline: str = ""
+    # the target's layers on these llama.cpp RPC servers (HOST:PORT), split by memory or
+    # by ``tensor_split``; the drafter stays local
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
@@ -71,7 +75,9 @@ class Plan:
             draft = "ngram"
         else:
             draft = None
+        over_rpc = {"rpc": ",".join(self.rpc), "tensor_split": self.tensor_split} if self.rpc else {}
         return {
+            **over_rpc,
             "target": catalog.resolve_model(self.target, offline=offline),
             "draft": draft,
             # without a drafter k is unused, but Engine wants k >= 1
@@ -130,7 +136,7 @@ def plan(
     n_gpu_layers: int | None = None,
     probe: Any = None,
     offline: bool | None = None,
-    exact: bool = False,
+    exact: bool = False, rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine), then apply command-line overrides.
@@ -139,7 +145,7 @@ def plan(
     a catalog name or a path. ``k`` fixes the draft length of every round instead of the
     learned policy. ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU
     the cost model then counts. ``probe`` replaces the machine for detection (tests).
-    ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs that are not available locally.
+    ``offline`` (default ``HF_HUB_OFFLINE``) skips pairs not here; ``rpc`` adds network cost.
     """
     notes: list[str] = []
     prof, available = _load(profile, probe, notes)
@@ -161,7 +167,7 @@ def plan(
     if ask.mode in ("model", "given") and draft_model is None:
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
     # 2. the drafter and k
-    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact)
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact, notes if rpc else None)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
     choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
@@ -176,8 +182,9 @@ def plan(
         exact=exact, adaptive=k is None,
         # the profile's c(n) and C(n) are for llama.cpp's kernels on CPUs; under exact the
         # engine's own priors serve better until its timings take over
-        verify_cost=None if exact and prof.n_gpu_layers == 0 else costs.c, draft_gamma=costs.gamma,
+        verify_cost=None if exact and prof.n_gpu_layers == 0 and not rpc else costs.c, draft_gamma=costs.gamma,
         batch_cost=prof.batch.cost if prof.batch and not exact else None,
+        rpc=tuple(rpc), tensor_split=tuple(tensor_split),
     )
 
 
@@ -271,7 +278,8 @@ class _Costs:
 
 
 def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str,
-           exact: bool = False) -> _Costs:
+           exact: bool = False, rpc_notes: list[str] | None = None) -> _Costs:
+    """The cost model's inputs; with ``rpc_notes`` (over RPC) the network's share added."""
     pc = prof.pair_cost(pair_name)
     c_fig = pc.verify or prof.verify
     options: list[adaptive.DrafterOption] = []
@@ -291,7 +299,8 @@ def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: s
     # with --exact the target runs batch-invariant kernels, slower per token on a CPU
     # than the llama.cpp kernels plain decoding would otherwise run on
     slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
-    return _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
+    costs = _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
+    return costs if rpc_notes is None else _over_network(costs, prof, pair_name, tgt, rpc_notes)
 
 
 def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.Choice, str, str]:
@@ -336,6 +345,36 @@ def _with_k(ask: _Ask, choice: adaptive.Choice, costs: _Costs, reason: str, head
         s = 1.0
         reason = headline = "plain decoding: k=0 from the command line"
     return choice, kk, s, reason, headline
+
+
+def local_step_ms(prof: Profile, pair_name: str | None, tgt: str) -> float:
+    """The target's compute step in ms: the pair's measured figure, or the estimate from
+    its size and the profile's step-time model."""
+    step = prof.pair_cost(pair_name).target_step_ms
+    if step is not None:
+        return step.value
+    try:
+        size = catalog.model_info(tgt).size_bytes
+    except Exception:  # noqa: BLE001 - an unreadable file: a 1 GB target
+        size = 1_000_000_000
+    return adaptive.step_ms(size, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value)
+
+
+RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logits per decode
+
+
+def _over_network(costs: _Costs, prof: Profile, pair_name: str | None, tgt: str, notes: list[str]) -> _Costs:
+    """The costs when every target decode also crosses the network (``adaptive.over_network``).
+    The exact kernels cost nothing extra there: RPC servers never repack weights."""
+    fig = prof.rpc_round_trip_ms
+    r = fig.value if fig else RPC_ROUND_TRIP_ESTIMATE_MS
+    t = local_step_ms(prof, pair_name, tgt)
+    c, gamma = adaptive.over_network(costs.c, costs.gamma, step_ms=t, round_trip_ms=r)
+    options = [replace(o, gamma=o.gamma * t / (t + r)) for o in costs.options]
+    status = f"{fig.status} ({fig.source})" if fig else "estimated for a wired LAN"
+    notes.append(f"over RPC: {r:.2f} ms of network per target decode ({status}) on a {t:.1f} ms step")
+    return replace(costs, options=options, c=c, c_status=f"{costs.c_status}, over RPC", slowdown=1.0,
+                   gamma=gamma)
 
 
 def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:

@@ -129,36 +129,6 @@ def time_decodes(
     )
 
 
-BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-
-
-def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
-                 context: int = 100, repeats: int = 3) -> dict[int, float]:
-    """Seconds of one decode of n sequences, one new token each (logits at every row),
-    each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
-    costs. Median of ``repeats`` after a discarded first decode."""
-    from .llama import MultiContext
-
-    out: dict[int, float] = {}
-    span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary
-    prefix = [(i * 37) % span + 5 for i in range(context)]
-    for n in ns:
-        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n),
-                           n_threads=n_threads)
-        try:
-            for s in range(n):
-                ctx.decode([(s, prefix, ())])
-            times = []
-            for r in range(repeats + 1):
-                t0 = time.perf_counter()
-                ctx.decode([(s, [5 + r], [0]) for s in range(n)])
-                times.append(time.perf_counter() - t0)
-            out[n] = statistics.median(times[1:])
-        finally:
-            ctx.close()
-    return out
-
-
 def fit_verify_cost(relative: dict[int, float]) -> adaptive.VerifyCost:
     """c(n) from measured ratios: c(1) = 1 and never below 1; dips are kept (a tiled
     GEMM's batches of 8 and 16 cost less than 7 and 15, which the policy exploits)."""
@@ -331,9 +301,9 @@ def tune(
     draft_ctx = engine.draft_ctx if "model" in drafters else None
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
-    say(f"timing decodes of {', '.join(map(str, BATCH_SIZES))} sequences at once (batch throughput)")
+    say(f"timing decodes of {', '.join(map(str, bench.BATCH_SIZES))} sequences at once (batch throughput)")
     batch_model = (fast_engine or engine).target_model
-    batch_seconds = time_batches(batch_model, engine.n_threads)
+    batch_seconds = bench.time_batches(batch_model, engine.n_threads)
 
     say(f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
         f"{', '.join(map(str, sorted(set(ks))))}")
@@ -404,6 +374,19 @@ def pair_of(target: str, draft: str | None) -> str | None:
         if p is not None:
             return p.name
     return None
+
+
+def save_network(result: TuneResult, profile: str, *, local_step_ms: float, extends: str | None = None,
+                 when: Any = None) -> tuple[Path, float, list[str]]:
+    """After a tune over RPC: write the network's cost per target decode (the step over
+    RPC less the local compute step ``local_step_ms``) as ``cost.rpc_round_trip_ms``; the
+    path, that cost, and what was not saved."""
+    r = max(0.0, result.times.step_ms - local_step_ms)
+    source = (f"edgespec tune --rpc: {result.times.step_ms:.1f} ms step over RPC less "
+              f"{local_step_ms:.1f} ms local, {Path(result.settings['target']).name}")
+    path = profiles.record_measurements(profile, rpc_round_trip_ms=r, source=source, when=when, extends=extends)
+    return path, r, ["c(n), step time and γ measured over RPC: they describe this link; the planner derives "
+                     "them from the local figures and the network cost"]
 
 
 def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | None = None,

@@ -11,7 +11,7 @@ import pytest
 from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
 
-from edgespec import Engine, adaptive, catalog, planner, profiles, tune
+from edgespec import Engine, adaptive, bench, catalog, planner, profiles, tune
 from edgespec.cli.tune import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
@@ -302,7 +302,7 @@ def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, t
     from edgespec.planner import plan
 
     cost = tuned.batch_cost
-    assert sorted(cost) == list(tune.BATCH_SIZES) and cost[1] == 1.0
+    assert sorted(cost) == list(bench.BATCH_SIZES) and cost[1] == 1.0
     assert all(c > 0 for c in cost.values())
     d = tuned.to_dict()["batch"]
     assert d["4"]["throughput"] == round(4 / cost[4], 3)

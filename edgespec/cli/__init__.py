@@ -15,6 +15,7 @@ from .bench import bench
 from .chat import chat
 from .generate import generate
 from .profiles import models_app, profiles_app
+from .rpc import rpc_server
 from .serve import serve
 from .tune import tune
 
@@ -46,6 +47,7 @@ app.command("chat")(chat)
 app.command("serve")(serve)
 app.command("bench")(bench)
 app.command("tune")(tune)
+app.command("rpc-server")(rpc_server)
 app.add_typer(profiles_app, name="profiles", help="Device profiles and the choice they make.")
 app.add_typer(models_app, name="models", help="The model catalog: list, pull, check a pair.")
 

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     ExactOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     out_console,
     parse_parallel,
@@ -51,6 +52,8 @@ def bench(
     seed: SeedOpt = 0,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     json_output: JsonOpt = False,
     csv_file: Annotated[Optional[Path], typer.Option("--csv", help="Also write one row per configuration here.")] = None,
     parallel: Annotated[
@@ -68,7 +71,7 @@ def bench(
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx,
-                                       exact)
+                                       exact, rpc, tensor_split)
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, profile, target, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     ensure_utf8,
     err_console,
@@ -423,6 +424,8 @@ def chat(
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Longest reply, in tokens.")] = 1024,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     show_rejected: ShowRejectedOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -431,7 +434,8 @@ def chat(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
+                      rpc=rpc, tensor_split=tensor_split)
         engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors():

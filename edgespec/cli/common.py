@@ -8,6 +8,7 @@ exit 130. Nothing here knows how tokens are generated.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +87,11 @@ ThreadsOpt = Annotated[
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say in full why the profile chose this drafter and k.")
 ]
+RpcOpt = Annotated[Optional[str], typer.Option(
+    "--rpc", help="Put the target's layers on llama.cpp RPC servers, HOST:PORT[,HOST:PORT...] (start them with "
+                  "`edgespec rpc-server`); the drafter and sampling stay here.")]
+TensorSplitOpt = Annotated[Optional[str], typer.Option(
+    "--tensor-split", help="With --rpc: each server's share of the target's layers, e.g. 3,1 (default: by memory).")]
 ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
 
 
@@ -98,12 +104,44 @@ def make_plan(
     n_ctx: int | None = None,
     threads: int | None = None,
     exact: bool = False,
+    rpc: str | None = None,
+    tensor_split: str | None = None,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
     from edgespec.planner import plan
 
-    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx, exact=exact)
+    servers, split = parse_rpc(rpc, tensor_split)
+    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx, exact=exact,
+             rpc=servers, tensor_split=split)
     return dataclasses.replace(p, n_threads=threads) if threads else p
+
+
+def parse_rpc(rpc: str | None, tensor_split: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """``--rpc`` and ``--tensor-split`` as the planner takes them."""
+    from edgespec.llama.rpc import parse_endpoints
+
+    servers = tuple(str(e) for e in parse_endpoints(rpc)) if rpc is not None else ()
+    if tensor_split is None:
+        return servers, ()
+    if not servers:
+        raise InputError("--tensor-split needs --rpc")
+    try:
+        return servers, tuple(float(x) for x in tensor_split.split(","))
+    except ValueError:
+        raise InputError(f"--tensor-split: {tensor_split!r} is not a list of numbers such as 3,1") from None
+
+
+def report_lost_rpc_server(err: Exception) -> None:
+    """Called from llama.cpp's failing thread when an RPC server is lost mid-generation
+    (``edgespec.llama.rpc.on_server_lost``): one line, then exit. The process cannot go
+    on; whatever was already written (each JSONL result is flushed whole) is kept."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing to keep
+            pass
+    os.write(2, f"error: {err}. Output already written is kept; rerun to resume.\n".encode())
+    os._exit(getattr(err, "exit_code", 1))
 
 
 def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
@@ -124,6 +162,10 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrid
     from edgespec.engine import Engine
 
     kwargs = {**p.engine_kwargs(), **overrides}
+    if kwargs.get("rpc"):
+        from edgespec.llama.rpc import on_server_lost
+
+        on_server_lost(report_lost_rpc_server)
     err = err_console()
     if not quiet:
         for line in describe_plan(p, verbose=verbose):

@@ -27,6 +27,7 @@ from rich.text import Text
 from edgespec.cli.common import (
     EXIT_INTERRUPTED,
     DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -74,6 +75,8 @@ def generate(
     ] = False,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     show_rejected: ShowRejectedOpt = False,
     input_file: Annotated[
         Optional[Path],
@@ -132,12 +135,13 @@ def generate(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
                 parallel=parse_parallel(parallel),
                 plan_args=dict(profile=profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads,
-                               exact=exact),
+                               exact=exact, rpc=rpc, tensor_split=tensor_split),
             )
             return
 
         text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
+                      rpc=rpc, tensor_split=tensor_split)
         engine = load_engine(p, quiet=quiet, verbose=verbose)
         try:
             if json_output:

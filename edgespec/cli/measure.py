@@ -34,12 +34,13 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or di
 
 def setup(k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str,
           profile: str, target: str | None, n_ctx: int | None = None,
-          exact: bool = False) -> tuple[list[int], list, Any]:
+          exact: bool = False, rpc: str | None = None,
+          tensor_split: str | None = None) -> tuple[list[int], list, Any]:
     """The k grid, the prompts (``--input`` JSONL, ``--prompt-file`` text, or the
     built-in ``prompt_set``) and the profile's plan (its automatic choice), checked
     before any model is loaded."""
     return (parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set),
-            make_plan(profile, target=target, n_ctx=n_ctx, exact=exact))
+            make_plan(profile, target=target, n_ctx=n_ctx, exact=exact, rpc=rpc, tensor_split=tensor_split))
 
 
 def show_plan(plan: Any, verbose: bool) -> None:
@@ -138,7 +139,7 @@ def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet:
     p = replace(p, reason="", headline="")
     engine = load_engine(p, quiet=quiet)
     fast = None
-    if engine.exact_kernels and p.n_gpu_layers == 0:
+    if engine.exact_kernels and p.n_gpu_layers == 0 and not p.rpc:  # RPC servers never repack
         try:
             fast = load_engine(replace(p, drafter="none", draft=None), quiet=True, exact=False)
         except BaseException:

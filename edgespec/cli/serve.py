@@ -22,6 +22,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -56,6 +57,8 @@ def serve(
     ] = 1024,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     exact: ExactOpt = False,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only).")]
     = "127.0.0.1",
@@ -84,7 +87,8 @@ def serve(
         err.print(Text(f"warning: listening on {host} without --api-key: anyone who can reach this machine "
                        "can use the model", style="yellow"))
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact)
+        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
+                      rpc=rpc, tensor_split=tensor_split)
         engine = load_engine(p)
     try:
         with cli_errors():

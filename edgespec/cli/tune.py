@@ -17,6 +17,7 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     ExactOpt, NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
+    RpcOpt, TensorSplitOpt,
     cli_errors,
     err_console,
     out_console,
@@ -51,6 +52,8 @@ def tune(
     ] = 5,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     json_output: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
@@ -61,7 +64,7 @@ def tune(
 
     with cli_errors():
         ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx,
-                                       exact)
+                                       exact, rpc, tensor_split)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
         if mode in ("none", "off", "plain"):
@@ -86,11 +89,21 @@ def tune(
             close_engines(engine, fast_engine)
         data = result.to_dict()
         data["profile"] = base.profile
+        pair = lib.pair_of(base.target, str(draft_model) if draft_model else None)
+        if base.rpc:  # the network's share of a step: what the planner adds to the local figures
+            from edgespec.planner import local_step_ms
+
+            local = local_step_ms(prof, pair, base.target)
+            data["rpc"] = {"servers": list(base.rpc), "step_ms": result.times.step_ms, "local_step_ms": local,
+                           "round_trip_ms": max(0.0, result.times.step_ms - local)}
         if save or save_as:
-            pair = lib.pair_of(base.target, str(draft_model) if draft_model else None)
             name = save_as or base.profile
-            path, skipped = lib.save(result, name, pair=pair,
-                                     extends=base.profile if save_as and save_as != base.profile else None)
+            extends = base.profile if save_as and save_as != base.profile else None
+            if base.rpc:
+                path, _, skipped = lib.save_network(result, name, local_step_ms=data["rpc"]["local_step_ms"],
+                                                    extends=extends)
+            else:
+                path, skipped = lib.save(result, name, pair=pair, extends=extends)
             data["saved"] = {"profile": name, "path": str(path), "pair": pair, "skipped": skipped}
         if json_output:
             typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
@@ -129,6 +142,11 @@ def _render_tune(data: dict) -> None:
         t.add_row("exact kernels", f"plain decoding {data['exact_plain_tokens_per_second']:.1f} tok/s on the batch-"
                   f"invariant kernels speculation needs, {data['plain_tokens_per_second']:.1f} tok/s on llama.cpp's: "
                   f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below")
+    if data.get("rpc"):
+        r = data["rpc"]
+        t.add_row("over RPC", f"{', '.join(r['servers'])}: {r['step_ms']:.1f} ms per step against "
+                  f"{r['local_step_ms']:.1f} ms computed here (the profile's step): {r['round_trip_ms']:.1f} ms "
+                  "of network per target decode")
     t.add_row("verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16)))
     if data.get("batch"):
         step = data["target_step_ms"]

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 
 try:  # pragma: no cover - exercised only when the package is broken
-    import llama_cpp as _llama
+    import llama_cpp as _llama, llama_cpp._ggml as _ggml_binding  # noqa: E401 - one door, one statement
 except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSError etc.
     raise ImportError(
         "edgespec needs llama-cpp-python==0.3.36 with its compiled library; "
@@ -22,6 +22,12 @@ except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSErr
     ) from exc
 
 LLAMA_CPP_PYTHON_VERSION = getattr(_llama, "__version__", "unknown")
+
+
+def _ggml_library() -> ctypes.CDLL:
+    """libggml (the backend registry; libggml-base's symbols resolve through it), for the
+    device and RPC calls the Python binding does not declare (see ``rpc.py``)."""
+    return _ggml_binding.libggml
 
 # --------------------------------------------------------------------------------------
 # Logging: llama.cpp talks a lot on stderr. Keep its recent lines so an error message can

@@ -165,7 +165,9 @@ class Context:
             self.tokens.extend(int(t) for t in toks[start:end])
         if not out_rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        ptr = _llama.llama_get_logits(self._ptr)
+        t0 = time.perf_counter()
+        ptr = _llama.llama_get_logits(self._ptr)  # waits for an asynchronous backend (RPC)
+        self.t_decode += time.perf_counter() - t0
         # Outputs come back in batch order, one row per flagged token.
         arr = np.ctypeslib.as_array(ptr, shape=(out_rows, self.n_vocab))
         order = np.argsort(np.asarray(rows))

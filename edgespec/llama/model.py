@@ -8,9 +8,10 @@ import ctypes
 import os
 import struct
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
-from ..errors import ModelFileError, ModelLoadError
+from ..errors import InputError, ModelFileError, ModelLoadError
+from . import rpc as _rpc
 from .backend import LLAMA_CPP_PYTHON_VERSION, _ensure_backend, _last_llama_errors, _llama, _log_mark
 from .kernels import FAST_KERNELS
 
@@ -55,6 +56,11 @@ class Model:
 
     ``n_gpu_layers`` is llama.cpp's: 0 keeps everything on the CPU, -1 (or a large
     number) offloads every layer to Metal/CUDA when the build supports it.
+
+    ``rpc`` puts every layer on those RPC servers (checked first, see ``rpc.py``), split
+    in proportion to their memory or by ``tensor_split`` (one share per server device).
+    Once any server is registered, a model loaded without ``rpc`` gets an explicit list
+    of local devices, so a drafter never goes over the network.
     """
 
     def __init__(
@@ -65,6 +71,8 @@ class Model:
         use_mmap: bool = True,
         vocab_only: bool = False,
         exact: bool = True,
+        rpc: str | Sequence[str | _rpc.Endpoint] | None = None,
+        tensor_split: Sequence[float] = (),
     ) -> None:
         self.path = check_gguf_file(path)
         # batch-invariant kernels (see "Batch-invariant numerics" in kernels.py)
@@ -75,6 +83,8 @@ class Model:
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
         params.use_extra_bufts = not self.exact
+        self.rpc = _rpc.endpoints(rpc)
+        self._set_devices(params, tensor_split)
         mark = _log_mark()
         ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
         if not ptr:
@@ -101,6 +111,24 @@ class Model:
         )
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
+
+    def _set_devices(self, params, tensor_split: Sequence[float]) -> None:
+        devices = None
+        if self.rpc:
+            devices = _rpc.register(self.rpc)
+            params.n_gpu_layers = 999  # every layer on the servers; only the embeddings stay here
+        elif _rpc.registered():
+            devices = _rpc.local_devices()
+        if tensor_split:
+            if devices is None or len(tensor_split) != len(devices) or min(tensor_split) < 0 \
+                    or sum(tensor_split) <= 0:
+                raise InputError(f"--tensor-split needs one non-negative share per RPC device "
+                                 f"({len(devices or ())} here), not {list(tensor_split)}")
+            self._split = _rpc.tensor_split_array(tensor_split)
+            params.tensor_split = self._split
+        if devices is not None:
+            self._devices = _rpc.device_array(devices)  # llama.cpp copies it; kept for clarity
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
 
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:

@@ -113,6 +113,9 @@ class Profile:
     gamma_ngram: Figure
     exact_slowdown: Figure
     pair_costs: tuple[tuple[str, PairCost], ...] = ()
+    # what one target decode pays for the network when its layers sit on RPC servers
+    # (round trips and transfers, ms); None: not measured, the planner estimates it
+    rpc_round_trip_ms: Figure | None = None
     origin: str = "shipped"  # "shipped" | "user" | "user over shipped"
     path: str = ""
     notes: tuple[str, ...] = ()  # e.g. how detection scaled it to this machine
@@ -141,6 +144,8 @@ class Profile:
         ]
         if self.batch is not None:
             out.append(("cost.batch", self.batch))
+        if self.rpc_round_trip_ms is not None:
+            out.append(("cost.rpc_round_trip_ms", self.rpc_round_trip_ms))
         for name, pc in self.pair_costs:
             for f in dataclasses.fields(pc):
                 value = getattr(pc, f.name)
@@ -186,6 +191,7 @@ class Profile:
                 "gamma_ngram": self.gamma_ngram.to_dict(),
                 "exact_slowdown": self.exact_slowdown.to_dict(),
                 **({"batch": self.batch.to_dict()} if self.batch is not None else {}),
+                **({"rpc_round_trip_ms": self.rpc_round_trip_ms.to_dict()} if self.rpc_round_trip_ms else {}),
                 "pair": {
                     name: {
                         f.name: getattr(pc, f.name).to_dict()

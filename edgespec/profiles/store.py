@@ -158,6 +158,7 @@ def record_measurements(
     ngram_hit: float | None = None,
     exact_slowdown: float | None = None,
     batch: Mapping[int, float] | None = None,
+    rpc_round_trip_ms: float | None = None,
     source: str = "edgespec tune",
     when: _dt.date | None = None,
     extends: str | None = None,
@@ -181,7 +182,7 @@ def record_measurements(
     cost = data.setdefault("cost", {})
     for key, value in (("overhead_ms", overhead_ms), ("decode_gbs", decode_gbs),
                        ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit),
-                       ("exact_slowdown", exact_slowdown)):
+                       ("exact_slowdown", exact_slowdown), ("rpc_round_trip_ms", rpc_round_trip_ms)):
         if value is not None:
             cost[key] = fig(value)
     pair_figs = {k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms))

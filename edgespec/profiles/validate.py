@@ -259,6 +259,7 @@ def _cost(cost: _Table) -> dict[str, Any]:
         gamma_ngram=cost.figure("gamma_ngram", 0, 1),
         exact_slowdown=cost.figure("exact_slowdown", 0.5, 5),
         batch=cost.verify("batch", required=False),
+        rpc_round_trip_ms=cost.figure("rpc_round_trip_ms", 0, 100_000, required=False),
         pair_costs=_pair_costs(cost.table("pair", required=False)),
     )
     cost.done()

@@ -1,0 +1,356 @@
+"""llama.cpp's RPC backend (``ggml-rpc``): model layers on other machines.
+
+It knows the endpoints (``HOST:PORT``), the first message of the wire protocol (so an
+endpoint can be checked before llama.cpp sees it), registering servers as devices,
+which devices a model gets, running an RPC server in this process, and what to do when
+llama.cpp aborts because a server went away. It knows nothing of speculation: a model
+whose layers sit on RPC devices decodes through ``Context`` like any other.
+
+Why the checks come first: llama.cpp treats an unreachable server, a protocol mismatch
+or a connection that drops as fatal (``GGML_ABORT`` -> ``abort()``), which kills the
+process with a C message that names no endpoint. So ``register`` connects to each
+endpoint itself and runs the HELLO handshake with a timeout before handing it over:
+
+    request : cmd u8 = 14 (RPC_CMD_HELLO) | size u64 = 24 | 24 bytes of transport caps (0)
+    response: size u64 = 28 | major u8 | minor u8 | patch u8 | pad u8 | 24 bytes of caps
+
+(ggml/src/ggml-rpc/ggml-rpc.cpp and ggml-rpc.h of the pinned llama-cpp-python 0.3.36:
+protocol 7.0.0; zero caps ask for plain TCP). An RPC server serves one client at a time,
+so a server busy with another client accepts the connection but does not answer.
+
+A server lost mid-generation cannot be turned into a Python exception: the abort
+happens on llama.cpp's dispatcher thread, with the main thread inside ``llama_decode``,
+and the process state is not recoverable. ``on_server_lost`` installs ggml's abort
+callback instead: it finds which endpoint is gone (a fresh connection is refused, where
+a live server that is still serving us does not answer) and hands an ``RpcServerLost``
+to the caller's handler, which reports it and ends the process; ``abort()`` follows if
+the handler returns. Results written before that point (a JSONL batch flushes each
+line) are kept.
+
+Device choice: with ``llama_model_params.devices`` NULL llama.cpp puts a model on every
+registered device, RPC ones included, so once a server is registered every model that
+is not meant for it (the drafter) gets an explicit NULL-terminated list of local ones.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import InputError, RpcError, RpcServerLost
+from .backend import _ensure_backend, _ggml_library, _llama
+
+RPC_PROTO_MAJOR = 7  # ggml-rpc.h: RPC_PROTO_MAJOR_VERSION of the pinned llama.cpp
+RPC_PROTO_MINOR = 0
+DEFAULT_PORT = 50052
+_RPC_CMD_HELLO = 14
+_CONN_CAPS_SIZE = 24
+_DEV_TYPE_CPU, _DEV_TYPE_GPU, _DEV_TYPE_IGPU = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One RPC server, as llama.cpp names it: ``host:port``."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
+    """``HOST:PORT[,HOST:PORT...]`` -> endpoints, in order (the order of the layers)."""
+    out: list[Endpoint] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(f"--rpc: {part!r} is not HOST:PORT (for example 192.168.1.20:{DEFAULT_PORT})")
+        if ":" in host or host.startswith("["):
+            # llama.cpp splits the endpoint at its first ':'
+            raise InputError(f"--rpc: {part!r}: llama.cpp's RPC client takes IPv4 addresses or host names, not IPv6")
+        ep = Endpoint(host, int(port))
+        if ep in out:
+            raise InputError(f"--rpc: {ep} is listed twice")
+        out.append(ep)
+    if not out:
+        raise InputError("--rpc: no endpoint given (HOST:PORT[,HOST:PORT...])")
+    if len(out) > 16:  # GGML_RPC_MAX_SERVERS
+        raise InputError(f"--rpc: llama.cpp takes at most 16 RPC servers ({len(out)} given)")
+    return tuple(out)
+
+
+def endpoints(rpc: str | Sequence[str | Endpoint] | None) -> tuple[Endpoint, ...]:
+    """Endpoints from text, a list of texts or ``Endpoint``s; ``()`` for None or empty."""
+    if not rpc:
+        return ()
+    if isinstance(rpc, str):
+        return parse_endpoints(rpc)
+    return parse_endpoints(",".join(str(e) for e in rpc))
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("connection closed")
+        data += chunk
+    return data
+
+
+def _hello(ep: Endpoint, timeout: float) -> tuple[str, str]:
+    """(what was found, detail): "ok" (detail: the version), "refused", "unreachable",
+    "silent" (connected, no answer), "closed" (hung up at the hello), "foreign" (answered
+    something else) or "version" (another protocol version)."""
+    try:
+        sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
+    except ConnectionRefusedError:
+        return "refused", ""
+    except OSError as e:
+        return "unreachable", str(e.strerror or e) if not isinstance(e, TimeoutError) else "timed out"
+    with sock:
+        try:
+            sock.sendall(struct.pack("<BQ", _RPC_CMD_HELLO, _CONN_CAPS_SIZE) + bytes(_CONN_CAPS_SIZE))
+            (size,) = struct.unpack("<Q", _recv_exact(sock, 8))
+            if size != 4 + _CONN_CAPS_SIZE:
+                return "foreign", ""
+            major, minor, patch = _recv_exact(sock, size)[:3]
+        except (socket.timeout, TimeoutError):
+            return "silent", ""
+        except OSError as e:
+            return "closed", str(e.strerror or e)
+    version = f"{major}.{minor}.{patch}"
+    return ("ok" if major == RPC_PROTO_MAJOR and minor <= RPC_PROTO_MINOR else "version"), version
+
+
+def probe(ep: Endpoint, timeout: float = 5.0) -> str:
+    """Connect to ``ep`` and run the RPC HELLO; the server's protocol version, or an
+    ``RpcError`` that names the endpoint and says what it found there."""
+    found, detail = _hello(ep, timeout)
+    if found == "ok":
+        return detail
+    raise RpcError({
+        "refused": f"RPC server {ep}: nothing listens there (connection refused); start one on that machine "
+                   f"with `edgespec rpc-server --host ADDRESS --port {ep.port}`",
+        "unreachable": f"RPC server {ep}: cannot connect ({detail}; machine down, wrong address, or a firewall)",
+        "silent": f"{ep} accepted the connection but did not answer the RPC hello within {timeout:g} s: it is not "
+                  "an RPC server, or another client is using it (an RPC server serves one client at a time)",
+        "closed": f"{ep} hung up at the RPC hello ({detail}): not a llama.cpp RPC server, or one of another "
+                  f"protocol than {RPC_PROTO_MAJOR}.x",
+        "foreign": f"{ep} is not a llama.cpp RPC server: it answered the RPC hello with something else",
+        "version": f"RPC server {ep} speaks protocol {detail}; this llama.cpp speaks {RPC_PROTO_MAJOR}."
+                   f"{RPC_PROTO_MINOR}: run the same llama.cpp version on both ends",
+    }[found])
+
+
+def require_rpc() -> None:
+    """Raise the ``RpcError`` that says how to rebuild, if this build has no RPC backend."""
+    _proc(b"ggml_backend_rpc_start_server")
+
+
+# -- the registry ---------------------------------------------------------------------
+
+_lib_ready = False
+_registered: dict[Endpoint, tuple[int, ...]] = {}  # endpoint -> its device handles
+_reg_lock = threading.Lock()
+
+
+def _ggml() -> ctypes.CDLL:
+    global _lib_ready
+    lib = _ggml_library()
+    if not _lib_ready:
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        for name, res, args in (
+            ("ggml_backend_reg_by_name", vp, [ctypes.c_char_p]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
+            ("ggml_backend_register", None, [vp]),
+            ("ggml_backend_reg_dev_count", sz, [vp]),
+            ("ggml_backend_reg_dev_get", vp, [vp, sz]),
+            ("ggml_backend_dev_count", sz, []),
+            ("ggml_backend_dev_get", vp, [sz]),
+            ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+            ("ggml_backend_dev_backend_reg", vp, [vp]),
+            ("ggml_backend_dev_name", ctypes.c_char_p, [vp]),
+            ("ggml_backend_dev_description", ctypes.c_char_p, [vp]),
+            ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+        ):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        _lib_ready = True
+    return lib
+
+
+def _rpc_reg() -> int | None:
+    _ensure_backend()
+    return _ggml().ggml_backend_reg_by_name(b"RPC") or None
+
+
+def rpc_available() -> bool:
+    """Whether this llama.cpp build has the RPC backend (``-DGGML_RPC=on``)."""
+    return _rpc_reg() is not None
+
+
+def _proc(name: bytes) -> int:
+    reg = _rpc_reg()
+    if reg is None:
+        raise RpcError(
+            "this llama.cpp build has no RPC backend; reinstall llama-cpp-python with it: "
+            'CMAKE_ARGS="-DGGML_RPC=on" pip install --no-cache-dir --force-reinstall --no-deps '
+            "llama-cpp-python==0.3.36")
+    fn = _ggml().ggml_backend_reg_get_proc_address(reg, name)
+    if not fn:
+        raise RpcError(f"this llama.cpp's RPC backend has no {name.decode()}")
+    return fn
+
+
+def register(endpoints: Sequence[Endpoint], *, timeout: float = 5.0) -> list[int]:
+    """Check each endpoint (connect, HELLO), then register it with llama.cpp; the device
+    handles of all of them, in order. An endpoint registered before is not checked again."""
+    lib = _ggml()
+    add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_proc(b"ggml_backend_rpc_add_server"))
+    with _reg_lock:
+        for ep in endpoints:
+            if ep in _registered:
+                continue
+            probe(ep, timeout)
+            reg = add(str(ep).encode())
+            n = lib.ggml_backend_reg_dev_count(reg) if reg else 0
+            if not n:
+                raise RpcError(f"RPC server {ep} offers no device")
+            lib.ggml_backend_register(reg)
+            _registered[ep] = tuple(lib.ggml_backend_reg_dev_get(reg, i) for i in range(n))
+        return [d for ep in endpoints for d in _registered[ep]]
+
+
+def registered() -> tuple[Endpoint, ...]:
+    """The endpoints registered in this process so far."""
+    return tuple(_registered)
+
+
+def device_array(devices: Sequence[int]) -> ctypes.Array:
+    """A NULL-terminated ``ggml_backend_dev_t`` array for ``llama_model_params.devices``."""
+    return (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+
+
+def local_devices() -> list[int]:
+    """This machine's GPUs (none on a CPU-only build): the devices for a model that must
+    not go over the network. The CPU is not listed: llama.cpp always has it."""
+    lib = _ggml()
+    rpc = _rpc_reg()
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        if lib.ggml_backend_dev_type(dev) in (_DEV_TYPE_GPU, _DEV_TYPE_IGPU) and \
+                lib.ggml_backend_dev_backend_reg(dev) != rpc:
+            out.append(dev)
+    return out
+
+
+def tensor_split_array(split: Sequence[float]) -> ctypes.Array:
+    """``llama_model_params.tensor_split``: one share per device, llama_max_devices() long."""
+    n = int(_llama.llama_max_devices())
+    if len(split) > n:
+        raise InputError(f"--tensor-split: at most {n} shares")
+    return (ctypes.c_float * n)(*split)
+
+
+def device_memory(dev: int) -> tuple[int, int]:
+    """(free, total) bytes a device reports (for an RPC device: asked over the network)."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _ggml().ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    return free.value, total.value
+
+
+# -- a server lost mid-generation ------------------------------------------------------
+
+_ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+_installed: list = []  # keeps the ctypes callback alive
+_handler: list[Callable[[RpcServerLost], None]] = []
+
+
+def lost_endpoint(endpoints: Sequence[Endpoint], timeout: float = 1.0) -> tuple[Endpoint | None, str]:
+    """Which endpoint is gone, and how we know. A live server still serving us accepts a
+    second connection and stays silent (it serves one client at a time); a lost one
+    refuses it, hangs up, or cannot be reached."""
+    for ep in endpoints:
+        found, detail = _hello(ep, timeout)
+        if found == "refused":
+            return ep, "it no longer accepts connections: it stopped or crashed"
+        if found == "closed":
+            return ep, "it hangs up on a new connection: it stopped, or what relays to it did"
+        if found == "unreachable":
+            return ep, f"it cannot be reached: {detail}"
+    return None, "every server still answers"
+
+
+def _on_abort(message: bytes) -> None:
+    text = (message or b"").decode("utf-8", errors="replace").strip()
+    try:
+        if _handler and _registered and ("RPC" in text or any(str(ep) in text for ep in _registered)):
+            ep, how = lost_endpoint(tuple(_registered))
+            where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
+                f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
+            _handler[0](RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
+        else:
+            import os
+
+            os.write(2, text.encode() + b"\n")  # what ggml prints when no callback is set
+    except BaseException:  # noqa: BLE001 - never raise into C; abort() follows
+        pass
+
+
+def on_server_lost(handler: Callable[[RpcServerLost], None]) -> None:
+    """Call ``handler`` (once, from llama.cpp's failing thread) when llama.cpp is about to
+    abort because an RPC server went away. The handler should report the error and end
+    the process (``os._exit``); if it returns, ``abort()`` follows. ggml's other aborts
+    keep their message."""
+    _handler[:] = [handler]
+    if not _installed:
+        lib = _ggml()
+        fn = lib.ggml_set_abort_callback
+        fn.restype, fn.argtypes = ctypes.c_void_p, [_ABORT_CALLBACK]
+        cb = _ABORT_CALLBACK(_on_abort)
+        fn(cb)
+        _installed.append(cb)
+
+
+# -- running a server ----------------------------------------------------------------------
+
+def server_devices() -> list[int]:
+    """What an RPC server offers, as llama.cpp's rpc-server picks it: the local GPUs, or
+    else the CPU."""
+    lib = _ggml()
+    _ensure_backend()
+    devs = local_devices()
+    if not devs:
+        for i in range(lib.ggml_backend_dev_count()):
+            dev = lib.ggml_backend_dev_get(i)
+            if lib.ggml_backend_dev_type(dev) == _DEV_TYPE_CPU:
+                devs.append(dev)
+                break
+    return devs
+
+
+def describe_device(dev: int) -> str:
+    lib = _ggml()
+    free, total = device_memory(dev)
+    name = (lib.ggml_backend_dev_name(dev) or b"?").decode()
+    desc = (lib.ggml_backend_dev_description(dev) or b"").decode()
+    return f"{name} ({desc}): {total / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+
+
+def serve(host: str, port: int, n_threads: int) -> None:
+    """Run llama.cpp's RPC server on ``host:port`` (blocks; returns only if it fails)."""
+    devs = server_devices()
+    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                             ctypes.c_void_p)(_proc(b"ggml_backend_rpc_start_server"))
+    arr = device_array(devs)
+    start(f"{host}:{port}".encode(), None, n_threads, len(devs), ctypes.cast(arr, ctypes.c_void_p))
+    raise RpcError(f"the RPC server on {host}:{port} stopped (llama.cpp printed why above)")
