@@ -430,6 +430,12 @@ def chat(
     verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the target model, with a live view of speculation (/help inside)."""
+    import signal
+
+    if sys.stdin.isatty() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started in the background by a shell without job control (`cmd &` in a script),
+        # which ignores SIGINT; on a terminal, Ctrl-C is how a reply is stopped
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     options: dict[str, Any] = dict(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
