@@ -79,7 +79,6 @@ class BatchStats:
     drafted: int = 0
     accepted: int = 0
     t_decode: float = 0.0
-    rows_sum: int = 0           # rows decoded, summed over steps
     running_sum: int = 0        # running sequences, summed over steps
     t_start: float = field(default_factory=time.perf_counter)
 
@@ -277,7 +276,6 @@ class BatchRunner:
         st = self.stats
         st.steps += 1
         st.t_decode += seconds
-        st.rows_sum += rows
         st.running_sum += len(gen)
         for s, take in filling:
             s.prefilled += take

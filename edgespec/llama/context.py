@@ -57,7 +57,84 @@ def create_context(model: Model, *, n_ctx: int, n_batch: int, n_threads: int,
     return ptr, batch_invariant
 
 
-class Context:
+class _LlamaContext:
+    """What every context owns: the llama.cpp context, its one reusable batch with numpy
+    views over its arrays (filling a batch is a slice assignment), the timed decode and
+    logits read, and the checked removal of a sequence's tail. ``Context`` (sequence 0)
+    and ``multi.MultiContext`` (many sequences) add their own bookkeeping."""
+
+    def __init__(self, model: Model, *, n_ctx: int, n_batch: int, n_threads: int | None,
+                 n_threads_batch: int | None = None, n_seq_max: int = 1) -> None:
+        self.model = model
+        self.n_threads = n_threads or default_threads()
+        self._ptr, self.batch_invariant = create_context(
+            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=self.n_threads,
+            n_threads_batch=n_threads_batch, n_seq_max=n_seq_max)
+        self._mem = _llama.llama_get_memory(self._ptr)
+        self.n_ctx: int = _llama.llama_n_ctx(self._ptr)
+        self.n_batch: int = _llama.llama_n_batch(self._ptr)
+        self.n_vocab = model.n_vocab
+        self.t_decode = 0.0  # seconds spent inside llama_decode (and the logits wait)
+        self.n_decode_calls = 0
+        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
+        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        self._b_nseq[:] = 1
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            _llama.llama_batch_free(self._batch)
+            _llama.llama_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _decode_batch(self, n_tokens: int) -> int:
+        """llama_decode of the first ``n_tokens`` of the batch, timed; its return code."""
+        self._batch.n_tokens = n_tokens
+        t0 = time.perf_counter()
+        rc = _llama.llama_decode(self._ptr, self._batch)
+        self.t_decode += time.perf_counter() - t0
+        self.n_decode_calls += 1
+        return rc
+
+    def _logits(self, n_out: int) -> np.ndarray:
+        """The last decode's ``n_out`` output rows, in batch order (a view)."""
+        t0 = time.perf_counter()
+        ptr = _llama.llama_get_logits(self._ptr)  # waits for an asynchronous backend (RPC)
+        self.t_decode += time.perf_counter() - t0
+        return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
+
+    def _remove_tail(self, seq: int, n_keep: int) -> None:
+        """Remove positions ``n_keep..`` of ``seq`` from the KV memory, checking
+        llama_memory_seq_rm's answer: recurrent and hybrid models cannot forget part of a
+        sequence, and speculation on them would silently corrupt the state."""
+        if not _llama.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
+            raise RollbackError(
+                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
+                "sequence from its memory (recurrent or hybrid model), so drafts cannot be "
+                "rolled back; use it with --draft none"
+            )
+
+
+def in_row_order(block: np.ndarray, rows: Sequence[int]) -> np.ndarray:
+    """Output rows come back in batch order; reorder ``block`` to the order of ``rows``."""
+    order = np.argsort(np.asarray(rows))
+    if np.all(order == np.arange(len(rows))):
+        return block
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(rows))
+    return block[inverse]
+
+
+class Context(_LlamaContext):
     """A llama.cpp context on one model, holding sequence 0 in its KV memory.
 
     ``decode(tokens, rows)`` appends ``tokens`` at positions ``n_past..`` in batches of
@@ -75,46 +152,16 @@ class Context:
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
     ) -> None:
-        self.model = model
-        n_threads = n_threads or default_threads()
-        self._ptr, self.batch_invariant = create_context(
-            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
-            n_threads_batch=n_threads_batch)
-        ptr = self._ptr
-        self._mem = _llama.llama_get_memory(ptr)
-        self.n_ctx: int = _llama.llama_n_ctx(ptr)
-        self.n_batch: int = _llama.llama_n_batch(ptr)
-        self.n_vocab = model.n_vocab
-        self.n_threads = n_threads
+        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+                         n_threads_batch=n_threads_batch)
         self.tokens: list[int] = []
-        self.t_decode = 0.0  # seconds spent inside llama_decode
-        self.n_decode_calls = 0
-        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
         b = self._batch
-        # numpy views over the batch arrays: filling a batch is a slice assignment
-        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
-        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
-        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
-        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        self._b_nseq[:] = 1
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
 
     @property
     def n_past(self) -> int:
         return len(self.tokens)
-
-    def close(self) -> None:
-        if getattr(self, "_ptr", None):
-            _llama.llama_batch_free(self._batch)
-            _llama.llama_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self) -> None:  # pragma: no cover
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def decode(self, tokens: Sequence[int], rows: Sequence[int] | None = None) -> np.ndarray:
         """Append ``tokens`` to the sequence; return logits for ``rows`` (default: last).
@@ -149,11 +196,7 @@ class Context:
                 for r in rows:
                     self._b_logits[r - start] = 1
                 out_rows = len(rows)
-            self._batch.n_tokens = m
-            t0 = time.perf_counter()
-            rc = _llama.llama_decode(self._ptr, self._batch)
-            self.t_decode += time.perf_counter() - t0
-            self.n_decode_calls += 1
+            rc = self._decode_batch(m)
             if rc != 0:
                 # rc 1: no KV slot for the batch; <0: error. Either way this chunk is not
                 # in memory: make sure nothing half-written stays behind.
@@ -165,17 +208,7 @@ class Context:
             self.tokens.extend(int(t) for t in toks[start:end])
         if not out_rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        t0 = time.perf_counter()
-        ptr = _llama.llama_get_logits(self._ptr)  # waits for an asynchronous backend (RPC)
-        self.t_decode += time.perf_counter() - t0
-        # Outputs come back in batch order, one row per flagged token.
-        arr = np.ctypeslib.as_array(ptr, shape=(out_rows, self.n_vocab))
-        order = np.argsort(np.asarray(rows))
-        if np.any(order != np.arange(len(rows))):
-            inverse = np.empty_like(order)
-            inverse[order] = np.arange(len(rows))
-            arr = arr[inverse]
-        return arr
+        return in_row_order(self._logits(out_rows), rows)
 
     def _heal(self) -> None:
         """Drop KV entries past ``tokens``. They exist only if an exception (Ctrl-C)
@@ -184,22 +217,13 @@ class Context:
             _llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
 
     def rollback(self, n_keep: int) -> None:
-        """Keep the first ``n_keep`` tokens of the sequence; remove the rest from the KV.
-
-        Checks llama_memory_seq_rm's answer: recurrent and hybrid models cannot forget
-        part of a sequence, and speculation on them would silently corrupt the state.
-        """
+        """Keep the first ``n_keep`` tokens of the sequence; remove the rest from the KV
+        (checked: see ``_remove_tail``)."""
         if n_keep >= self.n_past:
             return
         if n_keep < 0:
             raise ValueError("n_keep must be >= 0")
-        ok = _llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1)
-        if not ok:
-            raise RollbackError(
-                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
-                "sequence from its memory (recurrent or hybrid model), so drafts cannot be "
-                "rolled back; use it with --draft none"
-            )
+        self._remove_tail(0, n_keep)
         del self.tokens[n_keep:]
 
     def clear(self) -> None:

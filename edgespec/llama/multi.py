@@ -11,64 +11,30 @@ It knows nothing about scheduling: the caller decides which sequences share a de
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import numpy as np
 
-from ..errors import DecodeError, RollbackError
-from .backend import _last_llama_errors, _llama, default_threads
-from .context import create_context
+from ..errors import DecodeError
+from .backend import _last_llama_errors, _llama
+from .context import _LlamaContext, in_row_order
 from .model import Model
 
 # (sequence id, tokens to append, indices into those tokens whose logits are wanted)
 Part = tuple[int, Sequence[int], Sequence[int]]
 
 
-class MultiContext:
+class MultiContext(_LlamaContext):
     """A llama.cpp context holding up to ``n_seq`` sequences in one KV pool of ``n_ctx``."""
 
     def __init__(self, model: Model, *, n_seq: int, n_ctx: int, n_batch: int = 512,
                  n_threads: int | None = None) -> None:
         if n_seq < 1:
             raise ValueError("n_seq must be at least 1")
-        self.model = model
-        self.n_threads = n_threads or default_threads()
-        self._ptr, self.batch_invariant = create_context(
-            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=self.n_threads, n_seq_max=n_seq)
-        self._mem = _llama.llama_get_memory(self._ptr)
+        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq)
         self.n_seq = n_seq
-        self.n_ctx: int = _llama.llama_n_ctx(self._ptr)
-        self.n_batch: int = _llama.llama_n_batch(self._ptr)
-        self.n_vocab = model.n_vocab
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
-        self.t_decode = 0.0
-        self.n_decode_calls = 0
-        self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
-        b = self._batch
-        self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
-        self._b_pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
-        self._b_nseq = np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))
-        self._b_logits = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
-        self._b_nseq[:] = 1
         self._seq_of_row = [-1] * self.n_batch  # what b.seq_id[i][0] holds now
-
-    def close(self) -> None:
-        if getattr(self, "_ptr", None):
-            _llama.llama_batch_free(self._batch)
-            _llama.llama_free(self._ptr)
-            self._ptr = None
-
-    def __del__(self) -> None:  # pragma: no cover
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-    @property
-    def n_used(self) -> int:
-        """KV cells held by all sequences together."""
-        return sum(len(t) for t in self.tokens)
 
     def decode(self, parts: Sequence[Part]) -> list[np.ndarray]:
         """Append each part's tokens to its sequence in ONE decode; return, per part, the
@@ -85,7 +51,7 @@ class MultiContext:
         seqs = [s for s, _, _ in parts]
         if len(set(seqs)) != len(seqs):
             raise ValueError("a sequence may appear only once per decode")
-        b, i, out_rows = self._batch, 0, []
+        b, i = self._batch, 0
         self._b_logits[:n] = 0
         for s, toks, rows in parts:
             m = len(toks)
@@ -100,13 +66,8 @@ class MultiContext:
                 if not 0 <= r < m:
                     raise ValueError(f"row {r} is outside the part's {m} tokens")
                 self._b_logits[i + r] = 1
-            out_rows.append(sorted(rows) == list(rows))
             i += m
-        b.n_tokens = n
-        t0 = time.perf_counter()
-        rc = _llama.llama_decode(self._ptr, b)
-        self.t_decode += time.perf_counter() - t0
-        self.n_decode_calls += 1
+        rc = self._decode_batch(n)
         if rc != 0:
             for s in seqs:  # nothing half-written stays behind
                 _llama.llama_memory_seq_rm(self._mem, s, len(self.tokens[s]), -1)
@@ -119,14 +80,10 @@ class MultiContext:
         n_out = sum(len(rows) for _, _, rows in parts)
         if not n_out:
             return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in parts]
-        # Outputs come back in batch order, one row per flagged token.
-        arr = np.ctypeslib.as_array(_llama.llama_get_logits(self._ptr), shape=(n_out, self.n_vocab))
+        arr = self._logits(n_out)  # one row per flagged token, in batch order
         result, k = [], 0
-        for (_, _, rows), in_order in zip(parts, out_rows):
-            block = arr[k:k + len(rows)]
-            if not in_order:
-                block = block[np.argsort(np.argsort(np.asarray(rows)))]
-            result.append(np.array(block))
+        for _, _, rows in parts:
+            result.append(np.array(in_row_order(arr[k:k + len(rows)], rows)))
             k += len(rows)
         return result
 
@@ -137,11 +94,7 @@ class MultiContext:
             return
         if n_keep < 0:
             raise ValueError("n_keep must be >= 0")
-        if not _llama.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
-            raise RollbackError(
-                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
-                "sequence from its memory (recurrent or hybrid model); use --draft none"
-            )
+        self._remove_tail(seq, n_keep)
         del toks[n_keep:]
 
     def free(self, seq: int) -> None:
@@ -168,10 +121,6 @@ class SeqView:
     @property
     def tokens(self) -> list[int]:
         return self.owner.tokens[self.seq]
-
-    @property
-    def n_past(self) -> int:
-        return len(self.owner.tokens[self.seq])
 
     def rollback(self, n_keep: int) -> None:
         self.owner.rollback(self.seq, n_keep)
