@@ -138,10 +138,13 @@ class Engine:
             raise
         self.target_model = model
 
-    def _default_verify_cost(self) -> VerifyCost:
+    def _on_gpu(self) -> bool:
         from .llama import supports_gpu_offload
 
-        if self._gpu_layers != 0 and supports_gpu_offload():
+        return self._gpu_layers != 0 and supports_gpu_offload()
+
+    def _default_verify_cost(self) -> VerifyCost:
+        if self._on_gpu():
             return GPU_VERIFY_PRIOR
         return CPU_EXACT_VERIFY_PRIOR if self.target_model.exact else CPU_VERIFY_PRIOR
 
@@ -206,10 +209,7 @@ class Engine:
         """C(n): one decode of n sequences relative to one (the profile's, or a prior)."""
         if self._batch_cost is not None:
             return self._batch_cost
-        from .llama import supports_gpu_offload
-
-        gpu = self._gpu_layers != 0 and supports_gpu_offload()
-        return GPU_BATCH_PRIOR if gpu else CPU_BATCH_PRIOR
+        return GPU_BATCH_PRIOR if self._on_gpu() else CPU_BATCH_PRIOR
 
     def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
                       **options) -> BatchRun:
