@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -201,6 +201,45 @@ def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_
     throughput = [n / max(cost(n), 1e-9) for n in range(1, cap + 1)]
     best = max(throughput)
     return next(n for n, t in enumerate(throughput, start=1) if t >= within * best)
+
+
+def batch_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
+                        cost: Callable[[int], float]) -> list[int]:
+    """Draft lengths for one decode of several sequences. ``curves[i][n]`` is sequence
+    i's expected committed tokens if it drafts n (None: its length is fixed in
+    ``lengths``); a decode of T rows costs ``cost(T)``. Starting from ``lengths``, take
+    the one longer draft that most raises expected tokens per unit of the batch's cost,
+    while any does. Each pick scans every sequence's curve once."""
+    lengths = list(lengths)
+    rows = len(curves) + sum(lengths)
+    gain = float(len(curves))
+    best = gain / cost(rows)
+    while True:
+        pick = None
+        for i, curve in enumerate(curves):
+            if not curve:
+                continue
+            base = curve[lengths[i]]
+            for n in range(lengths[i] + 1, len(curve)):
+                r = (gain + curve[n] - base) / cost(rows + n - lengths[i])
+                if r > best:
+                    best, pick = r, (i, n)
+        if pick is None:
+            return lengths
+        i, n = pick
+        gain += curves[i][n] - curves[i][lengths[i]]
+        rows += n - lengths[i]
+        lengths[i] = n
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (psutil; 4 GiB assumed without it)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no psutil: assume a small machine
+        return 4 << 30
 
 
 def over_network(c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float,

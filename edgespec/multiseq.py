@@ -4,7 +4,10 @@ Up to ``n_parallel`` sequences share one KV pool (``llama.MultiContext``). Each 
 ONE ``llama_decode`` holding, for every running sequence, its verify batch (the last
 committed token and whatever it drafts this round), and, in the room left, the next
 chunk of a waiting prompt: a long prompt is prefilled a chunk per step beside the
-running sequences instead of stalling them. A sequence that ends (end of generation,
+running sequences instead of stalling them; a prompt prefix that another sequence
+already holds (a shared system prompt, a common instruction) is not computed again, its
+cells are shared (llama.cpp's kernels; under ``exact`` each sequence keeps its own KV
+stream and computes its whole prompt). A sequence that ends (end of generation,
 ``max_tokens``, a stop string) gives its cells back (``llama_memory_seq_rm``) and the
 next request takes its place at once.
 
@@ -29,10 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from . import sampling
+from .adaptive import batch_draft_lengths
 from .drafters import NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, EdgespecError, InputError
 from .events import Done, Result, Stats
 from .llama import MultiContext
+from .llama.context import common_prefix_len
 from .policy import DraftPolicy, FixedPolicy, OnlineCost
 from .reply import Reply
 from .speculative import SpeculativeLoop
@@ -40,6 +45,9 @@ from .speculative import SpeculativeLoop
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
 # step stays a few single-token steps long, large enough to fill the matmuls.
 DEFAULT_CHUNK = 128
+# A prompt prefix another sequence already holds is shared (its cells copied by id, not
+# recomputed) when it is at least this long; shorter ones are not worth a scan.
+MIN_SHARED = 8
 _COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond)
 
 
@@ -75,7 +83,8 @@ class BatchStats:
     steps: int = 0
     sequences: int = 0
     tokens: int = 0             # generated tokens, all sequences
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0      # prompt tokens computed
+    prompt_shared: int = 0      # prompt tokens taken from another sequence's cells
     drafted: int = 0
     accepted: int = 0
     t_decode: float = 0.0
@@ -244,6 +253,10 @@ class BatchRunner:
     # -- one step -------------------------------------------------------------------------
     def _step(self, running: list[_Seq]) -> list[_Seq]:
         """One decode for every running sequence; the sequences that ended."""
+        if self.ctx.unified:
+            for s in running:
+                if s.prefilling:
+                    self._adopt(s)
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
             s.proposal = s.loop.propose(s.budget - s.produced)
@@ -256,7 +269,7 @@ class BatchRunner:
         room = min(room, self.chunk)
         filling = []
         for s in running:
-            if s.prefilling and room > 0:
+            if s.prefilling and room > 0 and not self._shares_with(s, filling):
                 take = min(room, len(s.ids) - 1 - s.prefilled)
                 parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
                 filling.append((s, take))
@@ -297,10 +310,37 @@ class BatchRunner:
                     s.req.on_event(ev)
         return ended
 
+    def _adopt(self, s: _Seq) -> None:
+        """Give prefilling ``s`` the longest prefix of its prompt that another sequence
+        already holds in the pool (at least ``MIN_SHARED`` tokens more than it has)."""
+        limit, best, donor = len(s.ids) - 1, s.prefilled, None
+        for o in self._running:
+            held = self.ctx.tokens[o.slot]
+            if o is not s and len(held) > best:
+                p = min(common_prefix_len(held, s.ids), limit)
+                if p > best:
+                    best, donor = p, o
+        if donor is None or best - s.prefilled < MIN_SHARED:
+            return
+        self.ctx.share(donor.slot, s.slot, best)
+        saved, s.prefilled = best - s.prefilled, best
+        s.stats.prompt_tokens_processed -= saved
+        self.stats.prompt_shared += saved
+
+    def _shares_with(self, s: _Seq, filling: list[tuple[_Seq, int]]) -> bool:
+        """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
+        that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
+        if not self.ctx.unified:
+            return False
+        for o, take in filling:
+            upto = o.prefilled + take
+            if common_prefix_len(o.ids[:upto], s.ids[:len(s.ids) - 1]) >= s.prefilled + MIN_SHARED:
+                return True
+        return False
+
     def _draft_lengths(self, gen: list[_Seq]) -> list[int]:
-        """Draft lengths for the batch: start from none, then repeatedly take the one
-        longer draft that most raises expected tokens per unit of the batch's cost,
-        while any does. A fixed policy drafts what it proposes."""
+        """Draft lengths for the batch (``adaptive.batch_draft_lengths`` over each
+        sequence's expected-tokens curve); a fixed policy drafts what it proposes."""
         lengths = [0] * len(gen)
         if self.drafter_name == "none":
             return lengths
@@ -312,24 +352,7 @@ class BatchRunner:
                 curves.append(None)
             else:
                 curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len))
-        rows = len(gen) + sum(lengths)
-        gain = float(len(gen))
-        best = gain / self.cost(rows)
-        while True:
-            pick = None
-            for i, curve in enumerate(curves):
-                if not curve:
-                    continue
-                for n in range(lengths[i] + 1, len(curve)):
-                    r = (gain + curve[n] - curve[lengths[i]]) / self.cost(rows + n - lengths[i])
-                    if r > best:
-                        best, pick = r, (i, n)
-            if pick is None:
-                break
-            i, n = pick
-            gain += curves[i][n] - curves[i][lengths[i]]
-            rows += n - lengths[i]
-            lengths[i] = n
+        lengths = batch_draft_lengths(curves, lengths, self.cost)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)
         return lengths
@@ -359,7 +382,7 @@ class BatchRun:
 
     def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
                  chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
-        from .adaptive import choose_parallel
+        from .adaptive import available_memory, choose_parallel
 
         self.engine = engine
         self.failed: list[Outcome] = []
@@ -374,7 +397,7 @@ class BatchRun:
         need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
         self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
         per_seq = self.n_ctx_seq * engine.target_model.kv_bytes_per_token
-        self.max_by_memory = max(1, int(_available_memory() * 0.5 // max(per_seq, 1)))
+        self.max_by_memory = max(1, int(available_memory() * 0.5 // max(per_seq, 1)))
         if parallel == "auto":
             self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
                                               self.max_by_memory)
@@ -400,6 +423,8 @@ class BatchRun:
         st = self.stats
         line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
                 f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
+        if st.prompt_shared:
+            line += f"; {st.prompt_shared} prompt tokens shared, not recomputed"
         if st.drafted:
             line += f"; prompt lookup drafted {st.drafted}, accepted {st.accepted}"
         elif self.runner is not None and self.runner.drafter_name == "ngram":
@@ -422,12 +447,3 @@ class BatchRun:
             yield from self.runner.run(self.requests)
         finally:
             self.runner.close()
-
-
-def _available_memory() -> int:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no psutil: assume a small machine
-        return 4 << 30

@@ -121,3 +121,20 @@ def test_a_drafter_that_cannot_lose_is_chosen_over_plain_decoding():
     strong = DrafterOption("model", alpha=0.9, gamma=0.05)
     flat = VerifyCost((2, 16), (1.02, 1.3))
     assert choose([safe, strong], flat).drafter == "model"
+
+
+def test_batch_draft_lengths_follow_the_cost_of_the_whole_batch():
+    sure = [1.0 + 0.95 * j for j in range(16)]  # a copying sequence: drafts nearly always accepted
+    never = [1.0] * 16                           # drafts never accepted
+    # a memory-bound device: rows are nearly free, so the copying sequence drafts long
+    flat = adaptive.batch_draft_lengths([sure, never, None], [0, 0, 3], lambda t: 1.0 + 0.01 * t)
+    assert flat[0] == 15 and flat[1] == 0 and flat[2] == 3  # a fixed length stays as given
+    # compute-bound: every row costs as much as a step, and nothing pays
+    assert adaptive.batch_draft_lengths([sure, sure], [0, 0], lambda t: float(t)) == [0, 0]
+    # a CPU-like line: a lone sequence's decode is mostly fixed cost, so it drafts; in a
+    # crowded batch a row costs more than a typical draft returns, so it drafts less
+    line = lambda t: 0.75 + 0.25 * t  # noqa: E731
+    decaying = [sum(0.7 ** j for j in range(n + 1)) for n in range(16)]
+    alone = adaptive.batch_draft_lengths([decaying], [0], line)[0]
+    crowded = adaptive.batch_draft_lengths([decaying] * 8, [0] * 8, line)
+    assert alone == 2 and crowded == [0] * 8

@@ -8,6 +8,8 @@ and max_tokens at different steps, sampling with seeds, prompt lookup drafting.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -194,6 +196,65 @@ def test_multi_context_keeps_each_sequence_apart(tiny_target):
         c.close()
     finally:
         m.close()
+
+
+def test_a_sequence_can_take_a_common_prefix_from_another_in_a_unified_pool(tiny_target):
+    m = Model(tiny_target, exact=False)
+    try:
+        c = MultiContext(m, n_seq=3, n_ctx=256, n_batch=64, n_threads=1)
+        assert c.unified
+        prefix = list(range(5, 25))
+        c.decode([(0, prefix + [30, 31], [])])
+        c.share(0, 1, len(prefix))  # no compute: the cells gain sequence 1's id
+        assert c.tokens[1] == prefix and c.pos_max(1) == len(prefix) - 1
+        shared = c.decode([(1, [40, 41], [1])])[0]
+        c.decode([(2, prefix, [])])
+        computed = c.decode([(2, [40, 41], [1])])[0]
+        assert np.allclose(shared, computed, atol=1e-4)
+        c.free(0)  # the donor leaves; the shared cells stay with sequence 1
+        c.rollback(1, len(prefix))
+        assert np.allclose(c.decode([(1, [40, 41], [1])])[0], computed, atol=1e-4)
+        with pytest.raises(ValueError):
+            c.share(2, 1, 3)  # sequence 1 already holds more than that
+        with pytest.raises(ValueError):
+            c.share(1, 0, 30)  # more than sequence 1 holds
+        c.close()
+    finally:
+        m.close()
+    m = Model(tiny_target, exact=True)
+    try:
+        c = MultiContext(m, n_seq=2, n_ctx=256, n_batch=64, n_threads=1)
+        c.decode([(0, prefix, [])])
+        assert not c.unified  # a KV stream per sequence: cells cannot be shared
+        with pytest.raises(ValueError):
+            c.share(0, 1, 4)
+        c.close()
+    finally:
+        m.close()
+
+
+def test_a_batch_computes_a_common_prompt_prefix_once(tiny_target, exact_engine):
+    head = prompt(0, 40)
+    reqs = [Request(i, head + " " + prompt(i + 1, 3 + i), {"max_tokens": 8, "raw": True}) for i in range(5)]
+    with Engine(tiny_target, draft=None, n_ctx=512, exact=False, n_threads=1) as fast:
+        ids = [fast.prompt_tokens(r.prompt, raw=True) for r in reqs]
+        n_head = len(os.path.commonprefix(ids))
+        assert n_head > 30
+        batch = BatchRun(fast, reqs, parallel=3, chunk=16)
+        out = {o.key: o.result for o in batch}
+    # the first sequence computed the head; the others waited for it, then took its cells
+    st = batch.stats
+    assert st.prompt_shared >= 4 * n_head
+    assert st.prompt_tokens + st.prompt_shared == sum(len(i) - 1 for i in ids)
+    assert sum(len(i) - r.stats.prompt_tokens_processed for i, r in zip(ids, out.values())) == st.prompt_shared
+    assert all(len(r.token_ids) == 8 for r in out.values())
+    assert "prompt tokens shared" in batch.summary()
+    # exact kernels keep a KV stream per sequence: every prompt computed, outputs solo-equal
+    batch = BatchRun(exact_engine, reqs, parallel=3, chunk=16)
+    out = {o.key: o.result for o in batch}
+    assert batch.stats.prompt_shared == 0
+    for r in reqs:
+        assert out[r.key].token_ids == solo(exact_engine, r).token_ids
 
 
 def test_auto_parallel_follows_the_batch_cost_and_the_caps():

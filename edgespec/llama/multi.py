@@ -4,7 +4,8 @@ one ``llama_decode`` for the tokens of all of them, logits only at the rows aske
 A ``MultiContext`` keeps, per sequence id, the list of tokens its KV memory holds (as
 ``Context`` does for sequence 0), so ``pos_max(s) == len(tokens[s]) - 1`` at all times:
 ``decode`` appends after success, ``rollback`` trims, ``free`` empties a sequence so
-another can take its cells (continuous batching). ``view(s)`` is the one sequence as the
+another can take its cells (continuous batching), ``share`` lets a sequence use cells
+another already computed (a common prompt prefix, in a unified pool). ``view(s)`` is the one sequence as the
 speculative loop sees a context (``n_ctx``, ``n_batch``, ``tokens``, ``rollback``).
 It knows nothing about scheduling: the caller decides which sequences share a decode.
 """
@@ -33,6 +34,9 @@ class MultiContext(_LlamaContext):
             raise ValueError("n_seq must be at least 1")
         super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq)
         self.n_seq = n_seq
+        # create_context's choice: one pool on llama.cpp's kernels, a stream per sequence
+        # on exact ones
+        self.unified = n_seq > 1 and not model.exact
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self._seq_of_row = [-1] * self.n_batch  # what b.seq_id[i][0] holds now
 
@@ -96,6 +100,21 @@ class MultiContext(_LlamaContext):
             raise ValueError("n_keep must be >= 0")
         self._remove_tail(seq, n_keep)
         del toks[n_keep:]
+
+    def share(self, src: int, dst: int, n: int) -> None:
+        """Let sequence ``dst`` hold the first ``n`` tokens of ``src`` without computing
+        them: the cells gain ``dst``'s id (``llama_memory_seq_cp``), so a prompt prefix
+        is computed once for every sequence that starts with it. ``dst`` must hold a
+        prefix of those tokens already (or nothing). Only in a unified pool: across KV
+        streams llama.cpp copies whole streams, cell layout included."""
+        have, held = len(self.tokens[dst]), self.tokens[src]
+        if not self.unified:
+            raise ValueError("sequences share cells only in a unified KV pool")
+        if not have <= n <= len(held) or self.tokens[dst] != held[:have]:
+            raise ValueError(f"sequence {dst} cannot take tokens {have}..{n} of sequence {src}")
+        if n > have:
+            _llama.llama_memory_seq_cp(self._mem, src, dst, have, n)
+            self.tokens[dst].extend(held[have:n])
 
     def free(self, seq: int) -> None:
         """Forget sequence ``seq`` entirely: its cells go back to the pool."""
