@@ -5,9 +5,8 @@ ONE ``llama_decode`` holding, for every running sequence, its verify batch (the 
 committed token and whatever it drafts this round), and, in the room left, the next
 chunk of a waiting prompt: a long prompt is prefilled a chunk per step beside the
 running sequences instead of stalling them; a prompt prefix that another sequence
-already holds (a shared system prompt, a common instruction) is not computed again, its
-cells are shared (llama.cpp's kernels; under ``exact`` each sequence keeps its own KV
-stream and computes its whole prompt). A sequence that ends (end of generation,
+already holds (a shared system prompt, a common instruction) is not computed again
+(``MultiContext.share``). A sequence that ends (end of generation,
 ``max_tokens``, a stop string) gives its cells back (``llama_memory_seq_rm``) and the
 next request takes its place at once.
 
@@ -253,10 +252,9 @@ class BatchRunner:
     # -- one step -------------------------------------------------------------------------
     def _step(self, running: list[_Seq]) -> list[_Seq]:
         """One decode for every running sequence; the sequences that ended."""
-        if self.ctx.unified:
-            for s in running:
-                if s.prefilling:
-                    self._adopt(s)
+        for s in running:
+            if s.prefilling:
+                self._adopt(s)
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
             s.proposal = s.loop.propose(s.budget - s.produced)
@@ -330,8 +328,6 @@ class BatchRunner:
     def _shares_with(self, s: _Seq, filling: list[tuple[_Seq, int]]) -> bool:
         """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
         that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
-        if not self.ctx.unified:
-            return False
         for o, take in filling:
             upto = o.prefilled + take
             if common_prefix_len(o.ids[:upto], s.ids[:len(s.ids) - 1]) >= s.prefilled + MIN_SHARED:

@@ -4,8 +4,8 @@ one ``llama_decode`` for the tokens of all of them, logits only at the rows aske
 A ``MultiContext`` keeps, per sequence id, the list of tokens its KV memory holds (as
 ``Context`` does for sequence 0), so ``pos_max(s) == len(tokens[s]) - 1`` at all times:
 ``decode`` appends after success, ``rollback`` trims, ``free`` empties a sequence so
-another can take its cells (continuous batching), ``share`` lets a sequence use cells
-another already computed (a common prompt prefix, in a unified pool). ``view(s)`` is the one sequence as the
+another can take its cells (continuous batching), ``share`` gives a sequence what
+another already computed (a common prompt prefix). ``view(s)`` is the one sequence as the
 speculative loop sees a context (``n_ctx``, ``n_batch``, ``tokens``, ``rollback``).
 It knows nothing about scheduling: the caller decides which sequences share a decode.
 """
@@ -103,18 +103,23 @@ class MultiContext(_LlamaContext):
 
     def share(self, src: int, dst: int, n: int) -> None:
         """Let sequence ``dst`` hold the first ``n`` tokens of ``src`` without computing
-        them: the cells gain ``dst``'s id (``llama_memory_seq_cp``), so a prompt prefix
-        is computed once for every sequence that starts with it. ``dst`` must hold a
-        prefix of those tokens already (or nothing). Only in a unified pool: across KV
-        streams llama.cpp copies whole streams, cell layout included."""
+        them, so a prompt prefix is computed once for every sequence that starts with
+        it. ``dst`` must hold a prefix of those tokens already (or nothing). In a unified
+        pool the cells gain ``dst``'s id (``llama_memory_seq_cp``); with a KV stream per
+        sequence llama.cpp copies ``src``'s whole stream into ``dst``'s at the next
+        decode, and ``dst`` drops what lies past ``n``: its cells then sit where a solo
+        run puts them (positions 0..n-1 in cells 0..n-1), which exactness needs."""
         have, held = len(self.tokens[dst]), self.tokens[src]
-        if not self.unified:
-            raise ValueError("sequences share cells only in a unified KV pool")
-        if not have <= n <= len(held) or self.tokens[dst] != held[:have]:
+        if src == dst or not have <= n <= len(held) or self.tokens[dst] != held[:have]:
             raise ValueError(f"sequence {dst} cannot take tokens {have}..{n} of sequence {src}")
-        if n > have:
+        if n == have:
+            return
+        if self.unified:
             _llama.llama_memory_seq_cp(self._mem, src, dst, have, n)
-            self.tokens[dst].extend(held[have:n])
+        else:
+            _llama.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            self._remove_tail(dst, n)
+        self.tokens[dst][:] = held[:n]
 
     def free(self, seq: int) -> None:
         """Forget sequence ``seq`` entirely: its cells go back to the pool."""
