@@ -63,8 +63,12 @@ def child(args: argparse.Namespace) -> None:
     info: dict = {}
     t0 = time.perf_counter()
     if args.child == "sequential":
+        computed = 0
         for pid, _, text in prompts:
-            outputs[pid] = engine.generate(text, max_tokens=args.max_tokens).token_ids
+            res = engine.generate(text, max_tokens=args.max_tokens)
+            outputs[pid] = res.token_ids
+            computed += res.stats.prompt_tokens_processed
+        info = {"prompt_computed": computed}  # the engine reuses the previous prompt's prefix
     else:
         parallel = args.parallel if args.parallel == "auto" else int(args.parallel)
         run = engine.generate_many([text for _, _, text in prompts], parallel=parallel,
@@ -76,7 +80,8 @@ def child(args: argparse.Namespace) -> None:
         st = run.stats
         info = {"n_parallel": run.n_parallel, "reason": run.parallel_reason,
                 "mean_running": round(st.mean_running, 2), "steps": st.steps,
-                "drafted": st.drafted, "accepted": st.accepted, "kv_mib": round(run.kv_bytes / 2**20, 1)}
+                "drafted": st.drafted, "accepted": st.accepted, "prompt_computed": st.prompt_tokens,
+                "prompt_shared": st.prompt_shared, "kv_mib": round(run.kv_bytes / 2**20, 1)}
     seconds = time.perf_counter() - t0
     tokens = sum(len(v) for v in outputs.values())
     print(json.dumps({
