@@ -436,7 +436,8 @@ class FixedPolicy:
     def keep_drafting(self, j: int, conf: float) -> bool:
         return j < self.k
 
-    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = ()) -> int:
+    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
+               after_break: Sequence[bool] = ()) -> int:
         n = min(len(ids), self.k)
         if n:
             self.stats.drafted_rounds += 1
