@@ -22,7 +22,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edgespec.adaptive import VerifyCost  # noqa: E402
 from edgespec.drafters import NgramDrafter  # noqa: E402
 from edgespec.policy import CPU_VERIFY_PRIOR, DraftPolicy, OnlineCost  # noqa: E402
 
