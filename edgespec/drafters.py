@@ -34,6 +34,9 @@ class Proposal:
     # what the drafting policy judges a proposal by (see edgespec.policy):
     match_len: int = 0  # prompt lookup: length of the context match the ids continue
     confidence: tuple[float, ...] = ()  # model drafter: its top probability at each id
+    # prompt lookup: whether the token before each id ends a sentence or a line (for the
+    # first id, the last committed token): where a copied span is likely to end
+    after_break: tuple[bool, ...] = ()
 
 
 # Called by a drafter that drafts token by token, after draft j (1-based) with the
@@ -72,6 +75,25 @@ class NoDrafter:
         pass
 
 
+_BREAK_BYTES = (b".", b"!", b"?", b";", b"\n")
+
+
+def sentence_breaks(model: Model) -> Callable[[int], bool]:
+    """A predicate: does this token of ``model`` end a sentence or a line (its text holds
+    one of ``. ! ? ; newline``)? Cached, so llama.cpp is asked once per token id."""
+    cache: dict[int, bool] = {}
+    token_bytes = model.token_to_bytes
+
+    def is_break(token: int) -> bool:
+        v = cache.get(token)
+        if v is None:
+            text = token_bytes(token)
+            v = cache[token] = any(b in text for b in _BREAK_BYTES)
+        return v
+
+    return is_break
+
+
 class NgramDrafter:
     """Prompt lookup: if the last few tokens occurred earlier in the context, propose
     what followed them there. Code edits, refactors and answers grounded in a given text
@@ -84,17 +106,21 @@ class NgramDrafter:
     proposes up to k tokens of what followed, with the match length, when that match is
     at least ``min_match`` tokens long; how many of them are worth verifying is the
     drafting policy's call, which learns how often matches of each length are right.
+    With ``is_break`` (``sentence_breaks``) it also marks the ids that follow the end of
+    a sentence or line, where quoted spans end.
     """
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8, min_match: int = 2) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8, min_match: int = 2,
+                 is_break: Callable[[int], bool] | None = None) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 <= n_min <= n_max")
         self.min_match = max(n_min, min_match)
         self.n_min = n_min
         self.n_max = n_max
         self.max_candidates = max_candidates
+        self.is_break = is_break
         self._tokens: list[int] = []
         self._index: dict[tuple[int, ...], list[int]] = {}
 
@@ -151,7 +177,10 @@ class NgramDrafter:
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
         ids, m = self.lookup(tokens, k)
-        return Proposal(ids, match_len=m)
+        if not ids or self.is_break is None:
+            return Proposal(ids, match_len=m)
+        brk = self.is_break
+        return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])))
 
     def accepted(self, n: int) -> None:
         pass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from . import sampling
-from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
 from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result, Stats
 from .llama import Context, Model, check_vocab_compatible, common_prefix_len, default_threads
@@ -255,7 +255,7 @@ class Engine:
             self.drafter = NoDrafter()
             return
         if str(draft) == "ngram":
-            self.drafter = NgramDrafter(min_match=self.ngram_min_match)
+            self.drafter = NgramDrafter(min_match=self.ngram_min_match, is_break=sentence_breaks(self.target_model))
         elif str(draft) == "model":
             if self._model_drafter is None:
                 raise InputError("no draft model is loaded; pass a draft model path instead")

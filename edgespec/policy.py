@@ -20,15 +20,18 @@ Both factors are learned online:
   rates per feature bucket, with counts that decay so the estimate follows the text.
   Prompt lookup's feature is the length of the context match behind the drafted token
   (match length m for the first draft, m + j - 1 for the j-th, because accepted drafts
-  extend the match): long matches are copied spans. The model drafter's features are
-  the draft position and the draft model's own confidence (its top probability), which
-  replaces a fixed cut-off.
+  extend the match): long matches are copied spans; and whether the draft follows a
+  sentence or line break, where a quoted span ends (one learned rate for all breaks).
+  The model drafter's features are the draft position and the draft model's own
+  confidence (its top probability), which replaces a fixed cut-off.
 
-When nothing pays the round drafts nothing. So that the policy notices when the text
-starts copying again, it draws the acceptance rates from their posteriors (Thompson
-sampling) instead of using their means: an uncertain bucket is sometimes tried, a bucket
-known to fail is not. Draws come from the policy's own generator, never from the
-sampling one, so the committed tokens do not depend on the policy.
+When nothing pays the round drafts nothing. Prompt lookup still learns then: its
+proposal is free, and the round's own token tells whether the first proposed id was
+right (likewise the id after a fully accepted draft), so it sees when the text starts
+copying again. The rates are drawn from their posteriors (Thompson sampling) instead of
+using their means: an uncertain bucket is sometimes tried, one known to fail is not.
+Draws come from the policy's own generator, never from the sampling one, so the
+committed tokens do not depend on the policy.
 
 Pure arithmetic over numbers handed in: no llama.cpp, no timing of its own.
 """
@@ -153,6 +156,9 @@ class _BetaBuckets:
 
 # Match-length buckets for prompt lookup: lengths 1..5 alone, then coarser.
 _MATCH_EDGES = (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 40)
+# Prior P(copying goes on past a sentence or line break): the tuning prompts' edits and
+# summaries copy on across breaks (~97%); a text that stops there teaches it otherwise.
+BREAK_PRIOR = 0.8
 
 
 def match_bucket(m: int) -> int:
@@ -164,30 +170,52 @@ def match_bucket(m: int) -> int:
 
 
 class MatchAcceptance:
-    """Prompt lookup: P(draft accepted | the context match behind it is m tokens long).
+    """Prompt lookup: P(draft accepted | the context match behind it is m tokens long),
+    and P(a copied span goes on past the end of a sentence or line).
 
     The prior is pessimistic for short matches (a 2-token match is mostly chance) and
-    optimistic for long ones (a 24-token match is a copied span).
+    optimistic for long ones (a 24-token match is a copied span). A draft that follows a
+    sentence or line break (``Proposal.after_break``) must also pass the break bucket,
+    one rate for all breaks of this text: code edits copy on across lines, answers that
+    quote a document stop at the end of the quoted sentence. Its rate is learned from
+    the first breaks the text crosses, and bounds a_j from above (``min``).
     """
 
     def __init__(self, *, decay: float = 0.95) -> None:
         prior = [0.12 + 0.8 * (1.0 - math.exp(-(e - 1) / 10.0)) for e in _MATCH_EDGES]
-        self.beta = _BetaBuckets(prior, decay=decay)
+        self.brk = len(prior)  # index of the break bucket
+        self.beta = _BetaBuckets([*prior, BREAK_PRIOR], decay=decay)
         self._bucket = [match_bucket(m) for m in range(0, 129)]
 
     def bucket(self, m: int) -> int:
         return self._bucket[min(max(m, 1), 128)]
 
-    def rates(self, match_len: int, n: int, draws: np.ndarray) -> list[float]:
+    def rates(self, match_len: int, n: int, draws: np.ndarray,
+              after_break: Sequence[bool] = ()) -> list[float]:
         """a_1..a_n for drafts that continue a match of ``match_len`` tokens."""
         b = self._bucket
-        return [float(draws[b[min(match_len + j, 128)]]) for j in range(n)]
+        out = [float(draws[b[min(match_len + j, 128)]]) for j in range(n)]
+        if any(after_break):
+            a_brk = float(draws[self.brk])
+            out = [min(a, a_brk) if j < len(after_break) and after_break[j] else a
+                   for j, a in enumerate(out)]
+        return out
 
-    def record(self, match_len: int, drafted: int, accepted: int) -> None:
+    def record(self, match_len: int, drafted: int, accepted: int, next_ok: bool | None = None,
+               after_break: Sequence[bool] = ()) -> None:
         """Drafts 1..accepted were accepted; draft accepted+1 (if drafted) was rejected;
-        later drafts were never tested."""
-        for j in range(min(accepted + 1, drafted)):
-            self.beta.record(self.bucket(match_len + j), j < accepted)
+        later drafts were never tested. ``next_ok``: all were accepted and the round's
+        own next token did (True) or did not (False) equal the first proposed id left
+        unverified: that id's outcome, seen for free (None: not known). Each outcome
+        counts for the match bucket and, after a break, for the break bucket."""
+        seen = min(accepted + 1, drafted)
+        if next_ok is not None and accepted == drafted:
+            seen = drafted + 1
+        for j in range(seen):
+            ok = j < accepted or (j == drafted and bool(next_ok))
+            self.beta.record(self.bucket(match_len + j), ok)
+            if j < len(after_break) and after_break[j]:
+                self.beta.record(self.brk, ok)
 
 
 # Confidence (the draft model's top probability) buckets and draft-position groups.
@@ -321,15 +349,16 @@ class DraftPolicy:
         nxt = (self._e + self._p * a) / (self.cost(j + 2) + self.gamma * (j + 1))
         return j < self.l_max and nxt > self._best
 
-    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = ()) -> int:
+    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
+               after_break: Sequence[bool] = ()) -> int:
         """How many of the proposed ``ids`` to verify."""
         if not ids or self._draws is None:
             return 0
         if self.kind == "ngram":
-            rates = self.acc.rates(match_len, len(ids), self._draws)
+            rates = self.acc.rates(match_len, len(ids), self._draws, after_break)
             n, _ = best_length(rates, self.cost)
             if n:
-                means = self.acc.rates(match_len, len(ids), self.acc.beta.mean())
+                means = self.acc.rates(match_len, len(ids), self.acc.beta.mean(), after_break)
                 if best_length(means, self.cost)[0] == 0:
                     self.stats.explored_rounds += 1
         else:
@@ -343,7 +372,8 @@ class DraftPolicy:
             self.stats.drafted_rounds += 1
         return n
 
-    def expected_tokens(self, ids: Sequence[int], match_len: int = 0) -> list[float]:
+    def expected_tokens(self, ids: Sequence[int], match_len: int = 0,
+                        after_break: Sequence[bool] = ()) -> list[float]:
         """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
         is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
         Prompt lookup only: what a batch weighs against the batch's cost."""
@@ -351,7 +381,7 @@ class DraftPolicy:
         if not ids or self._draws is None or self.kind != "ngram":
             return curve
         p = 1.0
-        for a in self.acc.rates(match_len, len(ids), self._draws):
+        for a in self.acc.rates(match_len, len(ids), self._draws, after_break):
             p *= a
             curve.append(curve[-1] + p)
         return curve
@@ -362,15 +392,17 @@ class DraftPolicy:
             self.stats.drafted_rounds += 1
 
     def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
-                draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0) -> None:
+                draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0,
+                next_ok: bool | None = None, after_break: Sequence[bool] = ()) -> None:
         """The round verified a batch of ``batch`` tokens (the last committed one and
         the drafts) in ``verify_seconds`` (target decode + acceptance test); of the
-        ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``.
+        ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``;
+        ``next_ok`` and ``after_break`` as in ``MatchAcceptance.record``.
         The drafter spent ``draft_seconds`` drafting ``drafted`` tokens."""
         self.cost.observe(batch, verify_seconds)
-        if tested:
+        if tested or next_ok is not None:
             if self.kind == "ngram":
-                self.acc.record(match_len, tested, accepted)
+                self.acc.record(match_len, tested, accepted, next_ok, after_break)
             else:
                 self.acc.record(self._conf, tested, accepted)
         if drafted and draft_seconds > 0.0:
@@ -404,7 +436,8 @@ class FixedPolicy:
     def keep_drafting(self, j: int, conf: float) -> bool:
         return j < self.k
 
-    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = ()) -> int:
+    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
+               after_break: Sequence[bool] = ()) -> int:
         n = min(len(ids), self.k)
         if n:
             self.stats.drafted_rounds += 1

@@ -67,7 +67,7 @@ class SpeculativeLoop:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
         proposal = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
-        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence)
+        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break)
         drafts = self.drafts(proposal, n)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         t1 = time.perf_counter()
@@ -156,10 +156,16 @@ class SpeculativeLoop:
         target.rollback(L + n_acc)
         self.drafter.accepted(n_acc)
         committed.extend(out)
+        # A fixed proposal's first unverified id, when every draft was kept, is judged
+        # for free: the round's own next token is what verifying it would have tested.
+        next_ok = None
+        if q is None and n_acc == len(drafts) == batch - 1 and not from_draft[-1] \
+                and len(proposal.ids) > n_acc:
+            next_ok = out[-1] == proposal.ids[n_acc]
         policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
                        verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
-                       draft_seconds=self._draft_seconds,
-                       drafted=len(proposal.ids), match_len=proposal.match_len)
+                       draft_seconds=self._draft_seconds, drafted=len(proposal.ids),
+                       match_len=proposal.match_len, next_ok=next_ok, after_break=proposal.after_break)
 
         st = self.stats
         self.rounds += 1
@@ -197,7 +203,7 @@ class SpeculativeLoop:
             yield res
 
 
-_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": ()})()
+_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": (), "after_break": ()})()
 
 
 class _Cut:
@@ -207,6 +213,7 @@ class _Cut:
         self.ids = list(proposal.ids[:n])
         self.q, self.match_len = proposal.q, proposal.match_len
         self.confidence = tuple(proposal.confidence[:n])
+        self.after_break = tuple(proposal.after_break[:n])
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from edgespec.adaptive import VerifyCost
+from edgespec.drafters import Proposal
+from edgespec.events import Stats
 from edgespec.policy import (
     CPU_VERIFY_PRIOR,
     DraftPolicy,
@@ -14,6 +16,8 @@ from edgespec.policy import (
     best_length,
     match_bucket,
 )
+from edgespec.sampling import SamplingParams
+from edgespec.speculative import SpeculativeLoop
 
 FLAT = VerifyCost((1, 16), (1.0, 1.05))
 LINEAR = VerifyCost(tuple(range(1, 17)), tuple(float(n) for n in range(1, 17)))
@@ -98,7 +102,7 @@ def test_match_buckets_are_ordered():
     assert [match_bucket(m) for m in (1, 2, 3, 5, 6, 7, 8)] == [0, 1, 2, 4, 5, 5, 6]
     assert match_bucket(500) == match_bucket(40)
     acc = MatchAcceptance()
-    prior = acc.beta.mean()
+    prior = acc.beta.mean()[: acc.brk]  # the last bucket is the break bucket
     assert all(np.diff(prior) > 0)  # longer matches are believed more
 
 
@@ -113,8 +117,11 @@ def simulate(policy: DraftPolicy, accept: callable, rounds: int, match_len: int 
         acc = 0
         while acc < n and accept(r, acc):
             acc += 1
+        # as the loop does: when every draft was kept, the next proposed id is judged
+        # by the round's own next token, for free
+        next_ok = accept(r, n) if acc == n and n < len(ids) else None
         policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * TILED(n + 1),
-                       match_len=match_len)
+                       match_len=match_len, next_ok=next_ok)
         verified.append(n)
     return verified
 
@@ -126,7 +133,8 @@ def test_backs_off_when_acceptance_collapses_and_comes_back_when_copying_resumes
     assert np.mean(first[-10:]) >= 7  # a copied span: long drafts
     collapsed = simulate(policy, lambda r, j: False, 60)
     assert collapsed[-20:].count(0) >= 17  # nothing accepted: it stops drafting ...
-    assert 0 < sum(1 for n in collapsed[-40:] if n) <= 10  # ... but still looks now and then
+    # ... paying for few looks: a plain round sees whether the proposal was right for free
+    assert sum(1 for n in collapsed[-40:] if n) <= 10
     resumed = simulate(policy, copying, 80)
     assert np.mean(resumed[-10:]) >= 7  # copying again: long drafts again
 
@@ -172,3 +180,165 @@ def test_model_drafter_learns_gamma_from_timings():
 def test_cpu_prior_has_the_tiles():
     assert CPU_VERIFY_PRIOR(8) < CPU_VERIFY_PRIOR(7)
     assert CPU_VERIFY_PRIOR(16) < CPU_VERIFY_PRIOR(15)
+
+
+# -- where a copied span ends: the break bucket, and outcomes seen for free ------------------
+
+
+def quoting(policy: DraftPolicy, rounds: int, breaks: bool, rng: np.random.Generator,
+            continues: bool = False) -> tuple[int, int, float]:
+    """Rounds over a text that copies sentences of varying length: each proposal's
+    span ends at a sentence break (at a random draft position, whatever the match
+    length) unless ``continues`` (code: copying goes on across lines). Returns drafts
+    verified, drafts accepted and the verify cost spent."""
+    verified = accepted = 0
+    cost = 0.0
+    for _ in range(rounds):
+        l_max = policy.limit(15)
+        m, end = int(rng.integers(8, 40)), int(rng.integers(3, 12))
+        ids = list(range(l_max))
+        after = tuple(j == end for j in range(l_max)) if breaks else ()
+        n = policy.choose(ids, m, (), after)
+        acc = n if continues else min(n, end)
+        next_ok = (continues or n < end) if acc == n and n < l_max else None
+        policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * TILED(n + 1),
+                       match_len=m, next_ok=next_ok, after_break=after)
+        verified, accepted, cost = verified + n, accepted + acc, cost + TILED(n + 1)
+    return verified, accepted, cost
+
+
+def test_a_learned_break_stops_drafts_at_the_end_of_the_copied_span():
+    rng = np.random.default_rng(0)
+    with_breaks = DraftPolicy("ngram", OnlineCost(TILED), seed=1)
+    quoting(with_breaks, 40, True, rng)
+    assert with_breaks.acc.beta.mean()[with_breaks.acc.brk] < 0.2  # spans end at breaks
+    v, a, c = quoting(with_breaks, 60, True, rng)
+    assert v - a <= 0.1 * v  # it stops at the break: few drafts wasted past it
+    blind = DraftPolicy("ngram", OnlineCost(TILED), seed=1)
+    quoting(blind, 40, False, rng)
+    vb, ab, cb = quoting(blind, 60, False, rng)
+    assert vb - ab > 3 * (v - a)  # without the feature it drafts past the end
+    # tokens committed per unit of verify cost: knowing the break pays
+    assert (a + 60) / c > 1.1 * (ab + 60) / cb
+
+
+def test_breaks_do_not_cut_drafts_where_copying_goes_on_across_lines():
+    rng = np.random.default_rng(0)
+    policy = DraftPolicy("ngram", OnlineCost(TILED), seed=2)
+    quoting(policy, 30, True, rng, continues=True)
+    assert policy.acc.beta.mean()[policy.acc.brk] > 0.9
+    v, a, _ = quoting(policy, 20, True, rng, continues=True)
+    assert v >= 20 * 12 and a == v  # long drafts straight through the breaks
+
+
+def test_plain_rounds_learn_from_the_proposal_they_did_not_verify():
+    # A short match is not trusted at first (no drafts); plain steps whose token keeps
+    # matching the proposal raise its rate for free, until drafting it pays.
+    policy = DraftPolicy("ngram", OnlineCost(TILED), seed=0)
+    acc = policy.acc
+
+    def pays() -> int:
+        return best_length(acc.rates(4, 15, acc.beta.mean()), policy.cost)[0]
+
+    assert pays() == 0
+    for _ in range(10):  # plain rounds: nothing verified, the next token was the proposal's
+        policy.observe(batch=1, tested=0, accepted=0, verify_seconds=0.02, match_len=4, next_ok=True)
+    assert pays() > 0
+    for _ in range(10):  # and wrong ones count against it
+        policy.observe(batch=1, tested=0, accepted=0, verify_seconds=0.02, match_len=4, next_ok=False)
+    assert pays() == 0
+
+
+class _CountingTarget:
+    """A stand-in target context whose greedy next token is always the last one + 1."""
+
+    n_ctx = 1 << 20
+    n_batch = 512
+
+    def decode(self, tokens, rows):
+        out = np.zeros((len(rows), 64), dtype=np.float32)
+        for r in rows:
+            out[r, (tokens[r] + 1) % 64] = 1.0
+        return out
+
+    def rollback(self, n):
+        pass
+
+
+class _Proposes:
+    name = "ngram"
+
+    def __init__(self, ids, after_break=()):
+        self.ids, self.after_break = ids, after_break
+
+    def propose(self, tokens, k, keep_drafting=None):
+        return Proposal(list(self.ids[:k]), match_len=9, after_break=tuple(self.after_break[:k]))
+
+    def accepted(self, n):
+        pass
+
+
+class _Verifies:
+    """A policy stub that verifies ``n`` drafts and records what the loop tells it."""
+
+    bound = 15
+
+    def __init__(self, n):
+        self.n, self.seen = n, []
+
+    def limit(self, l_max):
+        return l_max
+
+    def keep_drafting(self, j, conf):
+        return True
+
+    def choose(self, ids, match_len=0, confidence=(), after_break=()):
+        return min(self.n, len(ids))
+
+    def observe(self, **kw):
+        self.seen.append(kw)
+
+
+@pytest.mark.parametrize("n, ids, next_ok", [
+    (0, [6, 7, 8], True),    # plain step: the target's token 6 is the proposal's first id
+    (0, [9, 7, 8], False),   # ... and here it is not
+    (2, [6, 7, 8], True),    # both drafts kept: the bonus token 8 judges the third id
+    (2, [6, 7, 3], False),
+    (2, [6, 0, 8], None),    # a draft rejected: nothing more is known
+    (3, [6, 7, 8], None),    # everything proposed was verified
+])
+def test_the_loop_tells_the_policy_the_outcome_of_the_first_unverified_id(n, ids, next_ok):
+    policy = _Verifies(n)
+    loop = SpeculativeLoop(target=_CountingTarget(), drafter=_Proposes(ids, (False, True, False)),
+                           committed=[4, 5], params=SamplingParams(temperature=0.0),
+                           rng=np.random.default_rng(0), policy=policy, stats=Stats(), n_vocab=64)
+    res = loop.round(16)
+    assert res.tokens[: len(res.tokens) - 1] == ids[: len(res.tokens) - 1]
+    seen = policy.seen[-1]
+    assert seen["next_ok"] is next_ok and seen["after_break"] == (False, True, False)
+    assert seen["match_len"] == 9
+
+
+def test_prompt_lookup_marks_the_ids_that_follow_a_sentence_or_line_break():
+    from edgespec.drafters import NgramDrafter, sentence_breaks
+
+    pieces = {1: b"The", 2: b" cat", 3: b" sat", 4: b".", 5: b" It", 6: b" ran", 7: b"\n", 8: b" away"}
+
+    class Vocab:
+        asked: list[int] = []
+
+        def token_to_bytes(self, t):
+            self.asked.append(t)
+            return pieces[t]
+
+    vocab = Vocab()
+    is_break = sentence_breaks(vocab)
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 2, 1, 2]
+    prop = NgramDrafter(is_break=is_break).propose(text, 8)
+    assert prop.ids == [3, 4, 5, 6, 7, 8, 2, 1] and prop.match_len == 2
+    # the id after "." and the one after the newline; the first id follows " cat"
+    assert prop.after_break == (False, False, True, False, False, True, False, False)
+    asked = len(vocab.asked)
+    NgramDrafter(is_break=is_break).propose(text, 8)
+    assert len(vocab.asked) == asked  # cached: llama.cpp is asked once per id
+    assert NgramDrafter().propose(text, 8).after_break == ()
