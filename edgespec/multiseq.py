@@ -398,8 +398,8 @@ class BatchRun:
             self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
                                               self.max_by_memory)
             self.parallel_reason = (
-                f"auto: {self.n_parallel} sequences per decode (throughput N/C(N) from the "
-                f"batch cost; {len(self.requests)} prompts, KV room for {self.max_by_memory})")
+                f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "
+                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})")
         else:
             if not isinstance(parallel, int) or parallel < 1:
                 raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
