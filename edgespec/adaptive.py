@@ -235,16 +235,6 @@ def batch_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[
         lengths[i] = n
 
 
-def available_memory() -> int:
-    """Bytes of memory available now (psutil; 4 GiB assumed without it)."""
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no psutil: assume a small machine
-        return 4 << 30
-
-
 def over_network(c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float,
                  n_max: int = 16) -> tuple[VerifyCost, float | None]:
     """c(n) and γ when each target decode also pays ``round_trip_ms`` on the network

@@ -329,8 +329,8 @@ class BatchRunner:
         """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
         that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
         for o, take in filling:
-            upto = o.prefilled + take
-            if common_prefix_len(o.ids[:upto], s.ids[:len(s.ids) - 1]) >= s.prefilled + MIN_SHARED:
+            p = min(common_prefix_len(o.ids, s.ids), o.prefilled + take, len(s.ids) - 1)
+            if p >= s.prefilled + MIN_SHARED:
                 return True
         return False
 
@@ -378,7 +378,8 @@ class BatchRun:
 
     def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
                  chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
-        from .adaptive import available_memory, choose_parallel
+        from .adaptive import choose_parallel
+        from .detect import LocalProbe
 
         self.engine = engine
         self.failed: list[Outcome] = []
@@ -393,7 +394,8 @@ class BatchRun:
         need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
         self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
         per_seq = self.n_ctx_seq * engine.target_model.kv_bytes_per_token
-        self.max_by_memory = max(1, int(available_memory() * 0.5 // max(per_seq, 1)))
+        available = LocalProbe().memory()[1] or 4 << 30  # unknown: assume a small machine
+        self.max_by_memory = max(1, int(available * 0.5 // max(per_seq, 1)))
         if parallel == "auto":
             self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
                                               self.max_by_memory)
