@@ -23,9 +23,9 @@ from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result, Stats
 from .llama import Context, Model, check_vocab_compatible, common_prefix_len, default_threads
 from .sampling import SamplingParams
-from .adaptive import VerifyCost
-from .policy import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
-                     GPU_VERIFY_PRIOR, DraftPolicy, FixedPolicy, OnlineCost)
+from .costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
+                    GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
+from .policy import DraftPolicy, FixedPolicy
 from .speculative import SpeculativeLoop
 from .reply import Reply
 

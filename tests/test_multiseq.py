@@ -127,6 +127,27 @@ def test_prompt_lookup_inside_a_batch_keeps_every_sequence_exact(tiny_target):
         assert out[0].result.stats.drafter == "ngram"
 
 
+def test_batch_drafts_carry_sentence_breaks_into_the_choice(tiny_target, monkeypatch):
+    # the batch weighs each sequence's proposal with the same features a solo round
+    # uses, including where copied spans may end (the break marks of prompt lookup)
+    from edgespec.policy import DraftPolicy
+
+    seen = []
+    real = DraftPolicy.expected_tokens
+
+    def spy(self, ids, match_len=0, after_break=()):
+        seen.append((len(ids), len(after_break)))
+        return real(self, ids, match_len, after_break)
+
+    monkeypatch.setattr(DraftPolicy, "expected_tokens", spy)
+    with Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1) as e:
+        reqs = [Request(i, prompt(i, 6) + " " + prompt(i, 6), {"max_tokens": 20, "raw": True}) for i in range(3)]
+        batch = BatchRun(e, reqs, parallel=3)
+        list(batch)
+    proposals = [(n, b) for n, b in seen if n]
+    assert proposals and all(n == b for n, b in proposals)
+
+
 def test_a_fixed_k_drafts_inside_the_batch(tiny_target):
     with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4, adaptive_k=False) as e:
         reqs = [Request(i, prompt(i, 6) + " " + prompt(i, 6), {"max_tokens": 30, "raw": True}) for i in range(4)]

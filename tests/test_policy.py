@@ -8,14 +8,8 @@ import pytest
 from edgespec.adaptive import VerifyCost
 from edgespec.drafters import Proposal
 from edgespec.events import Stats
-from edgespec.policy import (
-    CPU_VERIFY_PRIOR,
-    DraftPolicy,
-    MatchAcceptance,
-    OnlineCost,
-    best_length,
-    match_bucket,
-)
+from edgespec.costs import CPU_VERIFY_PRIOR, OnlineCost
+from edgespec.policy import DraftPolicy, MatchAcceptance, best_length, match_bucket
 from edgespec.sampling import SamplingParams
 from edgespec.speculative import SpeculativeLoop
 
@@ -74,8 +68,9 @@ def test_online_cost_learns_c_from_timings():
     assert cost(4) == pytest.approx(1.3, rel=0.1)
     assert cost(8) == pytest.approx(1.7, rel=0.1)
     assert cost(16) == pytest.approx(2.5, rel=0.1)
-    # an n never measured keeps its prior
-    assert cost(12) == pytest.approx(6.49)
+    # an n never measured follows the prior's shape, scaled like its measured
+    # neighbours (8 and 16 cost ~0.37 of their prior, so 12 does too: 2.1 really)
+    assert cost(12) == pytest.approx(6.49 * 0.37, rel=0.15)
     vc = cost.as_verify_cost()
     assert vc(1) == 1.0 and vc(16) == pytest.approx(cost(16))
 
@@ -88,6 +83,23 @@ def test_online_cost_scale_comes_from_any_batch_before_plain_steps():
     cost.observe(0, 1.0)  # out of range: ignored
     cost.observe(3, float("nan"))
     assert cost.step_seconds == pytest.approx(0.030, rel=1e-6)
+
+
+def test_online_cost_scales_the_prior_between_measured_batches():
+    # a machine twice as slow at batches as the prior, measured only at 4 and 16 (what a
+    # policy drafting 3 or 15 tokens sees): every n in between is believed slower too
+    cost = OnlineCost(TILED)
+    for _ in range(30):
+        for n in (1, 4, 16):
+            cost.observe(n, 0.01 * (1 + 2 * (TILED(n) - 1)))
+    for n in (6, 8, 12):
+        assert cost(n) == pytest.approx(1 + 2 * (TILED(n) - 1), rel=0.2)
+    # past the last measured n, the last measured ratio holds
+    cost = OnlineCost(TILED)
+    for _ in range(30):
+        cost.observe(1, 0.01)
+        cost.observe(8, 0.01 * 0.5 * TILED(8))
+    assert cost(12) == pytest.approx(max(1.0, 0.5 * TILED(12)), rel=0.05)
 
 
 def test_online_cost_keeps_the_dip_it_measures():
