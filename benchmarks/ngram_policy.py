@@ -158,15 +158,15 @@ def main() -> None:
     rows = []
     for name, kind, grounded, text in prompts:
         p, s = statistics.median(rates[name]["plain"]), statistics.median(rates[name]["ngram"])
+        paired = [b / a for a, b in zip(rates[name]["plain"], rates[name]["ngram"])]  # per pass
         ctx_ids = plain.prompt_tokens(text)
         out_plain = outputs[(name, "plain")]
         acc, drafted, rounds = accept[name]
         row = {
             "prompt": name, "kind": kind, "grounded": grounded,
             "plain_tps": round(p, 2), "ngram_tps": round(s, 2), "speedup": round(s / p, 3),
-            "passes": [round(b / a, 3) for a, b in zip(rates[name]["plain"], rates[name]["ngram"])],
-            "speedup_paired": round(statistics.median(
-                b / a for a, b in zip(rates[name]["plain"], rates[name]["ngram"])), 3),
+            "passes": [round(x, 3) for x in paired],
+            "speedup_paired": round(statistics.median(paired), 3),
             "oracle": round(oracle_speedup(ctx_ids, out_plain, c), 3),
             "accepted": acc, "drafted": drafted, "rounds": rounds,
             "identical": outputs[(name, "ngram")] == out_plain,

@@ -38,7 +38,8 @@ def main() -> None:
     args = ap.parse_args()
     eng = Engine(resolve_model(args.target))
     traces = []
-    for name, kind, text in tuning_prompts():
+    prompts = tuning_prompts()
+    for name, kind, text in prompts:
         eng.reset()
         r = eng.generate(text, max_tokens=args.max_tokens, temperature=0.0)
         ctx = eng.prompt_tokens(text)
@@ -48,7 +49,7 @@ def main() -> None:
                                   for t in set(ctx) | set(r.token_ids)},
                        "tps": r.stats.generated_tokens / r.stats.t_generate})
         print(name, len(ctx), len(r.token_ids), f"{traces[-1]['tps']:.1f} tok/s", file=sys.stderr)
-    ids0 = eng.prompt_tokens(tuning_prompts()[0][2])
+    ids0 = eng.prompt_tokens(prompts[0][2])
     times = time_decodes(eng.ctx, ids0[:-1], n_max=16, repeats=3)
     c = {str(k): v for k, v in sorted(times.relative.items())}
     print("c(n)", c, file=sys.stderr)

@@ -136,7 +136,7 @@ class Engine:
         except BaseException:
             model.close()
             raise
-        self.target_model = model
+        self.target_model, self.is_break = model, sentence_breaks(model)  # one cache per model
 
     def _on_gpu(self) -> bool:
         from .llama import supports_gpu_offload
@@ -255,7 +255,7 @@ class Engine:
             self.drafter = NoDrafter()
             return
         if str(draft) == "ngram":
-            self.drafter = NgramDrafter(min_match=self.ngram_min_match, is_break=sentence_breaks(self.target_model))
+            self.drafter = NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
         elif str(draft) == "model":
             if self._model_drafter is None:
                 raise InputError("no draft model is loaded; pass a draft model path instead")

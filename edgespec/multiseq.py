@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import sampling
 from .adaptive import batch_draft_lengths
-from .drafters import NgramDrafter, NoDrafter, sentence_breaks
+from .drafters import NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, EdgespecError, InputError
 from .events import Done, Result, Stats
 from .llama import MultiContext
@@ -115,7 +115,7 @@ class _Seq:
         self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
                            prompt_tokens_processed=len(ids))
         rng = sampling.make_rng(params.seed)
-        drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.is_break) \
+        drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.engine.is_break) \
             if runner.drafter_name == "ngram" else NoDrafter()
         drafter.begin(ids, params, rng)
         self.loop = SpeculativeLoop(
@@ -162,7 +162,6 @@ class BatchRunner:
         self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
                                 n_batch=n_batch, n_threads=engine.n_threads)
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
-        self.is_break = sentence_breaks(engine.target_model)  # one cache for all sequences
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
         self._running: list[_Seq] = []

@@ -159,7 +159,7 @@ class SpeculativeLoop:
         # A fixed proposal's first unverified id, when every draft was kept, is judged
         # for free: the round's own next token is what verifying it would have tested.
         next_ok = None
-        if q is None and n_acc == len(drafts) == batch - 1 and not from_draft[-1] \
+        if q is None and n_acc == len(drafts) and not from_draft[-1] \
                 and len(proposal.ids) > n_acc:
             next_ok = out[-1] == proposal.ids[n_acc]
         policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
