@@ -4,8 +4,8 @@ It consumes the event stream of ``Engine.stream()`` (``Token`` / ``Round`` / ``D
 ``edgespec.events``) and knows nothing of models, drafters or caches.
 
 On a terminal it runs a Rich ``Live`` region: tokens the target accepted from the
-drafter are green, tokens the target produced itself are in the terminal's default
-colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
+drafter are green, tokens the grammar forced (structured output) cyan, tokens the
+target produced itself are in the terminal's default colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
 through where it was proposed (between the accepted drafts and the target's correction).
 Completed lines are printed above the live region, which holds only the line being
 written and a status line (acceptance rate, mean accepted length, current k, tokens/s,
@@ -50,6 +50,8 @@ STYLE_TARGET = Style()
 """Tokens the target produced itself (bonus tokens and corrections): the default colour."""
 STYLE_REJECTED = Style(color="red", strike=True, dim=True)
 """Draft tokens the target rejected (only with show_rejected; never part of the answer)."""
+STYLE_FORCED = Style(color="cyan")
+"""Tokens the grammar forced (structured output), drafted for free and accepted."""
 STYLE_STATUS = Style(dim=True)
 
 PLAIN_STEP_DRAFTERS = ("none", "ngram")
@@ -102,6 +104,7 @@ class _Counters:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    forced: int = 0
     tokens: int = 0
     k: int = 0
     drafter: str = ""
@@ -129,6 +132,7 @@ class Readout:
         *,
         err_console: Console | None = None,
         show_rejected: bool = False,
+        show_forced: bool = False,
         live: bool | None = None,
         refresh_per_second: float = 15.0,
     ):
@@ -138,6 +142,7 @@ class Readout:
             live = self.console.is_terminal and not self.console.is_dumb_terminal
         self.live = live
         self.show_rejected = show_rejected
+        self.show_forced = show_forced
         self.refresh_interval = 1.0 / refresh_per_second
         self.speed = SpeedupEstimate()
 
@@ -145,6 +150,7 @@ class Readout:
         parts: list[str | tuple[str, Style]] = [
             ("drafted & accepted", STYLE_DRAFT),
             "  ",
+            *((("forced by the grammar", STYLE_FORCED), "  ") if self.show_forced else ()),
             ("target's own", STYLE_TARGET),
         ]
         if self.show_rejected:
@@ -174,7 +180,11 @@ class Readout:
             parts.append(f"{stats.tokens_per_second:.1f} tok/s")
         if stats.drafter != "none":
             if stats.drafted:
-                parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
+                own, kept = stats.drafted - stats.forced, stats.accepted - stats.forced_accepted
+                if own:
+                    parts.append(f"accepted {kept}/{own} ({kept / own:.0%})")
+                if stats.forced:
+                    parts.append(f"forced {stats.forced_accepted}")
             else:
                 parts.append("nothing drafted")
             parts.append(f"{stats.mean_accepted_length:.2f} accepted/round")
@@ -255,7 +265,7 @@ class Reply:
             if event.id >= 0:  # id -1: text released at the end, not a token
                 self._state.tokens += 1
             if not self._buffer_rounds:
-                self._emit([(event.text, STYLE_DRAFT if event.from_draft else STYLE_TARGET)])
+                self._emit([(event.text, _style(event))])
             else:
                 if self._round_tokens and self._round_tokens[0].round != event.round:
                     self._flush_round(None)
@@ -283,7 +293,9 @@ class Reply:
         s.t_last_round = now
         s.rounds += 1
         s.drafted += r.drafted
-        s.accepted += r.accepted
+        s.accepted += r.accepted - min(r.forced, r.accepted)
+        s.drafted -= r.forced
+        s.forced += min(r.forced, r.accepted)
         s.k = r.k
         s.drafter = r.drafter
 
@@ -301,7 +313,7 @@ class Reply:
                 # under a strike-through, so it becomes a visible mark.
                 pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
                 rejected = ""
-            pieces.append((tok.text, STYLE_DRAFT if tok.from_draft else STYLE_TARGET))
+            pieces.append((tok.text, _style(tok)))
         if rejected:
             pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
         self._emit(pieces)
@@ -359,6 +371,8 @@ class Reply:
                 f"{s.accepted / s.rounds:.2f}/round",
                 f"k {s.k}",
             ]
+            if s.forced:
+                parts.append(f"forced {s.forced}")
         else:
             parts.append("plain decoding")
         parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")
@@ -391,7 +405,14 @@ class Reply:
         err.print(Text(line, style=STYLE_STATUS), soft_wrap=True)
 
 
+def _style(tok: Token) -> Style:
+    if tok.forced:
+        return STYLE_FORCED
+    return STYLE_DRAFT if tok.from_draft else STYLE_TARGET
+
+
 __all__ = [
+    "STYLE_FORCED",
     "Readout",
     "Reply",
     "STYLE_DRAFT",
