@@ -101,8 +101,8 @@ def run_edgespec(eng: Engine, p: StructuredPrompt, config: str, max_tokens: int)
         "text": r.text, "finish_reason": r.finish_reason, "tokens": s.generated_tokens,
         "seconds": s.t_generate, "tokens_per_second": s.tokens_per_second,
         "drafted": s.drafted, "accepted": s.accepted, "rounds": s.rounds,
-        "forced": getattr(s, "forced", 0), "t_mask": getattr(s, "t_mask", 0.0),
-        "complete": getattr(r, "complete", None),
+        "forced": s.forced, "forced_accepted": s.forced_accepted, "t_mask": s.t_mask,
+        "complete": r.structured_complete,
     }
 
 
@@ -234,6 +234,34 @@ def print_table(result: dict, configs: list[str]) -> None:
         print(f"goal {name}: {'MET' if g['met'] else 'NOT MET'} ({g['value']})")
 
 
+def markdown(result: dict, configs: list[str]) -> str:
+    """The per-prompt table and the goals, as Markdown (for docs/structured-output.md)."""
+    head = ["prompt", "kind", *(f"({c}) tok/s" for c in configs)]
+    ratios = [r for r in ("a/b", "a/d", "a/e") if r in result["rows"][0]]
+    head += [f"({r[0]})/({r[2]})" for r in ratios]
+    if "a" in configs:
+        head += ["(a) forced / drafted / accepted of tokens", "(a) mask share"]
+    head += ["valid"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        cells = [r["prompt"], r["kind"], *(f"{r[c]['tokens_per_second']:.2f}" for c in configs)]
+        cells += [f"{r[x]:.2f}x" if r.get(x) else "-" for x in ratios]
+        if "a" in configs:
+            a = r["a"]
+            cells += [f"{a.get('forced', 0)} / {a.get('drafted', 0)} / {a.get('accepted', 0)} of {a['tokens']}",
+                      f"{100 * (a.get('mask_share') or 0):.1f}%"]
+        cells += [" ".join(f"{c}:{r[c]['valid']}/{r[c]['runs']}" for c in configs)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, s in result["summary"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v}x" for k, v in s.items()))
+    lines.append("")
+    for name, g in result["goals"].items():
+        extra = f", behind on {', '.join(g['behind'])}" if g.get("behind") else ""
+        lines.append(f"- goal {name}: **{'met' if g['met'] else 'not met'}** ({g['value']}{extra})")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
@@ -246,6 +274,7 @@ def main() -> None:
     ap.add_argument("--peer-bin", default=None, help="bin dir of build_peer_tools.sh (default: build/find it)")
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--markdown", default=None, help="write the table as Markdown here")
     args = ap.parse_args()
 
     configs = [c for c in args.configs.split(",") if c]
@@ -302,6 +331,8 @@ def main() -> None:
 
     result = summarize(runs, prompts, configs)
     print_table(result, configs)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(result, configs))
     if args.json:
         import llama_cpp
 
