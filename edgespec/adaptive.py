@@ -230,14 +230,16 @@ def batch_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[
     heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(span)]
     version = [0] * len(curves)
 
-    def offer(i: int) -> None:  # sequence i's moves from its current length
+    def offer(i: int, add: Callable = heapq.heappush) -> None:  # i's moves from its length
         c, n0 = curves[i], lengths[i]
         for d in range(1, len(c) - n0):
-            heapq.heappush(heaps[d], (c[n0] - c[n0 + d], i, version[i]))
+            add(heaps[d], (c[n0] - c[n0 + d], i, version[i]))
 
     for i, curve in enumerate(curves):
         if curve:
-            offer(i)
+            offer(i, list.append)
+    for h in heaps:
+        heapq.heapify(h)
     while True:
         pick, top = None, best
         reach = span - 1 if max_rows is None else min(span - 1, max_rows - rows)
