@@ -93,6 +93,11 @@ class Stats:
         return self.generated_tokens / self.t_generate if self.t_generate > 0 else 0.0
 
     @property
+    def drafting_rounds(self) -> int:
+        """Rounds that verified at least one drafted token."""
+        return self.drafted_by_position[0] if self.drafted_by_position else 0
+
+    @property
     def t_rounds(self) -> float:
         """Time of this generation's rounds: its wall time, or in a batch its share."""
         return self.t_batch or self.t_generate
