@@ -43,10 +43,14 @@ def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
     if n_parallel > room:
         need = n_parallel * n_ctx_seq * engine.target_model.kv_bytes_per_token
         raise InputError(
-            f"--parallel {n_parallel} needs {need / 2**30:.1f} GiB of KV cache ({n_parallel} sequences "
+            f"--parallel {n_parallel} needs {_size(need)} of KV cache ({n_parallel} sequences "
             f"of {n_ctx_seq:,} tokens) but {KV_SHARE:.0%} of the free memory "
-            f"({available * KV_SHARE / 2**30:.1f} GiB) holds {room}; lower --parallel "
+            f"({_size(available * KV_SHARE)}) holds {room}; lower --parallel "
             "(or the context each sequence reserves: --n-ctx, max_tokens)")
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 class BatchRun:

@@ -17,7 +17,9 @@ many rows per decode, a draft row costs real compute on a CPU, so the lengths ar
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
 batch's own timings (``policy.OnlineCost``), each sequence's acceptance learned from its
-own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU.
+own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
+the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
+A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
 
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
 others shared its batches (tests/test_multiseq.py checks it against solo runs).
