@@ -171,7 +171,13 @@ def test_batch_draft_lengths_pick_what_the_old_scan_picks(curves, fixed, base, s
         return (base + slope * t - (dip if t % every == 0 else 0)) / 64
 
     start = [0 if c is not None else fixed[i] for i, c in enumerate(curves)]
-    assert adaptive.batch_draft_lengths(curves, start, cost) == _scan()(curves, start, cost)
+    free = adaptive.batch_draft_lengths(curves, start, cost)
+    assert free == _scan()(curves, start, cost)
+    # a bound on the rows is kept, and one the free choice keeps changes nothing
+    rows = len(curves) + sum(free)
+    assert adaptive.batch_draft_lengths(curves, start, cost, max_rows=rows) == free
+    low = len(curves) + sum(start) + (rows - len(curves) - sum(start)) // 2
+    assert len(curves) + sum(adaptive.batch_draft_lengths(curves, start, cost, max_rows=low)) <= low
 
 
 def test_batch_draft_lengths_break_ties_as_the_scan_did():
