@@ -99,7 +99,7 @@ class LlamaServer:
     def complete(self, prompt: str, n: int, json_schema: dict | None = None) -> dict:
         """One greedy completion of the (templated) ``prompt``, at most ``n`` tokens:
         {"text", "tokens_per_second", "tokens", "drafted", "accepted", "finish_reason"}."""
-        body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "cache_prompt": False,
+        body = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "cache_prompt": True,
                 "stream": False}
         if json_schema is not None:
             body["json_schema"] = json_schema

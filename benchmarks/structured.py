@@ -17,6 +17,9 @@ pass, after a discarded warm-up of each:
          ngram-simple`` (its prompt lookup, which does not constrain its drafts), built
          by ``build_peer_tools.sh`` (see ``cpp_peer.LlamaServer``).
 
+With ``--peer-repeat N`` the peers run in the first N passes only (they are several times
+slower; the edgespec configurations keep alternating in every pass).
+
 Speed is generation throughput, prompt processing excluded: edgespec's
 ``stats.generated_tokens / stats.t_generate``; for ``d`` the tokens after the first over
 the wall time from the first sampled token to the last (its ``sample`` calls are timed);
@@ -268,6 +271,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--peer-repeat", type=int, default=None,
+                    help="passes that include the peers d and e (default: all; they run at a "
+                         "fraction of edgespec's speed, so fewer passes keep a run short)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of a,b,c,d,e")
     ap.add_argument("--prompts", default=None, help="comma-separated prompt ids only")
     ap.add_argument("--limit", type=int, default=None, help="first N prompts only")
@@ -315,10 +321,12 @@ def main() -> None:
         for c in configs:  # warm-up, discarded
             one(c, prompts[0], 16)
         slot = 0
+        peer_passes = args.repeat if args.peer_repeat is None else args.peer_repeat
         for rep in range(args.repeat):
+            here = [c for c in configs if rep < peer_passes or c not in ("d", "e")]
             for p in prompts:
-                k = slot % len(configs)
-                for c in configs[k:] + configs[:k]:
+                k = slot % len(here)
+                for c in here[k:] + here[:k]:
                     rec = one(c, p, args.max_tokens)
                     runs[(p.id, c)].append(rec)
                     print(f"[{rep + 1}/{args.repeat}] {p.id:18} {c} {rec['tokens']:4d} tok "
@@ -338,7 +346,7 @@ def main() -> None:
 
         report = {
             "settings": {"target": str(target), "threads": args.threads, "max_tokens": args.max_tokens,
-                         "repeat": args.repeat, "configs": {c: LABELS[c] for c in configs},
+                         "repeat": args.repeat, "peer_repeat": args.peer_repeat, "configs": {c: LABELS[c] for c in configs},
                          "prompts": [p.id for p in prompts], "llama_cpp_python": llama_cpp.__version__,
                          "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}},
             **result,
