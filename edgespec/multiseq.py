@@ -59,7 +59,9 @@ _COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond
 @dataclass
 class Request:
     """One prompt of a batch: ``key`` comes back with its outcome; ``options`` are the
-    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...)."""
+    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...),
+    ``response_format`` or a compiled ``constraint`` included (structured output: the
+    sequence gets its own matcher)."""
 
     key: Any
     prompt: Any
