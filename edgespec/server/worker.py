@@ -233,6 +233,8 @@ class Worker:
                     continue
                 for o in outcomes:
                     self._active.discard(o.key)
+                    if o.error is not None:  # its grammar matcher failed: this job alone
+                        o.key.post(Failed(o.error))
                     if o.cancelled:
                         self.metrics.count_cancelled(started=True)
         finally:
