@@ -183,9 +183,25 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
                 row[f"{num}/{den} paired"] = round(statistics.median(pairs), 3) if pairs else None
         rows.append(row)
 
+    return {"rows": rows, **conclude(rows, configs)}
+
+
+RATIOS = ("a/b", "a/c", "a/d", "a/e", "b/d", "d/c")
+
+
+def conclude(rows: list[dict], configs: list[str]) -> dict:
+    """The summary (geometric means of the per-prompt ratios, by kind) and the goals of
+    issue 20, from the rows alone (so a saved result can be rendered again). Beside the
+    tokens/s ratios, ``X/Y time`` compares the time to the whole answer (Y's seconds over
+    X's): the layouts differ, so the same record can take different token counts."""
+    for r in rows:
+        for ratio in RATIOS:
+            num, den = ratio.split("/")
+            if num in r and den in r and r[num]["seconds"]:
+                r[f"{ratio} time"] = round(r[den]["seconds"] / r[num]["seconds"], 3)
     summary: dict = {}
-    for ratio in ("a/b", "a/c", "a/d", "a/e", "b/d", "d/c"):
-        if ratio in rows[0]:
+    for ratio in (x + t for x in RATIOS for t in ("", " time")):
+        if all(r.get(ratio) for r in rows):
             summary[ratio] = {
                 "geomean": round(geomean([r[ratio] for r in rows]), 3),
                 "min": round(min(r[ratio] for r in rows), 3),
@@ -202,9 +218,9 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
         runs_own = sum(r[c]["runs"] for r in rows for c in own)
         goals["100% valid (edgespec a, b)"] = {"value": f"{valid_own}/{runs_own}", "met": valid_own == runs_own}
         goals["valid, every constrained config"] = {"value": f"{n_valid}/{n_runs}", "met": n_valid == n_runs}
-        t_mask = sum(r2["t_mask"] for (pid, c), rs in runs.items() if c == "a" for r2 in rs)
-        t_gen = sum(r2["seconds"] for (pid, c), rs in runs.items() if c == "a" for r2 in rs)
-        share = t_mask / t_gen if t_gen else float("nan")
+        # mask time over round time, all of (a)'s runs (rows keep each prompt's share)
+        weight = [r["a"]["seconds"] * r["a"]["runs"] for r in rows]
+        share = sum((r["a"].get("mask_share") or 0) * w for r, w in zip(rows, weight)) / max(sum(weight), 1e-9)
         goals["mask work < 5% of round time (a)"] = {"value": round(share, 4), "met": share < 0.05}
     if "a/b" in summary:
         v = summary["a/b"].get("geomean extraction", float("nan"))
@@ -217,7 +233,7 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
         behind = [r["prompt"] for r in rows if r["a/e"] is not None and r["a/e"] <= 1.0]
         goals["(a) ahead of (e) on every prompt"] = {"value": summary["a/e"]["min"], "behind": behind,
                                                     "met": not behind}
-    return {"rows": rows, "summary": summary, "goals": goals}
+    return {"summary": summary, "goals": goals}
 
 
 def print_table(result: dict, configs: list[str]) -> None:
@@ -240,8 +256,9 @@ def print_table(result: dict, configs: list[str]) -> None:
 def markdown(result: dict, configs: list[str]) -> str:
     """The per-prompt table and the goals, as Markdown (for docs/structured-output.md)."""
     head = ["prompt", "kind", *(f"({c}) tok/s" for c in configs)]
-    ratios = [r for r in ("a/b", "a/d", "a/e") if r in result["rows"][0]]
-    head += [f"({r[0]})/({r[2]})" for r in ratios]
+    ratios = [r for r in ("a/b", "a/d", "a/e", "a/b time", "a/d time", "a/e time") if r in result["rows"][0]]
+    head += [f"({r[0]}) vs ({r[2]}), answer time" if r.endswith("time") else f"({r[0]})/({r[2]})"
+             for r in ratios]
     if "a" in configs:
         head += ["(a) forced / drafted / accepted of tokens", "(a) mask share"]
     head += ["valid"]
@@ -281,8 +298,20 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--markdown", default=None, help="write the table as Markdown here")
+    ap.add_argument("--render", default=None, metavar="JSON",
+                    help="measure nothing: recompute the summary and goals of a saved result "
+                         "(updated in place) and print/write its tables")
     args = ap.parse_args()
 
+    if args.render:
+        saved = json.loads(Path(args.render).read_text())
+        configs = list(saved["settings"]["configs"])
+        saved.update(conclude(saved["rows"], configs))
+        Path(args.render).write_text(json.dumps(saved, indent=2) + "\n")
+        print_table(saved, configs)
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(saved, configs))
+        return
     configs = [c for c in args.configs.split(",") if c]
     if set(configs) - set(CONFIGS):
         ap.error(f"unknown config(s): {', '.join(sorted(set(configs) - set(CONFIGS)))}")
