@@ -380,6 +380,10 @@ def main() -> None:
                          "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}},
             **result,
             "outputs": {f"{pid} {c}": rs[-1]["text"] for (pid, c), rs in runs.items()},
+            "runs": {f"{pid} {c}": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
+                                     if k in ("tokens", "tokens_per_second", "seconds", "forced", "drafted",
+                                              "accepted", "rounds", "t_mask", "valid")} for r in rs]
+                     for (pid, c), rs in runs.items()},
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 
