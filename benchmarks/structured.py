@@ -168,19 +168,17 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
                 "valid": sum(r["valid"] for r in rs), "parsed": sum(r["parsed"] for r in rs),
                 "runs": len(rs), "finish_reason": rs[-1]["finish_reason"],
             }
+            row.setdefault("passes", {})[c] = [(r["tokens_per_second"], r["seconds"]) for r in rs]
             for key in ("forced", "drafted", "accepted", "rounds"):
                 if key in rs[-1]:
                     row[c][key] = rs[-1][key]
             if c in ("a", "b"):
                 t_gen = sum(r["seconds"] for r in rs)
                 row[c]["mask_share"] = round(sum(r["t_mask"] for r in rs) / t_gen, 4) if t_gen else None
-        for num, den in (("a", "b"), ("a", "c"), ("a", "d"), ("a", "e"), ("b", "d"), ("d", "c")):
+        for num, den in (x.split("/") for x in RATIOS):
             if num in configs and den in configs:
                 row[f"{num}/{den}"] = round(row[num]["tokens_per_second"] / row[den]["tokens_per_second"], 3) \
                     if row[den]["tokens_per_second"] else None
-                pairs = [x["tokens_per_second"] / y["tokens_per_second"]
-                         for x, y in zip(runs[(p.id, num)], runs[(p.id, den)]) if y["tokens_per_second"]]
-                row[f"{num}/{den} paired"] = round(statistics.median(pairs), 3) if pairs else None
         rows.append(row)
 
     return {"rows": rows, **conclude(rows, configs)}
@@ -199,13 +197,21 @@ def conclude(rows: list[dict], configs: list[str]) -> dict:
             num, den = ratio.split("/")
             if num in r and den in r and r[num]["seconds"]:
                 r[f"{ratio} time"] = round(r[den]["seconds"] / r[num]["seconds"], 3)
+            # per pass (the runs of a pass are adjacent in time): what the summary uses
+            xs, ys = r.get("passes", {}).get(num), r.get("passes", {}).get(den)
+            if xs and ys:
+                pairs = list(zip(xs, ys))
+                r[f"{ratio} paired"] = round(statistics.median(x[0] / y[0] for x, y in pairs), 3)
+                r[f"{ratio} time paired"] = round(statistics.median(y[1] / x[1] for x, y in pairs), 3)
     summary: dict = {}
     for ratio in (x + t for x in RATIOS for t in ("", " time")):
-        if all(r.get(ratio) for r in rows):
+        key = f"{ratio} paired" if all(r.get(f"{ratio} paired") for r in rows) else ratio
+        if all(r.get(key) for r in rows):
             summary[ratio] = {
-                "geomean": round(geomean([r[ratio] for r in rows]), 3),
-                "min": round(min(r[ratio] for r in rows), 3),
-                **{f"geomean {kind}": round(geomean([r[ratio] for r in rows if r["kind"] == kind]), 3)
+                "from": "per-pass ratios" if key.endswith("paired") else "medians",
+                "geomean": round(geomean([r[key] for r in rows]), 3),
+                "min": round(min(r[key] for r in rows), 3),
+                **{f"geomean {kind}": round(geomean([r[key] for r in rows if r["kind"] == kind]), 3)
                    for kind in sorted({r["kind"] for r in rows})},
             }
     goals: dict = {}
@@ -230,7 +236,7 @@ def conclude(rows: list[dict], configs: list[str]) -> dict:
         goals["(a)/(d) >= 2x"] = {"value": v, "min": summary["a/d"]["min"], "met": v >= 2.0,
                                  "every prompt": summary["a/d"]["min"] >= 2.0}
     if "a/e" in summary:
-        behind = [r["prompt"] for r in rows if r["a/e"] is not None and r["a/e"] <= 1.0]
+        behind = [r["prompt"] for r in rows if (r.get("a/e paired") or r["a/e"] or 2.0) <= 1.0]
         goals["(a) ahead of (e) on every prompt"] = {"value": summary["a/e"]["min"], "behind": behind,
                                                     "met": not behind}
     return {"summary": summary, "goals": goals}
@@ -265,7 +271,7 @@ def markdown(result: dict, configs: list[str]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
         cells = [r["prompt"], r["kind"], *(f"{r[c]['tokens_per_second']:.2f}" for c in configs)]
-        cells += [f"{r[x]:.2f}x" if r.get(x) else "-" for x in ratios]
+        cells += [f"{r.get(x + ' paired') or r[x]:.2f}x" if r.get(x) else "-" for x in ratios]
         if "a" in configs:
             a = r["a"]
             cells += [f"{a.get('forced', 0)} / {a.get('drafted', 0)} / {a.get('accepted', 0)} of {a['tokens']}",
@@ -274,7 +280,8 @@ def markdown(result: dict, configs: list[str]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for name, s in result["summary"].items():
-        lines.append(f"- {name}: " + ", ".join(f"{k} {v}x" for k, v in s.items()))
+        lines.append(f"- {name} ({s.get('from', 'medians')}): "
+                     + ", ".join(f"{k} {v}x" for k, v in s.items() if k != "from"))
     lines.append("")
     for name, g in result["goals"].items():
         extra = f", behind on {', '.join(g['behind'])}" if g.get("behind") else ""
@@ -306,6 +313,9 @@ def main() -> None:
     if args.render:
         saved = json.loads(Path(args.render).read_text())
         configs = list(saved["settings"]["configs"])
+        for r in saved["rows"]:  # each pass's (tokens/s, seconds), from the runs kept
+            r["passes"] = {c: [(x["tokens_per_second"], x["seconds"]) for x in saved["runs"][f"{r['prompt']} {c}"]]
+                           for c in configs if f"{r['prompt']} {c}" in saved.get("runs", {})}
         saved.update(conclude(saved["rows"], configs))
         Path(args.render).write_text(json.dumps(saved, indent=2) + "\n")
         print_table(saved, configs)
