@@ -9,18 +9,17 @@ fails here with a one-line ``ConstraintError`` naming the field, before any mode
 JSON layout. A schema compiles with compact, fixed separators and no free whitespace
 (``JSON_LAYOUT``): every byte between values is then decided by the grammar, so it is
 forced (drafted for free, see ``speculative.py``) instead of chosen by the model.
-Measured on five extraction answers with Qwen2.5's tokenizer
-(``python benchmarks/structured_layout.py``: each answer's canonical tokens walked
-through the matcher, counting those ``compute_ff_tokens`` forces):
+Measured with ``benchmarks/structured_layout.py`` on five extraction tasks, the
+Qwen2.5-Coder-0.5B generating greedily with prompt lookup (rounds = target decodes, the
+cost), and on the canonical tokenization of reference answers walked through the matcher:
 
-    layout                              tokens  forced  model-chosen
-    compact ","  ":"   (JSON_LAYOUT)       156      38           118
-    spaced  ", " ": "  fixed               194      75           119
-    flexible whitespace                    194      25           169
+    layout                   generated: tokens  rounds  forced  valid | canonical: tokens  forced
+    compact ","  ":"                      121      80      24    5/5  |             156      38
+    spaced  ", " ": "  fixed              192     122      50    5/5  |             194      75
+    flexible whitespace                   359     277       2    4/5  |             194      25
 
-Fixed separators leave the model the same ~118 tokens to choose whichever they are
-(spaced ones are forced, with their space); free whitespace leaves it 43% more. Compact
-wins on the total: 20% fewer tokens to verify and to hold in the KV cache.
+Compact costs the fewest rounds: fewer tokens in all, and a spaced layout's extra forced
+tokens do not make up for them. Free whitespace is the worst (the model pads with it).
 
 A schema keyword llguidance does not implement (``uniqueItems``, ...) is an error that
 names it, unless ``lenient``; the relaxations are then kept as warnings on the spec, for
