@@ -90,6 +90,18 @@ def _explain(message: str, what: str, lenient: bool) -> str:
     return f"invalid {what}: {one_line(message)}"
 
 
+def lark_json(schema: dict | bool, *, compact: bool = True, lenient: bool = False) -> str:
+    """A JSON Schema as a Lark ``%json{...}`` term for a grammar of one's own (a tool
+    call: ``start: <tool_call> "\\n" `` + lark_json(params) + ...), in this module's
+    JSON layout unless ``compact`` is False (then llguidance's defaults, or the schema's
+    own ``x-guidance``). ``lenient``: keywords llguidance lacks are ignored (with a
+    warning that ``compile_lark(..., lenient=True)`` keeps) instead of refused."""
+    if isinstance(schema, dict) and (compact or lenient):
+        options = {**(JSON_LAYOUT if compact else {}), **schema.get("x-guidance", {})}
+        schema = {**schema, "x-guidance": {**options, **({"lenient": True} if lenient else {})}}
+    return "%json" + json.dumps(schema)
+
+
 def json_schema_grammar(schema: object, *, lenient: bool = False,
                         param: str = "response_format.json_schema.schema") -> GrammarSpec:
     """A JSON Schema (a dict, or True for any JSON value) as a checked grammar spec."""
@@ -117,8 +129,9 @@ def is_gbnf(text: str) -> bool:
 
 
 def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None = None,
-                 param: str = "response_format.grammar") -> GrammarSpec:
-    """A Lark or GBNF grammar (``syntax`` None: told apart by ``::=``) as a checked spec.
+                 param: str = "response_format.grammar", lenient: bool = False) -> GrammarSpec:
+    """A Lark or GBNF grammar (``syntax`` None: told apart by ``::=``) as a checked spec;
+    any llguidance warning (a JSON keyword it ignores) is an error unless ``lenient``.
     With ``trigger``, the grammar describes the text from the trigger on, trigger
     included (llguidance's Lark: a special token is written ``<tool_call>``)."""
     if not isinstance(text, str) or not text.strip():
@@ -134,7 +147,8 @@ def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None
         except Exception as exc:  # noqa: BLE001 - the converter raises plain Exceptions
             raise ConstraintError(f"invalid GBNF grammar: {one_line(str(exc))}", param=param) from None
     grammar = LLMatcher.grammar_from_lark(text)
-    warnings = check_grammar(grammar, param=param, what="grammar", lenient=True)
+    # a %json{...} inside may use a keyword llguidance lacks: refused unless lenient
+    warnings = check_grammar(grammar, param=param, what="grammar", lenient=lenient)
     return GrammarSpec("grammar", grammar, trigger=trigger, warnings=warnings)
 
 
