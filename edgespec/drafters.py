@@ -140,9 +140,13 @@ class NgramDrafter:
         if have > len(tokens) or (have and self._tokens[have - 1] != tokens[have - 1]) or (
             have and common_prefix_len(self._tokens, tokens[:have]) != have
         ):
-            self._tokens = []
-            self._index = {}
-            have = 0
+            keep = common_prefix_len(self._tokens, tokens)
+            if have - keep <= 32:  # a few drafted ids the target did not keep (grammar drafts)
+                self._truncate(keep)
+            else:
+                self._tokens = []
+                self._index = {}
+            have = len(self._tokens)
         toks = self._tokens
         index = self._index
         for t in tokens[have:]:
@@ -155,6 +159,21 @@ class NgramDrafter:
                 if start < 0:
                     break
                 index.setdefault(tuple(toks[start : end - 1]), []).append(end - 1)
+
+    def _truncate(self, keep: int) -> None:
+        """Forget the tokens from ``keep`` on: the index entries each registered (its
+        n-grams' continuation, the last entry of their lists) go, newest first."""
+        toks, index = self._tokens, self._index
+        for p in range(len(toks) - 1, keep - 1, -1):
+            for n in range(self.n_min, self.n_max + 1):
+                if p - n < 0:
+                    break
+                key = tuple(toks[p - n:p])
+                positions = index[key]
+                positions.pop()
+                if not positions:
+                    del index[key]
+            toks.pop()
 
     def begin(self, tokens, params, rng) -> None:
         self._sync(tokens)

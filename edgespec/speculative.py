@@ -25,8 +25,9 @@ the MASKED one, renormalised: p' = probs(mask_i(logits_i)) at verify row i, wher
 the grammar state after committed + d_1..d_(i-1); a model drafter samples its drafts from
 its own masked q' (drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
 their grammar-valid prefix before verification, and the tokens the grammar forces
-(``compute_ff_tokens``) lead the draft at no drafting cost: a fixed proposal, accepted
-iff the target's masked sample is that token (certain when it is the only one allowed).
+(``compute_ff_tokens``), then the likely tokens of the text it forces beyond them, lead
+the draft at no drafting cost: a fixed proposal, accepted iff the target's masked sample
+is that token (certain when it is the only one allowed).
 The output is therefore distributed exactly as masked sampling from the target; under
 greedy it is token for token the constrained run with no drafter (given batch-invariant
 kernels). The matcher moves with the KV cache: after every round it has consumed exactly
@@ -103,7 +104,7 @@ class SpeculativeLoop:
         L = len(self.committed)
         # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
         room = min(budget - 1, target.n_ctx - L, target.n_batch - 1)
-        forced = m.forced()[: max(room, 0)] if m is not None and self.drafter.name != "none" else []
+        forced = self._grammar_draft(room) if m is not None and self.drafter.name != "none" else []
         l_max = policy.limit(room - len(forced))
         t0 = time.perf_counter()
         proposal = _EMPTY
@@ -126,6 +127,23 @@ class SpeculativeLoop:
         self._draft_seconds = time.perf_counter() - t0
         self.stats.t_draft += self._draft_seconds
         return _Forced(forced, proposal) if forced else proposal
+
+    def _grammar_draft(self, room: int) -> list[int]:
+        """What the grammar drafts by itself: the forced tokens, then the likely tokens of
+        the text it forces beyond them (``Matcher.likely``); a fixed proposal, verified
+        like any other, so a wrong guess costs a verify row and never the output."""
+        m = self.matcher
+        if room <= 0:
+            return []
+        forced = m.forced()[:room]
+        if len(forced) < room:
+            base = m.consumed
+            m.consume(forced)
+            try:
+                forced += m.likely()[: room - len(forced)]
+            finally:
+                m.rollback(m.consumed - base)
+        return forced
 
     def masks(self, drafts: Sequence[int]) -> list | None:
         """The grammar's mask for each verify row (None without a constraint): row i is

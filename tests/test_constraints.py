@@ -214,3 +214,17 @@ def test_lark_json_embeds_a_schema_in_the_compact_layout_and_keywords_are_checke
     with pytest.raises(ConstraintError, match="uniqueItems"):  # relaxed, but warned: refused
         compile_lark(relaxed, model)
     assert any("uniqueItems" in w for w in compile_lark(relaxed, model, lenient=True).warnings)
+
+
+def test_prompt_lookup_forgets_a_few_unkept_ids_without_rebuilding_its_index():
+    from edgespec.drafters import NgramDrafter
+
+    rng = np.random.default_rng(0)
+    base = [int(t) for t in rng.integers(0, 6, 200)]
+    d = NgramDrafter()
+    d.begin(base + [1, 2, 3, 4], None, None)      # the grammar's drafts in flight ...
+    d.lookup(base + [1, 5], 4)                     # ... and what was kept instead
+    fresh = NgramDrafter()
+    fresh.begin(base + [1, 5], None, None)
+    assert d._tokens == fresh._tokens and d._index == fresh._index
+    assert d.lookup(base + [1, 5], 6) == fresh.lookup(base + [1, 5], 6)

@@ -241,6 +241,19 @@ class Matcher:
         self._check("the grammar failed computing forced tokens")
         return ff
 
+    def likely(self) -> list[int]:
+        """The canonical tokens of the bytes the grammar forces from here when no token is
+        forced: the text is certain, its split into tokens is not (``":"`` may come as
+        ``":`` then ``"``), so these are a good guess, not a certainty. [] when free."""
+        if not self.active:
+            return []
+        t0 = time.perf_counter()
+        text = bytes(self._m.compute_ff_bytes())
+        ids = self.constraint.tokenizer.tokenize_bytes(text) if text else []
+        ids = ids[: self.validate(ids)] if ids else []
+        self.t_mask += time.perf_counter() - t0
+        return ids
+
     def validate(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` (from the current state on) the grammar accepts in a
         row; the state is left as it was."""
