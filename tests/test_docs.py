@@ -5,7 +5,8 @@
   one it takes (Typer exits 2 on an unknown command or option). `--help` loads no model,
   so this is fast.
 - Every option a command's `--help` lists is named in that command's section of
-  docs/cli.md, so the reference lists them all.
+  docs/cli.md, so the reference lists them all; and its table of exit codes has every
+  code an ``EdgespecError`` carries.
 - Every relative link (and its #anchor, for Markdown targets) resolves.
 
 ``PENDING`` lists options the docs already show that land on other branches this
@@ -193,8 +194,10 @@ def _leaf_commands():
 
 
 def _section(page: str, command: str) -> str:
-    """The part of docs/cli.md under the heading "## `edgespec COMMAND`"."""
-    m = re.search(rf"^## `edgespec {re.escape(command)}`\s*$(.*?)(?=^## |\Z)", page, re.M | re.S)
+    """The part of docs/cli.md under the heading "## `edgespec COMMAND`" (or, for "exit
+    codes", under "## Exit codes and errors")."""
+    heading = "Exit codes and errors" if command == "exit codes" else f"`edgespec {re.escape(command)}`"
+    m = re.search(rf"^## {heading}\s*$(.*?)(?=^## |\Z)", page, re.M | re.S)
     return m.group(1) if m else ""
 
 
@@ -215,6 +218,20 @@ def test_cli_page_names_every_option(path, cmd):
         if not re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", section):
             missing.append(flag)
     assert not missing, f"docs/cli.md's `edgespec {path[0]}` section does not name {' '.join(path)} {missing}"
+
+
+def test_cli_page_lists_every_exit_code():
+    import edgespec.errors as errors
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    codes = {errors.EdgespecError.exit_code} | {c.exit_code for c in subclasses(errors.EdgespecError)}
+    table = _section(CLI_PAGE.read_text(encoding="utf-8"), "exit codes")
+    listed = {int(m) for m in re.findall(r"^\|\s*(\d+)\s*\|", table, re.M)}
+    assert codes <= listed, f"docs/cli.md's exit code table lacks {sorted(codes - listed)}"
 
 
 # -- links ---------------------------------------------------------------------------------
