@@ -16,6 +16,8 @@ test fails once they exist, so that the list is emptied then.
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -240,6 +242,28 @@ def test_cli_page_lists_every_exit_code():
     table = _section(CLI_PAGE.read_text(encoding="utf-8"), "exit codes")
     listed = {int(m) for m in re.findall(r"^\|\s*(\d+)\s*\|", table, re.M)}
     assert codes <= listed, f"docs/cli.md's exit code table lacks {sorted(codes - listed)}"
+
+
+# -- code that is not a command -------------------------------------------------------------
+
+
+def _code(lang: str) -> list[tuple[str, str]]:
+    return [(f"{path.relative_to(ROOT)}:{start}", body) for path in DOC_FILES
+            for start, block_lang, body in blocks(path)[0] if block_lang == lang]
+
+
+@pytest.mark.parametrize("where,body", [pytest.param(*c, id=c[0]) for c in _code("python")])
+def test_python_examples_are_python(where, body):
+    ast.parse(body, filename=where)
+
+
+@pytest.mark.parametrize("where,body", [pytest.param(*c, id=c[0]) for c in _code("json")])
+def test_json_examples_are_json_or_json_lines(where, body):
+    try:
+        json.loads(body)
+    except json.JSONDecodeError:
+        for line in filter(str.strip, body.splitlines()):
+            json.loads(line)
 
 
 # -- links ---------------------------------------------------------------------------------
