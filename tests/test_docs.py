@@ -244,6 +244,13 @@ def test_cli_page_lists_every_exit_code():
     assert codes <= listed, f"docs/cli.md's exit code table lacks {sorted(codes - listed)}"
 
 
+def test_the_readme_test_command_is_the_one_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    command = ci[ci.index("# The README's test command:") + 1].strip()
+    readme_code = [body for _, _, body in blocks(ROOT / "README.md")[0]]
+    assert any(command in body.splitlines() for body in readme_code), command
+
+
 # -- code that is not a command -------------------------------------------------------------
 
 
