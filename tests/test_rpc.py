@@ -109,6 +109,17 @@ def test_an_endpoint_that_is_not_an_rpc_server(tiny_target):
     assert "not a llama.cpp RPC server" in r.stderr
 
 
+def test_one_server_named_twice_is_refused_at_once(servers, tiny_target):
+    """Before: llama.cpp connected twice to the one-client server and waited forever for
+    the second connection's hello."""
+    port = servers[0].port
+    r = _cli("generate", "--target", str(tiny_target), "--rpc", f"localhost:{port},127.0.0.1:{port}", "--raw",
+             "-n", "4", "-q", "hi", timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"localhost:{port} and 127.0.0.1:{port} are the same server" in r.stderr
+    assert rpc.probe(rpc.Endpoint("127.0.0.1", port), timeout=5)  # and the server is free again
+
+
 def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_target):
     jobs = tmp_path / "in.jsonl"
     out = tmp_path / "out.jsonl"
