@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -152,6 +153,37 @@ def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_t
     assert r.returncode == 0, r.stderr
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert sorted(ids) == sorted(f"p{i}" for i in range(40)) and ids[:len(done)] == done
+
+
+def test_a_frozen_server_ends_the_run_with_an_error_naming_it(tmp_path, tiny_target):
+    """llama.cpp's sockets have no timeout: before the watchdog, a server stopped with
+    SIGSTOP (frozen, its connection still open) hung generation forever."""
+    jobs = tmp_path / "in.jsonl"
+    out = tmp_path / "out.jsonl"
+    jobs.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n"
+                            for i in range(40)))
+    with RpcServer() as server:
+        cmd = [sys.executable, "-m", "edgespec", "generate", "--target", str(tiny_target), "--draft", "none", "--raw",
+               "--threads", "1", "--input", str(jobs), "--output", str(out), "-q", "--rpc", server.endpoint]
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, EDGESPEC_RPC_TIMEOUT="3"))
+        try:
+            deadline = time.monotonic() + 60
+            while (not out.exists() or out.read_text().count("\n") < 2) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            server.proc.send_signal(signal.SIGSTOP)
+            try:
+                stdout, stderr = child.communicate(timeout=60)
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        r = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
+        _assert_one_line_naming(r, server.endpoint)
+        assert "no answer for 3 s" in r.stderr and "EDGESPEC_RPC_TIMEOUT" in r.stderr, r.stderr
+    lines = out.read_text().splitlines()
+    assert 2 <= len(lines) < 40 and all(json.loads(line)["id"] for line in lines)  # every line whole
 
 
 def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():

@@ -257,3 +257,33 @@ def test_planner_counts_the_network_and_passes_the_servers_on(tmp_path, monkeypa
     slow = plan("cpu-laptop", draft="model", rpc=["10.0.0.2:50052"])
     assert slow.verify_cost(8) < far.verify_cost(8) and slow.predicted_speedup > far.predicted_speedup
     assert any("40.00 ms of network per target decode (measured" in n for n in slow.notes)
+
+
+def test_the_watchdog_names_the_server_a_stuck_decode_waits_for(monkeypatch):
+    """A decode over RPC that outlasts the limit hands the on_server_lost handler an
+    error naming the endpoint: a dead one by what a fresh connection finds, a frozen one
+    (accepts, never answers) by elimination."""
+    monkeypatch.setenv(rpc.WATCHDOG_ENV, "0.5")
+    got: list = []
+    fired = threading.Event()
+    monkeypatch.setattr(rpc, "_handler", [lambda err: (got.append(err), fired.set())])
+    frozen, frozen_ep = _server(lambda c: time.sleep(5))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead_ep = rpc.Endpoint("127.0.0.1", s.getsockname()[1])
+    s.close()
+    with frozen:
+        dog = rpc._Watchdog()
+        with rpc.watch((frozen_ep,)):
+            pass  # the process's watchdog: a decode that ended in time
+        dog.arm((frozen_ep,))
+        dog.disarm()
+        assert not fired.wait(1.5)  # ... sets nothing off
+        dog.arm((frozen_ep, dead_ep))
+        assert fired.wait(30)
+        assert f"lost the RPC server {dead_ep} mid-generation (it no longer accepts connections" in str(got[0])
+        fired.clear()
+        rpc._Watchdog().arm((frozen_ep,))
+        assert fired.wait(30)
+    assert f"lost the RPC server {frozen_ep} mid-generation (no answer for 0.5 s: frozen" in str(got[1])
+    assert got[1].endpoint == str(frozen_ep) and rpc.WATCHDOG_ENV in str(got[1])

@@ -27,7 +27,9 @@ is not meant for it (the drafter) gets an explicit NULL-terminated list of local
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import time
 from typing import Callable, Sequence
 
 from ..errors import InputError, RpcError, RpcServerLost
@@ -182,6 +184,17 @@ def lost_endpoint(endpoints: Sequence[Endpoint], timeout: float = 1.0) -> tuple[
     return None, "every server still answers"
 
 
+_reported = threading.Lock()
+
+
+def _report(err: RpcServerLost) -> None:
+    """Hand ``err`` to the handler, once per process (the abort callback and the watchdog
+    may both see the same loss); a second caller waits for the first to end the process."""
+    with _reported:
+        if _handler:
+            _handler[0](err)
+
+
 def _on_abort(message: bytes) -> None:
     text = (message or b"").decode("utf-8", errors="replace").strip()
     try:
@@ -189,10 +202,8 @@ def _on_abort(message: bytes) -> None:
             ep, how = lost_endpoint(tuple(_registered))
             where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
                 f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
-            _handler[0](RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
+            _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
         else:
-            import os
-
             os.write(2, text.encode() + b"\n")  # what ggml prints when no callback is set
     except BaseException:  # noqa: BLE001 - never raise into C; abort() follows
         pass
@@ -211,6 +222,86 @@ def on_server_lost(handler: Callable[[RpcServerLost], None]) -> None:
         cb = _ABORT_CALLBACK(_on_abort)
         fn(cb)
         _installed.append(cb)
+
+
+# -- a server that stops answering ------------------------------------------------------
+
+WATCHDOG_ENV = "EDGESPEC_RPC_TIMEOUT"
+WATCHDOG_FLOOR_S = 120.0  # the shortest silence taken for a frozen server (the first decodes too)
+WATCHDOG_FACTOR = 20.0  # ... or this many times the longest decode over RPC so far
+
+
+def _floor_s() -> float:
+    try:
+        return float(os.environ.get(WATCHDOG_ENV, WATCHDOG_FLOOR_S))
+    except ValueError:
+        return WATCHDOG_FLOOR_S
+
+
+class _Watchdog:
+    """One thread per process that ends a decode over RPC stuck far longer than any
+    before it. llama.cpp's sockets have no timeout, so a server that freezes (or a link
+    that goes silent without closing) would otherwise hang the decode forever; the call
+    cannot be interrupted, so the watchdog hands ``on_server_lost``'s handler (which
+    reports and ends the process) an ``RpcServerLost`` naming the endpoint. Without a
+    handler (library use) it does nothing. ``EDGESPEC_RPC_TIMEOUT`` (seconds) sets the
+    floor; 0 turns it off."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._endpoints: tuple[Endpoint, ...] = ()
+        self._longest = 0.0
+        self._thread: threading.Thread | None = None
+
+    def limit(self) -> float:
+        return max(_floor_s(), WATCHDOG_FACTOR * self._longest)
+
+    def arm(self, eps: tuple[Endpoint, ...]) -> None:
+        self._endpoints = eps
+        self._since = time.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="edgespec-rpc-watchdog", daemon=True)
+            self._thread.start()
+
+    def disarm(self) -> None:
+        if self._since is not None:
+            self._longest = max(self._longest, time.monotonic() - self._since)
+        self._since = None
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            since, limit = self._since, self.limit()
+            if since is None or not _handler or _floor_s() <= 0 or time.monotonic() - since < limit:
+                continue
+            eps = self._endpoints
+            ep, how = lost_endpoint(eps)
+            if ep is None:
+                how = f"no answer for {round(limit, 1):g} s: frozen, or its link went silent without closing"
+                ep = eps[0] if len(eps) == 1 else None
+            where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
+                f"an RPC server stopped answering mid-generation ({how}; one of {', '.join(map(str, eps))})"
+            _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it (if the server is only slow, "
+                                  f"set {WATCHDOG_ENV} to more seconds)", endpoint=str(ep or "")))
+            return
+
+
+_watchdog = _Watchdog()
+
+
+class watch:
+    """``with watch(endpoints):`` around a llama.cpp call that waits on those RPC servers."""
+
+    __slots__ = ("endpoints",)
+
+    def __init__(self, endpoints: tuple[Endpoint, ...]) -> None:
+        self.endpoints = endpoints
+
+    def __enter__(self) -> None:
+        _watchdog.arm(self.endpoints)
+
+    def __exit__(self, *exc: object) -> None:
+        _watchdog.disarm()
 
 
 # -- running a server ----------------------------------------------------------------------
