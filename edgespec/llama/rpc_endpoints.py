@@ -237,16 +237,18 @@ def check_servers(eps: Sequence[Endpoint], timeout: float = 5.0) -> list[str]:
     versions = []
     try:
         for ep in eps:
+            start = time.monotonic()
             sock = _open(ep, timeout)
             if isinstance(sock, tuple):
                 raise _failure(ep, *sock, timeout)
             held.append((ep, sock))
-            start = time.monotonic()
-            found, detail = _answer(sock, min(timeout, _RELEASE_WAIT) if len(held) > 1 else timeout)
+            # long enough for an answer over this link: a few round trips (connect took one)
+            wait = max(_RELEASE_WAIT, 4 * (time.monotonic() - start))
+            found, detail = _answer(sock, min(timeout, wait) if len(held) > 1 else timeout)
             while found == "silent" and len(held) > 1:
                 prev, prev_sock = held.pop(-2)
                 prev_sock.close()
-                found, detail = _answer(sock, _RELEASE_WAIT)
+                found, detail = _answer(sock, wait)
                 if found == "ok":
                     raise InputError(
                         f"--rpc: {prev} and {ep} are the same server ({ep} answered only once {prev} let go); "
