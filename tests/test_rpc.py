@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -184,6 +185,35 @@ def test_a_frozen_server_ends_the_run_with_an_error_naming_it(tmp_path, tiny_tar
         assert "no answer for 3 s" in r.stderr and "EDGESPEC_RPC_TIMEOUT" in r.stderr, r.stderr
     lines = out.read_text().splitlines()
     assert 2 <= len(lines) < 40 and all(json.loads(line)["id"] for line in lines)  # every line whole
+
+
+def test_a_server_taken_after_the_check_ends_llama_cpps_handshake_with_an_error(tiny_target):
+    """The check's hello is answered, then the server is busy (another client took it):
+    llama.cpp's own handshake, which has no timeout, waited forever before the watchdog."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+
+    def first_hello_only():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(conn)  # kept open, never answered again
+            if len(conns) == 1:
+                conn.recv(33, socket.MSG_WAITALL)
+                conn.sendall(struct.pack("<Q", 28) + bytes([rpc.RPC_PROTO_MAJOR, 0, 0, 0]) + bytes(24))
+                conn.close()
+
+    threading.Thread(target=first_hello_only, daemon=True).start()
+    ep = f"127.0.0.1:{srv.getsockname()[1]}"
+    with srv:
+        r = _cli("generate", "--target", str(tiny_target), "--rpc", ep, "--raw", "-n", "4", "-q", "hi", timeout=60,
+                 env={"EDGESPEC_RPC_TIMEOUT": "2"})
+    _assert_one_line_naming(r, ep)
+    assert f"lost the RPC server {ep} while connecting to it (no answer for 2 s" in r.stderr, r.stderr
 
 
 def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():

@@ -287,3 +287,22 @@ def test_the_watchdog_names_the_server_a_stuck_decode_waits_for(monkeypatch):
         assert fired.wait(30)
     assert f"lost the RPC server {frozen_ep} mid-generation (no answer for 0.5 s: frozen" in str(got[1])
     assert got[1].endpoint == str(frozen_ep) and rpc.WATCHDOG_ENV in str(got[1])
+
+
+def test_the_watchdog_waits_while_a_load_makes_progress(monkeypatch):
+    monkeypatch.setenv(rpc.WATCHDOG_ENV, "0.5")
+    fired = threading.Event()
+    got: list = []
+    monkeypatch.setattr(rpc, "_handler", [lambda err: (got.append(err), fired.set())])
+    frozen, ep = _server(lambda c: time.sleep(5))
+    with frozen:
+        dog = rpc._Watchdog()
+        dog.arm((ep,), during="while loading the model", learn=False)
+        for _ in range(8):  # 2 s of load, a tensor every 0.25 s
+            assert not fired.wait(0.25)
+            dog.touch()
+        dog.disarm()
+        assert dog.limit() == 0.5  # a load does not raise the decode limit
+        dog.arm((ep,), during="while loading the model", learn=False)
+        assert fired.wait(30)  # no progress: the silence is the server's
+    assert f"lost the RPC server {ep} while loading the model (no answer for 0.5 s" in str(got[0])

@@ -15,9 +15,11 @@ a live server that is still serving us does not answer) and hands an ``RpcServer
 to the caller's handler, which reports it and ends the process; ``abort()`` follows if
 the handler returns. Results written before that point (a JSONL batch flushes each
 line) are kept. llama.cpp's sockets have no timeout, so a server that freezes without
-closing its connection would hang the decode forever; ``watch`` (the watchdog) hands
-the same handler an ``RpcServerLost`` when a decode over RPC takes far longer than any
-before it.
+closing its connection would hang the decode forever, and one that another client took
+after our check would hang llama.cpp's own handshake; ``watch`` (the watchdog) hands the
+same handler an ``RpcServerLost`` when a decode over RPC takes far longer than any
+before it, or llama.cpp's handshake or a model load gets no answer or progress for as
+long (``EDGESPEC_RPC_TIMEOUT``, 120 s by default).
 
 Device choice: with ``llama_model_params.devices`` NULL llama.cpp puts a model on every
 registered device, RPC ones included, so once a server is registered every model that
@@ -114,7 +116,8 @@ def register(endpoints: Sequence[Endpoint], *, timeout: float = 5.0) -> list[int
         for ep in endpoints:
             if ep in _registered:
                 continue
-            reg = add(str(ep).encode())
+            with watch((ep,), during="while connecting to it", learn=False):  # llama.cpp's own hello
+                reg = add(str(ep).encode())
             n = lib.ggml_backend_reg_dev_count(reg) if reg else 0
             if not n:
                 raise RpcError(f"RPC server {ep} offers no device")
@@ -239,32 +242,40 @@ def _floor_s() -> float:
 
 
 class _Watchdog:
-    """One thread per process that ends a decode over RPC stuck far longer than any
-    before it. llama.cpp's sockets have no timeout, so a server that freezes (or a link
-    that goes silent without closing) would otherwise hang the decode forever; the call
-    cannot be interrupted, so the watchdog hands ``on_server_lost``'s handler (which
-    reports and ends the process) an ``RpcServerLost`` naming the endpoint. Without a
-    handler (library use) it does nothing. ``EDGESPEC_RPC_TIMEOUT`` (seconds) sets the
-    floor; 0 turns it off."""
+    """One thread per process that ends a call into llama.cpp stuck on RPC servers far
+    longer than it should be. llama.cpp's sockets have no timeout, so a server that
+    freezes (or a link that goes silent without closing), or a handshake that a busy
+    server never answers, would otherwise hang the process forever; the call cannot be
+    interrupted, so the watchdog hands ``on_server_lost``'s handler (which reports and
+    ends the process) an ``RpcServerLost`` naming the endpoint. Without a handler
+    (library use) it does nothing. ``EDGESPEC_RPC_TIMEOUT`` (seconds) sets the floor; 0
+    turns it off. Decodes set the limit too: 20 times the longest one so far."""
 
     def __init__(self) -> None:
         self._since: float | None = None
         self._endpoints: tuple[Endpoint, ...] = ()
+        self._during = ""
+        self._learn = True
         self._longest = 0.0
         self._thread: threading.Thread | None = None
 
     def limit(self) -> float:
         return max(_floor_s(), WATCHDOG_FACTOR * self._longest)
 
-    def arm(self, eps: tuple[Endpoint, ...]) -> None:
-        self._endpoints = eps
+    def arm(self, eps: tuple[Endpoint, ...], during: str = "mid-generation", learn: bool = True) -> None:
+        self._endpoints, self._during, self._learn = eps, during, learn
         self._since = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="edgespec-rpc-watchdog", daemon=True)
             self._thread.start()
 
-    def disarm(self) -> None:
+    def touch(self) -> None:
+        """Progress (a model load's callback): the silence starts again."""
         if self._since is not None:
+            self._since = time.monotonic()
+
+    def disarm(self) -> None:
+        if self._since is not None and self._learn:
             self._longest = max(self._longest, time.monotonic() - self._since)
         self._since = None
 
@@ -274,13 +285,14 @@ class _Watchdog:
             since, limit = self._since, self.limit()
             if since is None or not _handler or _floor_s() <= 0 or time.monotonic() - since < limit:
                 continue
-            eps = self._endpoints
+            eps, during = self._endpoints, self._during
             ep, how = lost_endpoint(eps)
             if ep is None:
-                how = f"no answer for {round(limit, 1):g} s: frozen, or its link went silent without closing"
+                how = f"no answer for {round(limit, 1):g} s: frozen, busy with another client, or its link went " \
+                      "silent without closing"
                 ep = eps[0] if len(eps) == 1 else None
-            where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
-                f"an RPC server stopped answering mid-generation ({how}; one of {', '.join(map(str, eps))})"
+            where = f"lost the RPC server {ep} {during} ({how})" if ep else \
+                f"an RPC server stopped answering {during} ({how}; one of {', '.join(map(str, eps))})"
             _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it (if the server is only slow, "
                                   f"set {WATCHDOG_ENV} to more seconds)", endpoint=str(ep or "")))
             return
@@ -290,18 +302,30 @@ _watchdog = _Watchdog()
 
 
 class watch:
-    """``with watch(endpoints):`` around a llama.cpp call that waits on those RPC servers."""
+    """``with watch(endpoints):`` around a llama.cpp call that waits on those RPC servers.
+    ``during`` says what it is, for the error; ``learn=False`` keeps a call that is long
+    by nature (a model load) out of the decode limit."""
 
-    __slots__ = ("endpoints",)
+    __slots__ = ("endpoints", "during", "learn")
 
-    def __init__(self, endpoints: tuple[Endpoint, ...]) -> None:
-        self.endpoints = endpoints
+    def __init__(self, endpoints: tuple[Endpoint, ...], during: str = "mid-generation", learn: bool = True) -> None:
+        self.endpoints, self.during, self.learn = endpoints, during, learn
 
     def __enter__(self) -> None:
-        _watchdog.arm(self.endpoints)
+        _watchdog.arm(self.endpoints, self.during, self.learn)
 
     def __exit__(self, *exc: object) -> None:
         _watchdog.disarm()
+
+
+def load_progress() -> object:
+    """A ``llama_model_params.progress_callback`` for a load under ``watch``: each tensor
+    loaded restarts the silence (keep the object alive for the whole load)."""
+    def progress(_fraction: float, _data: object) -> bool:
+        _watchdog.touch()
+        return True
+
+    return _llama.llama_progress_callback(progress)
 
 
 # -- running a server ----------------------------------------------------------------------
