@@ -6,7 +6,10 @@ each reply says how many prompt tokens were processed). Ctrl-C during a reply st
 reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C at the
 prompt clears the line being typed, as in the Python REPL and ``ollama run``; Ctrl-D or
 ``/quit`` leaves. When the conversation outgrows the context, the oldest exchanges
-are dropped (and said so) so that a reply still fits; ``/reset`` starts over.
+are dropped (and said so) so that a reply still fits; ``/reset`` starts over. Nothing is
+dropped for a message that would not fit even then, and a system prompt that leaves no
+room for a message and a reply is refused when it is set. The slash commands are in
+``chat_commands``.
 
 This module knows the engine through its public API only, and the terminal through
 ``input()`` (with readline when available) and the readout.
