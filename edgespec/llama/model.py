@@ -86,7 +86,12 @@ class Model:
         self.rpc = _rpc.endpoints(rpc)
         self._set_devices(params, tensor_split)
         mark = _log_mark()
-        ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        if self.rpc:  # the servers' handshakes and uploads, watched (rpc.watch): no answer ends the process
+            params.progress_callback = self._progress = _rpc.load_progress()
+            with _rpc.watch(self.rpc, during="while loading the model", learn=False):
+                ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        else:
+            ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
         if not ptr:
             reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
             raise ModelLoadError(
