@@ -92,9 +92,16 @@ def serve(
         engine = load_engine(p)
     try:
         with cli_errors():
+            fatal: list[BaseException] = []
+
+            def on_fatal(error: BaseException) -> None:  # the worker died: stop serving, exit 1
+                fatal.append(error)
+                server.should_exit = True
+
             app = create_app(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+                on_fatal=on_fatal,
             )
             shown = f"[{host}]" if ":" in host else host
             err.print(Text(f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
@@ -112,6 +119,10 @@ def serve(
                     signal.signal(s, handler)
             if not server.started:
                 raise typer.Exit(1)  # uvicorn said why (the port is taken, ...)
+            if fatal:
+                err.print(Text(f"edgespec serve: stopped because the generation worker failed "
+                               f"({type(fatal[0]).__name__}: {fatal[0]})", style="red"))
+                raise typer.Exit(1)
             err.print(Text("edgespec serve: stopped", style="dim"))
     finally:
         engine.close()

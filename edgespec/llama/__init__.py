@@ -24,6 +24,7 @@ from __future__ import annotations
 from .backend import (
     LLAMA_CPP_PYTHON_VERSION,
     default_threads,
+    max_sequences,
     set_verbose,
     supports_gpu_offload,
     system_info,
@@ -42,6 +43,7 @@ from .vocab import (
 __all__ = [
     "FAST_KERNELS",
     "LLAMA_CPP_PYTHON_VERSION",
+    "max_sequences",
     "VOCAB_CHECK_START_TOKEN_ID",
     "VOCAB_MAX_SIZE_DIFFERENCE",
     "Context",

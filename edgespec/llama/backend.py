@@ -88,6 +88,11 @@ def supports_gpu_offload() -> bool:
     return bool(_llama.llama_supports_gpu_offload())
 
 
+def max_sequences() -> int:
+    """The most sequences one llama.cpp context holds (``LLAMA_MAX_SEQ``, 256 here)."""
+    return int(_llama.llama_max_parallel_sequences())
+
+
 def system_info() -> str:
     _ensure_backend()
     return _llama.llama_print_system_info().decode("utf-8", errors="replace").strip()

@@ -43,7 +43,7 @@ import time
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -57,7 +57,7 @@ from edgespec.events import Done
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
-from .worker import Failed, Job, QueueFull, Started, Worker
+from .worker import Failed, Job, QueueFull, Started, Worker, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -80,6 +80,7 @@ def create_app(
     defaults: Mapping[str, Any] | None = None,
     model_name: str | None = None,
     retry_after: int = 5,
+    on_fatal: Callable[[BaseException], None] | None = None,
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -92,6 +93,10 @@ def create_app(
     ``Engine.stream``: temperature, top_p, top_k, min_p, seed, ...) for requests that do
     not give them. ``model_name``: the id ``/v1/models`` reports (default: the target
     file's stem). ``retry_after``: the seconds a 503 asks the client to wait.
+    ``on_fatal(error)``: called if the generation worker dies (``serve`` stops then).
+
+    Everything that can fail is built here, before the app serves: with ``parallel`` > 1
+    the batch of slots (``worker.Worker``); an error here means the server cannot run.
     """
     if max_body_bytes < 1024:
         raise InputError(f"max_body_bytes must be at least 1024 (got {max_body_bytes})")
@@ -101,7 +106,7 @@ def create_app(
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel)
+    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal)
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     model_id = model_name or Path(str(engine.target_path)).stem
@@ -184,9 +189,11 @@ def create_app(
         except QueueFull as e:
             raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
                            code="queue_full", headers={"Retry-After": str(retry_after)}) from None
+        except WorkerDied as e:
+            raise error_for(e, param=None) from None
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
-            first = await job.events.get()
+            first = await worker.next_event(job)
             if isinstance(first, Failed):
                 raise error_for(first.error, param="messages" if chat else "prompt")
         except BaseException:
@@ -196,11 +203,12 @@ def create_app(
         assert isinstance(first, Started)
         reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait)
         if req.stream:
-            return StreamingResponse(sse(reply, job, watcher), media_type="text/event-stream",
+            return StreamingResponse(sse(reply, job, watcher, worker.next_event),
+                                     media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             while True:
-                item = await job.events.get()
+                item = await worker.next_event(job)
                 if isinstance(item, Failed):
                     raise error_for(item.error, param=None)
                 reply.feed(item)

@@ -14,13 +14,13 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token
 
 from .schema import ApiError, ChatRequest, CompletionRequest
-from .worker import Failed, Job, QueueFull
+from .worker import Failed, Job, QueueFull, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -35,6 +35,8 @@ def error_for(e: BaseException, *, param: str | None) -> ApiError:
         return ApiError(400, str(e), param=param, code="context_length_exceeded")
     if isinstance(e, InputError):
         return ApiError(400, str(e))
+    if isinstance(e, WorkerDied):
+        return ApiError(503, str(e), type="server_error", code="worker_stopped")
     if isinstance(e, QueueFull):
         return ApiError(503, f"the server is shutting down ({e})", type="server_error", code="shutting_down")
     if isinstance(e, Gone):
@@ -141,13 +143,16 @@ def event(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation."""
+async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task,
+              next_event: Callable[[Job], Awaitable[Any]]) -> AsyncIterator[str]:
+    """The server-sent events of one streamed generation (``next_event``: the worker's,
+    which never waits on a dead worker). An error midway is an error event, then
+    ``[DONE]``."""
     try:
         if reply.chat:
             yield event(reply.chunk(text="", first=True))
         while True:
-            item = await job.events.get()
+            item = await next_event(job)
             if isinstance(item, Token):
                 if item.text:
                     yield event(reply.chunk(text=item.text, from_draft=item.from_draft))
