@@ -77,7 +77,8 @@ def test_serve_answers_and_stops_cleanly(tiny_target, tiny_same, sig):
         with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as ref:
             want = ref.generate(msgs, max_tokens=8)  # --max-tokens and --temperature are the defaults
         assert body["choices"][0]["message"]["content"] == want.text
-        assert httpx.get(f"{url}/health", timeout=5).json()["exact"] is True
+        assert httpx.get(f"{url}/health", headers=headers, timeout=5).json()["exact"] is True
+        assert httpx.get(f"{url}/health", timeout=5).json() == {"status": "ok"}  # liveness only without the key
         assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
         t0 = time.monotonic()
         proc.send_signal(sig)

@@ -10,6 +10,12 @@ caller closes it). Routes:
 * ``GET /metrics``                      Prometheus text (``metrics``)
 * ``GET /``                             the chat page (``static/chat.html``)
 
+With ``api_key`` every ``/v1`` route and ``/metrics`` need the key; ``/health`` without
+it says only ``{"status": ...}`` (liveness for load balancers), with it the full body;
+``/`` is a static page that holds nothing and asks for the key. Before any route,
+``guard.Guard`` refuses a Host that is not this server and a web page from an origin
+that is not allowed (docs/server-safety.md).
+
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
 validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
 the one table of the fields honoured, refused and ignored), and becomes a
@@ -29,7 +35,7 @@ waits in the queue and while it generates; when the client goes away it cancels 
 so the worker stops that generation at the next token and serves the next request.
 
 **Errors.** Every error is an OpenAI-style object: 400 for bad input, 401 for a wrong or
-missing API key (only when the app has one), 404/405 for unknown routes, 413 for a body
+missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405 for unknown routes, 413 for a body
 over the limit, 503 with ``Retry-After`` when the queue is full. An unexpected exception
 is logged on the server and answered with a 500 object that holds no traceback.
 """
@@ -43,7 +49,7 @@ import time
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -54,6 +60,7 @@ from edgespec import __version__
 from edgespec.errors import InputError
 from edgespec.events import Done
 
+from .guard import Guard, check_origins
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
@@ -81,6 +88,7 @@ def create_app(
     model_name: str | None = None,
     retry_after: int = 5,
     on_fatal: Callable[[BaseException], None] | None = None,
+    allow_origins: Iterable[str] = (),
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -94,6 +102,8 @@ def create_app(
     not give them. ``model_name``: the id ``/v1/models`` reports (default: the target
     file's stem). ``retry_after``: the seconds a 503 asks the client to wait.
     ``on_fatal(error)``: called if the generation worker dies (``serve`` stops then).
+    ``allow_origins``: web origins allowed beside the server's own and loopback ones
+    (``guard``: exact origins, patterns, ``*``).
 
     Everything that can fail is built here, before the app serves: with ``parallel`` > 1
     the batch of slots (``worker.Worker``); an error here means the server cannot run.
@@ -105,6 +115,7 @@ def create_app(
     unknown = set(defaults or {}) - set(SAMPLING_FIELDS)
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
+    origins = check_origins(allow_origins)
     metrics = Metrics()
     worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal)
     metrics.queue_length = lambda: worker.waiting
@@ -126,6 +137,7 @@ def create_app(
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
+    app.add_middleware(Guard, origins=origins)  # inside the counting: refusals are counted too
     app.add_middleware(CountRequests, metrics=metrics, routes=ROUTES)
 
     # -- errors ---------------------------------------------------------------------------
@@ -147,12 +159,15 @@ def create_app(
         return JSONResponse(err.body(), status_code=500)
 
     # -- helpers --------------------------------------------------------------------------
-    def check_key(request: Request) -> None:
+    def has_key(request: Request) -> bool:
         if api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), api_key.encode())
+
+    def check_key(request: Request) -> None:
+        if not has_key(request):
+            header = request.headers.get("authorization", "")
             raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'"
                            if not header else "the API key is wrong",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -236,8 +251,10 @@ def create_app(
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         alive = worker.alive
+        if not has_key(request):  # with --api-key, liveness only: no model, no load
+            return JSONResponse({"status": "ok" if alive else "error"}, status_code=200 if alive else 503)
         body = {
             "status": "ok" if alive else "error",
             "model": model_id,
@@ -253,7 +270,8 @@ def create_app(
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics")
-    async def metrics_text() -> PlainTextResponse:
+    async def metrics_text(request: Request) -> PlainTextResponse:
+        check_key(request)  # with --api-key, Prometheus scrapes with the key (bearer auth)
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
