@@ -122,8 +122,7 @@ class _Seq:
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
             n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else ())
-        self.budget = min(max_tokens, reserve - len(ids))
-        self.produced = 0
+        self.budget, self.produced = min(max_tokens, reserve - len(ids)), 0
         self.reply = Reply(model, stops, max_tokens, params.min_tokens)
         self.proposal = None
         self.drafts: list[int] = []
@@ -292,6 +291,7 @@ class BatchRunner:
         for s, take in filling:
             s.prefilled += take
             st.prompt_tokens += take
+            s.stats.t_prompt = time.perf_counter() - s.t_start  # to the end of its prefill (llama-server's)
         ended = []
         for s, logits in zip(gen, outs):
             res = s.loop.settle(s.proposal, s.drafts, logits)
@@ -358,7 +358,8 @@ class BatchRunner:
     def _result(self, seq: _Seq):
         st = seq.stats
         st.generated_tokens = len(seq.reply.ids)
-        st.t_total = st.t_generate = time.perf_counter() - seq.t_start
+        st.t_total = time.perf_counter() - seq.t_start
+        st.t_generate = st.t_total - st.t_prompt
         st.k_final = seq.loop.last_k
         self.stats.sequences += 1
         if seq.req.on_event is not None:
