@@ -189,3 +189,14 @@ def test_repeat_last_n_reaches_the_penalties(client):
     narrow = text_of(client.post("/v1/completions", json={**body, "repeat_last_n": 0}))
     assert narrow == text_of(client.post("/v1/completions", json={**body, "repeat_penalty": 1.0}))
     assert client.post("/v1/completions", json={**body, "repeat_last_n": -2}).status_code == 400
+
+
+def test_the_docs_table_is_this_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "server-safety.md").read_text(encoding="utf-8")
+    sections = {HONOURED: "### Honoured", REFUSED: "### Refused", IGNORED: "### Ignored"}
+    for f in FIELDS:
+        start = doc.index(sections[f.status])
+        end = min([i for i in (doc.find("\n### ", start + 1), doc.find("\n## ", start + 1)) if i > 0])
+        assert f"| `{f.name}` |" in doc[start:end], f"{f.name} is not listed as {f.status} in docs/server-safety.md"

@@ -35,9 +35,11 @@ waits in the queue and while it generates; when the client goes away it cancels 
 so the worker stops that generation at the next token and serves the next request.
 
 **Errors.** Every error is an OpenAI-style object: 400 for bad input, 401 for a wrong or
-missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405 for unknown routes, 413 for a body
-over the limit, 503 with ``Retry-After`` when the queue is full. An unexpected exception
-is logged on the server and answered with a 500 object that holds no traceback.
+missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405
+for unknown routes, 413 for a body over the limit, 503 with ``Retry-After`` when the
+queue is full, 503 ``worker_stopped`` once the generation worker has died. An
+unexpected exception, in a route or in a generation, is logged on the server and
+answered with a 500 object that holds no traceback (an error event on a stream).
 """
 
 from __future__ import annotations
