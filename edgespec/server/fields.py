@@ -41,10 +41,9 @@ def _one(value: Any, body: Mapping[str, Any]) -> bool:
 
 
 def _equals(*inert: Any) -> Callable[[Any, Mapping[str, Any]], bool]:
-    return lambda value, body: value is None or any(value == v and type(value) is type(v) or
-                                                    (isinstance(v, float) and isinstance(value, int)
-                                                     and not isinstance(value, bool) and value == v)
-                                                    for v in inert)
+    """Inert: null or one of ``inert`` (a bool never stands for a number, nor the reverse)."""
+    return lambda value, body: value is None or any(
+        value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
 
 
 def _no_tools(value: Any, body: Mapping[str, Any]) -> bool:
@@ -111,7 +110,8 @@ FIELDS: tuple[KnownField, ...] = (
     _f("function_call", REFUSED, "function calling is not supported", CHAT, inert=_equals("none")),
     _f("response_format", REFUSED, "structured output is not supported yet", inert=_text_format, group=S),
     _f("tools", REFUSED, "tool calling is not supported yet", CHAT, group=S),
-    _f("tool_choice", REFUSED, "there are no tools to choose from", CHAT, inert=lambda v, b: v is None, group=S),
+    _f("tool_choice", REFUSED, "there are no tools to choose from", CHAT,
+       inert=lambda v, b: v is None or bool(b.get("tools")), group=S),  # with tools, "tools" is the refusal
     _f("parallel_tool_calls", REFUSED, "tool calling is not supported yet", CHAT, inert=_no_tools, group=S),
     _f("json_schema", REFUSED, "constrained generation is not supported yet", group=S),
     _f("grammar", REFUSED, "constrained generation is not supported yet", group=S),

@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token
+from edgespec.sampling import SamplingOptionError
 
 from .schema import ApiError, ChatRequest, CompletionRequest
 from .worker import Failed, Job, QueueFull, WorkerDied
@@ -33,6 +34,8 @@ def error_for(e: BaseException, *, param: str | None) -> ApiError:
     """The HTTP answer to an error the engine raised."""
     if isinstance(e, ContextOverflowError):
         return ApiError(400, str(e), param=param, code="context_length_exceeded")
+    if isinstance(e, SamplingOptionError):
+        return ApiError(400, str(e), param=e.option)
     if isinstance(e, InputError):
         return ApiError(400, str(e))
     if isinstance(e, WorkerDied):

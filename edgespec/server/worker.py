@@ -162,6 +162,8 @@ class Worker:
         """The job's next event; ``Failed(WorkerDied)`` once the worker has ended and no
         event is left for it (checked every ``poll`` seconds while waiting)."""
         while True:
+            if not job.events.empty():  # the common case, without a timer
+                return job.events.get_nowait()
             try:
                 return await asyncio.wait_for(job.events.get(), poll)
             except asyncio.TimeoutError:
