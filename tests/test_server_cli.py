@@ -24,7 +24,8 @@ def test_help_lists_the_options():
     r = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
     for opt in ("--profile", "--target", "--draft", "--k", "--temperature", "--top-p", "--seed", "--max-tokens",
-                "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue"):
+                "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue",
+                "--allow-origin", "--parallel"):
         assert opt in r.stdout, opt
 
 
