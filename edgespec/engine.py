@@ -30,7 +30,7 @@ from .speculative import SpeculativeLoop
 from .reply import Reply
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .multiseq import BatchRun, Request
+    from .batchrun import BatchRun, Request
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
@@ -225,7 +225,7 @@ class Engine:
 
     def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> BatchRun:
         """``generate_many`` for ``multiseq.Request``s, each with its own key and options."""
-        from .multiseq import BatchRun
+        from .batchrun import BatchRun
 
         return BatchRun(self, requests, parallel=parallel)
 

@@ -9,7 +9,7 @@ rebinding) unless ``--allow-origin`` names them.
 Skipped, with the reason, only where chromium or chromedriver is not installed
 (``apt-get install -y chromium chromium-driver``). The real-model test also leaves a
 screenshot: in its tmp_path, and at ``$EDGESPEC_SCREENSHOT`` when that is set (how the
-README's picture is made).
+picture in docs/server.md is made).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ browser: tests/test_server_browser.py."""
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -62,8 +63,10 @@ def test_a_host_that_is_not_this_server_is_refused(srv):
         resp = post(srv.url, host=host)
         assert resp.status_code == 403, host
         assert resp.json()["error"]["code"] == "host_not_allowed"
-    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
-        assert post(srv.url, host=host).status_code == 200, host
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"host.docker.internal:{port}",
+                 f"gpu-box.local:{port}", f"app.localhost:{port}", f"{socket.gethostname()}:{port}"):
+        assert post(srv.url, host=host).status_code == 200, host  # names no one can register (Ollama's rule)
+    assert post(srv.url, host=f"host.docker.internal:{port + 1}").status_code == 403
 
 
 def test_the_own_origin_and_loopback_pages_are_allowed_with_cors_headers(srv):

@@ -88,9 +88,19 @@ def supports_gpu_offload() -> bool:
     return bool(_llama.llama_supports_gpu_offload())
 
 
-def max_sequences() -> int:
-    """The most sequences one llama.cpp context holds (``LLAMA_MAX_SEQ``, 256 here)."""
-    return int(_llama.llama_max_parallel_sequences())
+LLAMA_MAX_SEQ = 256
+"""llama.cpp's compile-time limit on sequences per context (``LLAMA_MAX_SEQ`` in its
+``llama-cparams.h``), when the build does not say (``max_parallel_sequences``)."""
+
+
+def max_parallel_sequences() -> int:
+    """The most sequences one llama.cpp context can hold (``llama_max_parallel_sequences``;
+    a context asked for more fails without a reason in the log)."""
+    fn = getattr(_llama, "llama_max_parallel_sequences", None)
+    try:
+        return int(fn()) if fn is not None else LLAMA_MAX_SEQ
+    except Exception:  # noqa: BLE001 - a build without the symbol
+        return LLAMA_MAX_SEQ
 
 
 def system_info() -> str:

@@ -8,9 +8,11 @@ the answers. So, as Ollama does:
 
 * **Host.** A request must name this server: its ``Host`` is the address the connection
   reached (uvicorn's ``scope["server"]``: the bound address, or on a wildcard bind the
-  local address used), a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``) or the
-  host of an origin allowed explicitly (a reverse proxy's public name), with the bound
-  port (no port: 80). Anything else is a 403: a rebound name never reaches the model.
+  local address used), a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``), a name
+  no one can register on the internet (``local_name``: ``*.localhost``, ``*.local``,
+  ``*.internal``, this machine's host name), with the bound port (no port: 80), or the
+  host of an origin allowed explicitly (a reverse proxy's public name). Anything else is
+  a 403: a rebound name never reaches the model.
 * **Origin.** A request that carries ``Origin`` (browsers send it on every cross-origin
   request and on POSTs) is served only if that origin is allowed: the server's own origin
   (``http://`` + its Host), loopback origins on any port, and those given with
@@ -33,6 +35,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import socket
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
@@ -57,6 +60,13 @@ def check_origins(values: Iterable[str]) -> tuple[str, ...]:
                              "http://localhost:3000 or https://*.example.com), 'null' or '*'")
         out.append(value)
     return tuple(out)
+
+
+def local_name(name: str) -> bool:
+    """A name no one can register on the internet, so no page can rebind it (Ollama's
+    rule): ``*.localhost``, ``*.local`` (mDNS), ``*.internal`` (``host.docker.internal``)
+    and this machine's own host name."""
+    return name.endswith((".localhost", ".local", ".internal")) or name == socket.gethostname().lower()
 
 
 def split_host(host: str) -> tuple[str, int | None]:
@@ -148,7 +158,7 @@ class Guard:
             bound_name = f"[{bound_name}]"  # a bare IPv6 address, as a Host header writes it
         if bound_port is not None and (port if port is not None else 80) != bound_port:
             return False
-        return name in LOOPBACK_HOSTS or name == bound_name
+        return name in LOOPBACK_HOSTS or name == bound_name or local_name(name)
 
     def origin_ok(self, origin: str, host: str) -> bool:
         """Whether a page from ``origin`` may use the server reached as ``host``."""
@@ -165,7 +175,7 @@ class Guard:
         own_name, own_port = split_host(host)
         if name == own_name and port == (own_port if own_port is not None else _DEFAULT_PORTS[scheme]):
             return True  # the server's own page
-        return name in LOOPBACK_HOSTS
+        return name in LOOPBACK_HOSTS or name.endswith(".localhost")  # loopback pages, any port
 
 
 async def _refuse(send: Any, message: str, code: str) -> None:

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from edgespec.errors import EdgespecError, InputError
+from edgespec.errors import EdgespecError
 from edgespec.events import Done
 
 from .metrics import Metrics
@@ -134,13 +134,11 @@ class Worker:
         self._runner: Any = self._new_runner() if parallel > 1 else None
 
     def _new_runner(self) -> Any:
-        from edgespec.llama import max_sequences
+        from edgespec.batchrun import check_parallel
         from edgespec.multiseq import BatchRunner
 
-        limit = max_sequences()
-        if self.parallel > limit:
-            raise InputError(f"--parallel {self.parallel} is more than llama.cpp's {limit} sequences "
-                             f"in one context; use --parallel {limit} or less")
+        # llama.cpp's sequence limit and the KV memory, each slot holding the whole context
+        check_parallel(self.engine, self.parallel, self.engine.n_ctx)
         return BatchRunner(self.engine, self.parallel, n_ctx_seq=self.engine.n_ctx)
 
     # -- the asyncio side -------------------------------------------------------------
