@@ -62,11 +62,12 @@ def check_origins(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def local_name(name: str) -> bool:
+def local_name(name: str, hostname: str | None = None) -> bool:
     """A name no one can register on the internet, so no page can rebind it (Ollama's
     rule): ``*.localhost``, ``*.local`` (mDNS), ``*.internal`` (``host.docker.internal``)
-    and this machine's own host name."""
-    return name.endswith((".localhost", ".local", ".internal")) or name == socket.gethostname().lower()
+    and this machine's own host name (``hostname``, default: asked now)."""
+    own = (hostname if hostname is not None else socket.gethostname()).lower()
+    return name.endswith((".localhost", ".local", ".internal")) or (bool(name) and name == own)
 
 
 def split_host(host: str) -> tuple[str, int | None]:
@@ -99,6 +100,7 @@ class Guard:
         self.app = app
         self.origins = check_origins(origins)
         self.any_origin = "*" in self.origins
+        self.hostname = socket.gethostname().lower()
         # the host names of explicitly allowed origins (a proxy's public name) are this server's too
         self.extra_names = {_origin_parts(o)[1] for o in self.origins if "*" not in o and o != "null"}
 
@@ -158,7 +160,7 @@ class Guard:
             bound_name = f"[{bound_name}]"  # a bare IPv6 address, as a Host header writes it
         if bound_port is not None and (port if port is not None else 80) != bound_port:
             return False
-        return name in LOOPBACK_HOSTS or name == bound_name or local_name(name)
+        return name in LOOPBACK_HOSTS or name == bound_name or local_name(name, self.hostname)
 
     def origin_ok(self, origin: str, host: str) -> bool:
         """Whether a page from ``origin`` may use the server reached as ``host``."""
