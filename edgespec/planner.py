@@ -319,7 +319,10 @@ def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.C
     opt = costs.options[0]
     kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
                             slowdown=slow)
-    reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {ask.draft}); predicted {_x(s)}"
+    # without --k the drafting policy picks each round's length (up to the engine's bound),
+    # and a drafter whose policy cannot lose (prompt lookup) is predicted at least its floor
+    s = max(s, opt.floor / slow)
+    reason = f"{opt.drafter} drafter as asked (--draft {ask.draft}); predicted {_x(s)}"
     if s < 1.0:
         reason += ", slower than plain decoding on this device"
     return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason, reason
