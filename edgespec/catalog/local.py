@@ -1,0 +1,253 @@
+"""The models already on this machine: found in other tools' stores (``stores``), known
+from their headers (``ident``), named, and paired.
+
+``scan()`` returns an ``Index``: every ``LocalModel`` and every file skipped, with the
+reason. Headers are cached in edgespec's cache folder (``local-index.json``), keyed by
+path, size and modification time, so a warm scan only lists folders and stats files;
+the ``gguf`` package is imported only when a header must be read. The index is kept for
+the life of the process (``forget()`` drops it).
+
+``lookup(name)`` resolves the names ``stores`` gives, and the same names without their
+store's prefix or by file name: several matches are an ``AmbiguousModelError`` listing
+them (unless they are the same file), none is None (``suggest`` finds the closest names).
+
+A drafter for a target: its vocabulary passes llama.cpp's rules on the headers
+(``ident.drafting_problem``) and its files are at least ``DRAFT_SIZE_RATIO`` times
+smaller. Nothing here is written outside edgespec's own cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import AmbiguousModelError, ModelFileError
+from . import stores
+from .ident import Header, drafting_problem, read_header
+from .stores import Found, Skipped
+
+CACHE_VERSION = 1
+DRAFT_SIZE_RATIO = 2.0  # a drafter's files are at least this many times smaller
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """One model on this machine: its name and store, files, size and header."""
+
+    name: str
+    source: str
+    where: str
+    files: tuple[Path, ...]
+    size_bytes: int
+    header: Header
+    aliases: tuple[str, ...] = ()
+    catalog: str | None = None
+
+    @property
+    def path(self) -> Path:
+        """The file to load (the first part of a split model)."""
+        return self.files[0]
+
+    @property
+    def key(self) -> str:
+        """A stable identity for measured figures: the same bytes under any store's name
+        (an Ollama blob and an LM Studio copy of one file share it)."""
+        h = self.header
+        text = f"{h.name}|{h.architecture}|{h.params}|{h.quant}|{self.size_bytes}|" + (
+            h.tokenizer.digest if h.tokenizer else "")
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def drafting_problem(self, target: "LocalModel") -> str | None:
+        """Why this model cannot draft for ``target``, or None when it can."""
+        if self.key == target.key:
+            return "the same model"
+        if self.size_bytes * DRAFT_SIZE_RATIO > target.size_bytes:
+            return f"not {DRAFT_SIZE_RATIO:g}× smaller than the target"
+        if self.header.tokenizer is None or target.header.tokenizer is None:
+            return "no tokenizer in its header"
+        return drafting_problem(target.header.tokenizer, self.header.tokenizer)
+
+
+@dataclass
+class Index:
+    models: list[LocalModel]
+    skipped: list[Skipped]
+    _by_key: dict[str, list[LocalModel]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for m in self.models:
+            for key in dict.fromkeys(k.lower() for k in (m.name, *m.aliases)):
+                self._by_key.setdefault(key, []).append(m)
+
+    def find(self, name: str) -> list[LocalModel]:
+        """The models ``name`` names: by full name first, then by alias."""
+        key = name.strip().lower()
+        exact = [m for m in self._by_key.get(key, []) if m.name.lower() == key]
+        return exact or self._by_key.get(key, [])
+
+    def drafters_for(self, target: LocalModel) -> list[LocalModel]:
+        """Models that can draft for ``target``, largest first."""
+        out = [m for m in self.models if m.drafting_problem(target) is None]
+        return sorted(out, key=lambda m: -m.size_bytes)
+
+    def targets_for(self, draft: LocalModel) -> list[LocalModel]:
+        return [m for m in self.models if draft.drafting_problem(m) is None]
+
+    def pairs(self) -> list[tuple[LocalModel, LocalModel]]:
+        """Every (target, drafter) pair on this machine."""
+        return [(t, d) for t in self.models for d in self.drafters_for(t)]
+
+
+_MEMO: dict[tuple, Index] = {}
+
+
+def forget() -> None:
+    """Drop the index kept for this process (the next ``scan`` lists the stores again)."""
+    _MEMO.clear()
+
+
+def scan(*, refresh: bool = False) -> Index:
+    """Every model in the stores (see ``stores``), read-only, headers from the cache."""
+    home = Path.home()
+    memo_key = (str(home), json.dumps({k: [str(p) for p in v] for k, v in stores.roots(home).items()}))
+    if not refresh and memo_key in _MEMO:
+        return _MEMO[memo_key]
+    found, skipped = stores.find_all(home)
+    cache = _Cache.load()
+    models: list[LocalModel] = []
+    for f in found:
+        m = _model(f, cache, skipped)
+        if m is not None:
+            models.append(m)
+    cache.save()
+    index = Index(models, list(skipped))
+    _MEMO[memo_key] = index
+    return index
+
+
+def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | None:
+    headers = []
+    size = 0
+    for part in f.files:
+        try:
+            h, n = cache.header(part)
+        except ModelFileError as exc:
+            skipped.append(Skipped(str(part), f"{f.name}: {exc}"))
+            return None
+        headers.append(h)
+        size += n
+    first = headers[0]
+    if first.kind != "model":
+        what = {"mmproj": "a vision projector (mmproj)", "lora": "a LoRA adapter"}.get(first.kind, f"a {first.kind} file")
+        skipped.append(Skipped(str(f.files[0]), f"{f.name}: {what}, not a model"))
+        return None
+    if first.tokenizer is None:
+        skipped.append(Skipped(str(f.files[0]), f"{f.name}: no tokenizer in its header"))
+        return None
+    if len(headers) > 1:
+        from dataclasses import replace
+
+        first = replace(first, params=sum(h.params for h in headers))
+    return LocalModel(f.name, f.source, f.where, f.files, size, first, f.aliases, f.catalog)
+
+
+class _Cache:
+    """Headers by path, valid while the file's size and mtime are unchanged."""
+
+    def __init__(self, path: Path, entries: dict) -> None:
+        self.path, self.entries, self.dirty = path, entries, False
+
+    @classmethod
+    def load(cls) -> "_Cache":
+        from .chunks import cache_dir
+
+        path = cache_dir() / "local-index.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            entries = data["files"] if data.get("version") == CACHE_VERSION else {}
+        except (OSError, ValueError, KeyError, TypeError):
+            entries = {}
+        return cls(path, entries)
+
+    def header(self, path: Path) -> tuple[Header, int]:
+        """The header of ``path`` and its size; ``ModelFileError`` if it cannot be read."""
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise ModelFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+        key = str(path)
+        e = self.entries.get(key)
+        if e and e.get("size") == st.st_size and e.get("mtime_ns") == st.st_mtime_ns:
+            if "error" in e:
+                raise ModelFileError(e["error"])
+            try:
+                return Header.from_dict(e["header"]), st.st_size
+            except (KeyError, TypeError):
+                pass
+        entry: dict = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        try:
+            h = read_header(path)
+            entry["header"] = h.to_dict()
+        except ModelFileError as exc:
+            entry["error"] = str(exc)
+            self.entries[key], self.dirty = entry, True
+            raise
+        self.entries[key], self.dirty = entry, True
+        return h, st.st_size
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": self.entries}), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:  # a read-only cache: the next run reads the headers again
+            tmp.unlink(missing_ok=True)
+
+
+def describe_file(path: str | os.PathLike) -> LocalModel:
+    """A file anywhere (not necessarily in a store) as a ``LocalModel`` named by its path."""
+    p = Path(path).expanduser()
+    for m in scan().models:
+        if p in m.files or p.resolve() == m.path.resolve():
+            return m
+    files: tuple[Path, ...] = (p,)
+    split = stores.SPLIT.match(p.name)
+    if split:  # every part of a split model, when all are there
+        parts = p.parent.glob(f"{glob.escape(split.group(1))}-*-of-{split.group(3)}.gguf")
+        files = next((fs for _, fs in stores.group_files(parts, []) if p in fs), files)
+    cache = _Cache.load()
+    skipped: list[Skipped] = []
+    m = _model(Found(str(p), "path", str(p.parent), files), cache, skipped)
+    cache.save()
+    if m is None:
+        raise ModelFileError(skipped[-1].reason if skipped else f"cannot read {p}")
+    return m
+
+
+def lookup(name: str) -> LocalModel | None:
+    """The local model ``name`` names, None if none; ``AmbiguousModelError`` when it
+    names several different models."""
+    matches = scan().find(name)
+    if not matches:
+        return None
+    if len({m.key for m in matches}) > 1:
+        listed = "; ".join(f"{m.name} ({m.source}: {m.path})" for m in matches)
+        raise AmbiguousModelError(f"{name!r} matches {len(matches)} models on this machine: {listed}; "
+                                  "use one of these names, or a path")
+    return matches[0]
+
+
+def suggest(name: str, names: list[str], n: int = 3) -> list[str]:
+    """The names closest to ``name`` (for an unknown name's error message)."""
+    low = {k.lower(): k for k in names}
+    close = difflib.get_close_matches(name.lower(), list(low), n=n, cutoff=0.5)
+    contains = [k for k in low if name.lower() in k and k not in close][: max(0, n - len(close))]
+    return [low[k] for k in close + contains]
