@@ -106,11 +106,11 @@ def catalog_errors() -> tuple[type[Exception], ...]:
     return (EdgespecError, OSError)
 
 
-def rank(target: str, prof: Profile, *, budget: int, headroom: int, c: adaptive.VerifyCost,
+def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headroom: int, c: adaptive.VerifyCost,
          slowdown: float = 1.0, pair_alpha: float | None = None) -> Ranking:
     """Every local model that can draft for ``target``, ranked (see the module docstring).
     ``pair_alpha``: the profile's measured α for the target's catalog pair."""
-    t = target_model(target)
+    t = target if isinstance(target, catalog.LocalModel) else target_model(target)
     if t is None:
         return Ranking(None)
     out: list[Candidate] = []
@@ -171,8 +171,12 @@ def suggest_catalog_drafter(t: catalog.LocalModel, prof: Profile, budget: int, h
     fam = catalog_family(t)
     if fam is None:
         return ""
-    for m in sorted((m for m in catalog.MODELS if m.vocab == fam and m.size_bytes * 3 <= t.size_bytes),
-                    key=lambda m: m.size_bytes):
+    base = t.header.basename.lower()  # "qwen2.5-coder": a Coder drafter first
+
+    def order(m: catalog.CatalogModel) -> tuple[int, bool]:
+        return m.size_bytes, not (base and m.title.lower().startswith(base))
+
+    for m in sorted((m for m in catalog.MODELS if m.vocab == fam and m.size_bytes * 3 <= t.size_bytes), key=order):
         fit = catalog.check_fit(str(t.path), m.name, n_ctx=prof.n_ctx, available_bytes=budget,
                                 headroom_bytes=headroom)
         if fit.fits:
@@ -216,3 +220,28 @@ def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: 
     if mode in ("auto", "model") and ranking.target is None:
         notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
     return ForTarget(None, None, None, ranking)
+
+
+def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[catalog.LocalModel, Candidate]]]:
+    """Every (target, drafter) pair on this machine with its predicted speedup on the
+    profile (``"auto"``: this machine's), best pairs of each target first."""
+    from .profiles import detect_profile, load_profile
+
+    if isinstance(profile, Profile):
+        prof, available = profile, None
+    elif profile == "auto":
+        det = detect_profile()
+        prof, available = det.profile, det.machine.available_bytes
+    else:
+        prof, available = load_profile(profile), None
+    budget = int(prof.models_gb.value * GB)
+    budget = min(budget, available) if available is not None else budget
+    out = []
+    seen: set[str] = set()
+    for t in catalog.scan().models:
+        if t.key in seen or not catalog.scan().drafters_for(t):
+            continue
+        seen.add(t.key)
+        r = rank(t, prof, budget=budget, headroom=int(prof.headroom_gb * GB), c=prof.verify.cost)
+        out.extend((t, cand) for cand in r.candidates)
+    return prof, out

@@ -90,7 +90,8 @@ def unknown_model(text: str) -> CatalogError | ModelFileError:
             "`edgespec models list`."
         )
     return CatalogError(
-        f"unknown model {text!r}: not an existing file, a catalog name or a model found on this machine; "
+        f"unknown model {text!r}: not an existing file, not a catalog name and not a model found on this "
+        "machine; "
         f"{hint}see `edgespec models list` for names, or pass a path to a .gguf file"
     )
 

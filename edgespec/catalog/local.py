@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..errors import AmbiguousModelError, ModelFileError
@@ -53,7 +54,7 @@ class LocalModel:
         """The file to load (the first part of a split model)."""
         return self.files[0]
 
-    @property
+    @cached_property
     def key(self) -> str:
         """A stable identity for measured figures: the same bytes under any store's name
         (an Ollama blob and an LM Studio copy of one file share it)."""
@@ -64,8 +65,6 @@ class LocalModel:
 
     def drafting_problem(self, target: "LocalModel") -> str | None:
         """Why this model cannot draft for ``target``, or None when it can."""
-        if self.key == target.key:
-            return "the same model"
         if self.size_bytes * DRAFT_SIZE_RATIO > target.size_bytes:
             return f"not {DRAFT_SIZE_RATIO:g}× smaller than the target"
         if self.header.tokenizer is None or target.header.tokenizer is None:

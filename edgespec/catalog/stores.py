@@ -232,7 +232,8 @@ def lmstudio(home: Path, walk: _Walk) -> list[Found]:
                 base = f"{pub.name}/{repo.name}"
                 for stem, files in models:
                     name = base if len(models) == 1 else f"{base}/{files[0].name}"
-                    aliases = (f"{base}/{files[0].name}",) if len(models) == 1 else ()
+                    # the repo alone names each of several models: an ambiguity that lists them
+                    aliases = (f"{base}/{files[0].name}",) if len(models) == 1 else (base,)
                     out.append(Found(name, "lmstudio", str(root), files, aliases + (files[0].name,)))
     return out
 

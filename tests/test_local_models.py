@@ -1,0 +1,372 @@
+"""The models people already have: fake Ollama, LM Studio, Hugging Face, llama.cpp and
+EDGESPEC_MODEL_PATH stores under a temporary HOME, holding tiny GGUFs of two different
+vocabularies (tests/tiny_models.py). What is found and under which names, what is
+skipped and why, which pairs are compatible (and that llama.cpp agrees on the loaded
+vocabularies), that the names work on the command line, and that the automatic drafter
+is the compatible model and never the incompatible one."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from edgespec import catalog, pairing, planner
+from edgespec.catalog import ident, stores
+from edgespec.errors import AmbiguousModelError, CatalogError, IncompatibleVocabError
+from edgespec.profiles import load_profile
+from tiny_models import make_header_model, make_tiny_model, write_random_bytes
+
+TARGET = "ollama:tinytarget:latest"
+DRAFT = "ollama:tinydraft:1b"
+DRAFT_TOO = "ollama:hf.co/tinyorg/tiny-gguf:Q8_0"  # the same blob under a second Ollama name
+OTHER = "tinyorg/Tiny-Other-GGUF"  # the other vocabulary, small enough to draft
+BIG = 100_000  # F32 weights of the header-only models: too large to draft for the target
+
+
+def _blob(root: Path, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
+    (root / "blobs" / f"sha256-{digest}").write_bytes(data)
+    return f"sha256:{digest}"
+
+
+def _manifest(root: Path, rel: str, layers: list[tuple[str, str]]) -> None:
+    f = root / "manifests" / rel
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps({"schemaVersion": 2, "layers": [{"mediaType": m, "digest": d, "size": 1}
+                                                            for m, d in layers]}))
+
+
+def build_tree(home: Path, src: Path) -> dict[str, Path]:
+    """The stores under ``home`` (models from ``src``); returns the interesting paths."""
+    model, projector = stores.OLLAMA_MODEL_LAYER, "application/vnd.ollama.image.projector"
+    o = home / ".ollama" / "models"
+    t = _blob(o, (src / "target.gguf").read_bytes())
+    d = _blob(o, (src / "draft.gguf").read_bytes())
+    _manifest(o, "registry.ollama.ai/library/tinytarget/latest", [(model, t)])
+    _manifest(o, "registry.ollama.ai/library/tinydraft/1b", [(model, d)])
+    _manifest(o, "hf.co/tinyorg/tiny-gguf/Q8_0", [(model, d)])
+    _manifest(o, "registry.ollama.ai/library/vision/7b",
+              [(model, _blob(o, (src / "other.gguf").read_bytes())), (projector, _blob(o, b"GGUF projector"))])
+    _manifest(o, "registry.ollama.ai/library/ghost/latest", [(model, "sha256:" + "0" * 64)])
+    broken = o / "manifests/registry.ollama.ai/library/broken/latest"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("{not json")
+
+    lms = home / ".lmstudio" / "models" / "tinyorg"
+    (lms / "Tiny-Other-GGUF").mkdir(parents=True)
+    shutil.copy(src / "other.gguf", lms / "Tiny-Other-GGUF" / "other-small.gguf")
+    make_header_model(lms / "Tiny-Multi-GGUF" / "draft-a.gguf", name="multi-a", n_floats=BIG)
+    make_header_model(lms / "Tiny-Multi-GGUF" / "draft-b.gguf", name="multi-b", n_floats=BIG + 1)
+    make_header_model(lms / "Tiny-Multi-GGUF" / "mmproj-tiny-f16.gguf", kind="mmproj")
+    (lms / "Broken-GGUF").mkdir()
+    (lms / "Broken-GGUF" / "cut.gguf").write_bytes((src / "target.gguf").read_bytes()[:200])
+    write_random_bytes(lms / "Broken-GGUF" / "notgguf.gguf")
+    make_header_model(home / ".cache/lm-studio/models/old/Old-GGUF/old.gguf", name="old", n_floats=BIG)
+
+    hub = home / ".cache/huggingface/hub"
+    repo = hub / "models--tinyorg--Tiny-Split-GGUF"
+    parts = make_header_model(repo / "tmp" / "split.gguf", name="split", n_parts=2, n_floats=BIG)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    snap = repo / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    for p in parts:  # as huggingface_hub stores them: links into blobs/
+        blob = repo / "blobs" / hashlib.sha256(p.read_bytes()).hexdigest()
+        blob.parent.mkdir(exist_ok=True)
+        p.rename(blob)
+        (snap / p.name).symlink_to(os.path.relpath(blob, snap))
+    (repo / "tmp").rmdir()
+    gone = hub / "models--tinyorg--Tiny-Gone-GGUF" / "snapshots" / "abc"
+    gone.mkdir(parents=True)
+    (gone / "gone.gguf").symlink_to("../../blobs/deadbeef")
+
+    make_header_model(home / ".cache/llama.cpp/tinyorg_Tiny-GGUF_lora.gguf", kind="lora")
+    mine = home / "mymodels"
+    make_header_model(mine / "sub" / "mine.gguf", name="mine", n_floats=BIG)
+    make_header_model(mine / "sub" / "half-00001-of-00002.gguf", name="half")  # part 2 missing
+    (mine / "locked").mkdir()
+    return {"target_blob": o / "blobs" / t.replace(":", "-"), "draft_blob": o / "blobs" / d.replace(":", "-"),
+            "mine": mine, "locked": mine / "locked"}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    pytest.importorskip("gguf")
+    src = tmp_path_factory.mktemp("src")
+    make_tiny_model(src / "target.gguf", seed=0, name="tiny-target", n_ctx_train=512)
+    # the target's vocabulary and weights, four times narrower: a real, runnable drafter
+    make_tiny_model(src / "draft.gguf", seed=0, name="tiny-draft", n_embd=32, n_ff=64, n_layer=1)
+    make_tiny_model(src / "other.gguf", vocab="other", seed=2, name="tiny-other", n_embd=32, n_ff=64, n_layer=1)
+    home = tmp_path_factory.mktemp("home")
+    return home, build_tree(home, src)
+
+
+@pytest.fixture
+def home(tree, tmp_path, monkeypatch):
+    """HOME is the fake tree; every other store variable unset; caches and config here."""
+    h, paths = tree
+    monkeypatch.setenv("HOME", str(h))
+    for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE",
+                "XDG_CACHE_HOME", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", str(paths["mine"]))
+    monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # the folder no one may read (the tests run as root: chmod is no bar)
+        if Path(path) == paths["locked"]:
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(stores.os, "scandir", scandir)
+    catalog.forget()
+    yield paths
+    catalog.forget()
+
+
+def names(index):
+    return {m.name for m in index.models}
+
+
+def test_every_store_is_found_under_its_names(home):
+    index = catalog.scan()
+    assert names(index) == {
+        TARGET, DRAFT, DRAFT_TOO, "ollama:vision:7b", OTHER, "tinyorg/Tiny-Multi-GGUF/draft-a.gguf",
+        "tinyorg/Tiny-Multi-GGUF/draft-b.gguf", "old/Old-GGUF", "hf:tinyorg/Tiny-Split-GGUF", "mine",
+    }
+    by = {m.name: m for m in index.models}
+    assert by[TARGET].source == "ollama" and by[TARGET].path == home["target_blob"]
+    assert by[OTHER].source == "lmstudio" and by["old/Old-GGUF"].source == "lmstudio"
+    split = by["hf:tinyorg/Tiny-Split-GGUF"]
+    assert split.source == "huggingface" and len(split.files) == 2  # one model, two parts
+    assert split.size_bytes == sum(f.stat().st_size for f in split.files)
+    assert split.header.params == 2 * BIG
+    h = by[TARGET].header
+    assert (h.architecture, h.quant, h.context_length, h.chat_template) == ("llama", "F32", 512, True)
+    assert h.tokenizer.n_tokens == 320 and not by[OTHER].header.chat_template
+
+
+def test_what_is_skipped_and_why(home):
+    skipped = {Path(s.path).name: s.reason for s in catalog.scan().skipped}
+    reasons = " | ".join(s.reason for s in catalog.scan().skipped)
+    assert "ollama:broken:latest: corrupt manifest" in reasons
+    assert "ollama:ghost:latest: its model blob" in reasons and "missing (dangling)" in reasons
+    assert "ollama:vision:7b: a vision projector (mmproj) layer" in reasons
+    assert "vision projector (mmproj)" in skipped["mmproj-tiny-f16.gguf"]
+    assert "cut short or corrupt" in skipped["cut.gguf"]  # truncated mid-header
+    assert "not a GGUF file" in skipped["notgguf.gguf"]
+    assert "dangling link" in skipped["gone.gguf"]
+    assert "a LoRA adapter, not a model" in skipped["tinyorg_Tiny-GGUF_lora.gguf"]
+    assert "part(s) 2 of 2 missing" in skipped["half-00001-of-00002.gguf"]
+    assert "cannot read the folder: Permission denied" in skipped["locked"]
+
+
+def test_compatibility_from_headers_follows_llama_cpp_and_llama_agrees(home):
+    from edgespec import llama
+    from edgespec.llama import vocab
+
+    assert (ident.VOCAB_MAX_SIZE_DIFFERENCE, ident.VOCAB_CHECK_START_TOKEN_ID) == (
+        vocab.VOCAB_MAX_SIZE_DIFFERENCE, vocab.VOCAB_CHECK_START_TOKEN_ID)
+    index = catalog.scan()
+    by = {m.name: m for m in index.models}
+    target, draft, other = by[TARGET], by[DRAFT], by[OTHER]
+    assert {d.name for d in index.drafters_for(target)} == {DRAFT, DRAFT_TOO}
+    assert ident.drafting_problem(target.header.tokenizer, other.header.tokenizer).startswith("different token")
+    llama.check_vocab_files(target.path, draft.path)  # llama.cpp's check on the loaded vocabularies
+    with pytest.raises(IncompatibleVocabError):
+        llama.check_vocab_files(target.path, other.path)
+    pairs = {(t.name, d.name) for t, d in index.pairs()}
+    assert (TARGET, DRAFT) in pairs and not any(OTHER in p for p in pairs)
+    assert (TARGET, "ollama:vision:7b") not in pairs
+
+
+def test_sizes_within_128_tokens_are_compatible(tmp_path):
+    """Qwen2.5-7B's 152,064 tokens and 0.5B's 151,936: llama.cpp's 128-token tolerance."""
+    pytest.importorskip("gguf")
+    a = make_tiny_model(tmp_path / "a.gguf", seed=0, n_vocab=328)
+    b = make_tiny_model(tmp_path / "b.gguf", seed=0, n_embd=32, n_ff=64, n_layer=1)
+    c = make_tiny_model(tmp_path / "c.gguf", seed=0, n_embd=32, n_ff=64, n_layer=1, n_vocab=452)
+    ta, tb, tc = (ident.read_header(p).tokenizer for p in (a, b, c))
+    assert ident.drafting_problem(ta, tb) is None and ident.drafting_problem(tb, ta) is None
+    assert "more than 128 apart" in ident.drafting_problem(tb, tc)
+    assert ident.drafting_problem(ta, tc) is None  # 328 and 452: the first 328 agree
+
+
+def test_names_resolve_wherever_a_model_is_named(home):
+    assert catalog.resolve_model(TARGET) == home["target_blob"]
+    assert catalog.resolve_model("tinytarget") == home["target_blob"]  # no prefix, :latest
+    assert catalog.resolve_model("tinydraft:1b") == home["draft_blob"]
+    assert catalog.resolve_model(OTHER).name == "other-small.gguf"
+    assert catalog.resolve_model("mine").name == "mine.gguf"
+    assert catalog.model_info(TARGET).size_bytes == home["target_blob"].stat().st_size
+    assert catalog.is_available(DRAFT) and catalog.local_path(DRAFT) == home["draft_blob"]
+    with pytest.raises(AmbiguousModelError, match=r"matches 2 models.*draft-a\.gguf.*draft-b\.gguf"):
+        catalog.resolve_model("tinyorg/Tiny-Multi-GGUF")
+    with pytest.raises(CatalogError, match="did you mean 'ollama:tinytarget:latest'"):
+        catalog.resolve_model("ollama:tinytarjet:latest")
+
+
+def test_the_same_file_under_two_names_is_not_ambiguous(home, tmp_path, monkeypatch):
+    for d in ("one", "two"):  # one model copied into two folders: two "tinydraft"s, the same bytes
+        (tmp_path / d).mkdir()
+        shutil.copy(home["draft_blob"], tmp_path / d / "tinydraft.gguf")
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", os.pathsep.join(str(tmp_path / d) for d in ("one", "two")))
+    catalog.forget()
+    assert len(catalog.scan().find("tinydraft")) == 2
+    m = catalog.lookup("tinydraft")
+    assert m is not None and m.path == tmp_path / "one" / "tinydraft.gguf"
+    assert m.key == catalog.lookup(DRAFT).key  # and the Ollama blob is the same model too
+
+
+def gpu_profile():
+    """A profile where a small drafter pays: memory-bound verification, no fixed step cost."""
+    prof = load_profile("rtx4090")
+    return dataclasses.replace(prof, overhead_ms=dataclasses.replace(prof.overhead_ms, value=0.0))
+
+
+def test_the_automatic_drafter_is_the_compatible_model(home):
+    p = planner.plan(gpu_profile(), target=TARGET)
+    assert p.drafter == "model" and p.draft in (DRAFT, DRAFT_TOO)
+    assert f"model drafter {p.draft} (ollama)" in p.summary
+    ranking = [n for n in p.notes if "(ollama):" in n or "(lmstudio)" in n]
+    assert ranking and not any(OTHER in n for n in p.notes)
+    assert Path(p.engine_kwargs()["draft"]) == home["draft_blob"]
+
+
+def test_nothing_compatible_means_no_model_drafter(home):
+    p = planner.plan(gpu_profile(), target=OTHER)
+    assert p.drafter != "model" and p.draft is None
+    assert any(n.startswith(f"drafters on this machine for {OTHER}: none") for n in p.notes)
+
+
+def test_measured_acceptance_is_used_next_time(home):
+    index = catalog.scan()
+    by = {m.name: m for m in index.models}
+    prof = gpu_profile()
+    catalog.measured.record(by[TARGET], by[DRAFT], alpha=0.93, gamma=0.2, profile=prof.name, source="test")
+    catalog.forget()
+    r = pairing.rank(TARGET, prof, budget=10**10, headroom=0, c=prof.verify.cost)
+    best = r.best
+    assert best.alpha == pytest.approx(0.93) and best.alpha_status.startswith("measured")
+    assert best.gamma == pytest.approx(0.2) and best.gamma_status.startswith("measured")
+
+
+def test_acceptance_prior_by_size_and_family():
+    same4 = pairing.acceptance_prior(0.7, 4_000, 1_000, True)
+    assert same4 == pytest.approx(0.7)
+    assert pairing.acceptance_prior(0.7, 16_000, 1_000, True) < same4
+    assert pairing.acceptance_prior(0.7, 4_000, 1_000, False) == pytest.approx(0.7 * pairing.DIFFERENT_FAMILY)
+
+
+def test_a_catalog_drafter_is_suggested_when_none_is_here(home, tmp_path):
+    """A Qwen2-like header (its tokenizer's size and pre-tokenizer) with nothing to pair."""
+    big = tmp_path / "lone" / "qwen-like.gguf"
+    make_header_model(big, name="qwen-like", pre="qwen2", tokens=[f"t{i}" for i in range(151936)])
+    with open(big, "r+b") as f:  # a sparse 2 GB: the size a 3B model has
+        f.truncate(2_000_000_000)
+    p = planner.plan(gpu_profile(), target=str(big))
+    assert re.search(r"`edgespec models pull qwen2\.5-(coder-)?0\.5b-instruct-q4_k_m`", p.summary), p.summary
+    assert p.drafter != "model"
+
+
+def test_a_warm_scan_reads_no_header_and_a_changed_file_is_read_again(home, monkeypatch):
+    first = catalog.scan()
+    catalog.forget()
+
+    def no_reading(path):
+        raise AssertionError(f"read {path} again")
+
+    monkeypatch.setattr("edgespec.catalog.local.read_header", no_reading)
+    assert names(catalog.scan()) == names(first)
+    catalog.forget()
+    mine = home["mine"] / "sub" / "mine.gguf"
+    st = mine.stat()
+    os.utime(mine, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(AssertionError, match="mine.gguf again"):
+        catalog.scan()
+
+
+@pytest.fixture
+def cli():
+    from edgespec.cli.profiles import models_app
+
+    app = typer.Typer()
+    app.add_typer(models_app, name="models")
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args))
+
+
+def test_cli_models_list_shows_catalog_and_local_and_never_crashes(home, cli):
+    r = cli("models", "list", "-v")
+    assert r.exit_code == 0, r.output
+    assert "tinytarget" in r.stdout and "catalog" in r.stdout
+    assert "corrupt manifest" in r.stderr and "cannot read the folder" in r.stderr
+    d = json.loads(cli("models", "list", "--json").stdout)
+    local = {m["name"]: m for m in d["local"]}
+    assert set(local) == names(catalog.scan())
+    assert set(local[TARGET]["drafters"]) == {DRAFT, DRAFT_TOO}
+    assert TARGET in local[DRAFT]["can_draft_for"] and local[OTHER]["can_draft_for"] == []
+    assert {m["name"] for m in d["models"]} == {m.name for m in catalog.MODELS}
+    assert any("dangling" in s["reason"] for s in d["skipped"])
+
+
+def test_cli_models_pairs(home, cli):
+    r = cli("models", "pairs", "--json", "--profile", "rtx4090")
+    assert r.exit_code == 0, r.output
+    pairs = json.loads(r.stdout)["pairs"]
+    got = {(p["target"], p["draft"]) for p in pairs}
+    assert (TARGET, DRAFT_TOO) in got or (TARGET, DRAFT) in got
+    assert not any(OTHER in (p["target"], p["draft"]) for p in pairs)
+    assert all(p["predicted_speedup"] > 0 for p in pairs)
+
+
+def test_generate_runs_on_an_ollama_target(home):
+    from edgespec.cli.generate import generate
+
+    app = typer.Typer()
+    app.command("generate")(generate)
+    app.command("other")(lambda: None)
+    runner = CliRunner()
+    r = runner.invoke(app, ["generate", "--target", TARGET, "--max-tokens", "8", "--raw", "-v", "the quick fox"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip()
+    assert "drafters on this machine for ollama:tinytarget:latest" in r.stderr
+    r = runner.invoke(app, ["generate", "--target", TARGET, "--draft", DRAFT, "--k", "2", "--max-tokens", "8", "--raw",
+                            "--json", "the quick fox"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["stats"]["drafted"] > 0
+    r = runner.invoke(app, ["generate", "--target", TARGET, "--draft", OTHER, "--max-tokens", "4", "--raw", "x"])
+    assert r.exit_code == IncompatibleVocabError.exit_code and "vocabular" in r.stderr
+
+
+def test_two_hundred_models_are_listed(tmp_path, monkeypatch):
+    """The scale check behind benchmarks/local_models.py (which times it): 200 headers."""
+    pytest.importorskip("gguf")
+    folder = tmp_path / "many"
+    for i in range(200):
+        make_header_model(folder / f"m{i:03d}.gguf", name=f"m{i}", n_floats=64 + i)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", str(folder))
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
+    for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "LLAMA_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    catalog.forget()
+    try:
+        assert len(catalog.scan().models) == 200
+        catalog.forget()
+        assert len(catalog.scan().models) == 200  # from the cache
+    finally:
+        catalog.forget()
