@@ -217,7 +217,7 @@ def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: 
     same = catalog.drafts_for(target)
     if same:
         return ForTarget(same[0].name, None, None, ranking)
-    if mode in ("auto", "model") and ranking.target is None:
+    if mode in ("auto", "model"):
         notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
     return ForTarget(None, None, None, ranking)
 

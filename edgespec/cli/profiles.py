@@ -184,9 +184,14 @@ def _with_detection(plan: Any, det: Any) -> Any:
 
 
 def _names(names: list[str], most: int = 2) -> str:
-    if not names:
-        return "-"
     return ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")
+
+
+def _drafting(row: dict) -> str:
+    """"drafts for X; drafted by Y" for a row of `models list`."""
+    parts = ([f"drafts for {_names(row['can_draft_for'])}"] if row["can_draft_for"] else []) + (
+        [f"drafted by {_names(row['drafters'])}"] if row["drafters"] else [])
+    return "; ".join(parts) or "-"
 
 
 def _print_skipped(skipped: list[dict]) -> None:
@@ -215,21 +220,20 @@ def models_list(
                          "default_target": catalog.DEFAULT_TARGET, "default_draft": catalog.DEFAULT_DRAFT,
                          "cache_dir": str(catalog.cache_dir())})
             return
-        t = Table(title=f"models: {len(rows)} in the catalog, {len(local)} found on this machine", title_justify="left")
+        n_here = sum(1 for r in rows if r["local"])
+        t = Table(title=f"models: {len(rows)} in the catalog ({n_here} here), {len(local)} more found on this "
+                        "machine", title_justify="left")
         t.add_column("name", style="bold", no_wrap=True)
         t.add_column("source", overflow="fold")
-        t.add_column("size", justify="right")
+        t.add_column("size", justify="right", no_wrap=True)
         t.add_column("quant")
         t.add_column("family", overflow="fold")
-        t.add_column("can draft for", overflow="fold")
-        t.add_column("drafters", overflow="fold")
+        t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
             here = "here" if r["local"] else ("PyPI packages" if r["installable"] else ", ".join(r["sources"]))
-            t.add_row(r["name"], f"catalog ({here})", f"{r['size_gb']:.2f} GB", r["quant"], r["family"],
-                      _names(r["can_draft_for"]), _names(r["drafters"]))
+            t.add_row(r["name"], f"catalog, {here}", f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
         for r in local:
-            t.add_row(r["name"], r["source"], f"{r['size_gb']:.2f} GB", r["quant"], r["family"],
-                      _names(r["can_draft_for"]), _names(r["drafters"]))
+            t.add_row(r["name"], r["source"], f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
         out_console().print(t)
         if verbose:
             _print_skipped(skipped)
