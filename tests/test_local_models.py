@@ -370,3 +370,25 @@ def test_two_hundred_models_are_listed(tmp_path, monkeypatch):
         assert len(catalog.scan().models) == 200  # from the cache
     finally:
         catalog.forget()
+
+
+def test_tune_save_records_acceptance_for_the_local_pair_and_the_next_plan_uses_it(home, tmp_path):
+    from bench_support import write_prompt_file
+    from edgespec.cli.tune import tune as tune_cmd
+
+    app = typer.Typer()
+    app.command("tune")(tune_cmd)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["tune", "--profile", "cpu-small", "--target", TARGET, "--draft", DRAFT,
+                                 "--k-grid", "1,2", "--input", str(write_prompt_file(tmp_path / "p.jsonl")),
+                                 "--max-tokens", "6", "--repeats", "1", "--threads", "1", "--json", "--quiet",
+                                 "--save-as", "tiny-box"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    alpha = json.loads(r.stdout)["acceptance"]["model"]
+    rec = json.loads(catalog.measured.store_path().read_text())["pairs"]
+    (only,) = rec.values()
+    assert (only["target"], only["profile"]) == (TARGET, "tiny-box") and only["draft"] in (DRAFT, DRAFT_TOO)
+    assert only["alpha"] == pytest.approx(min(alpha, 0.99), abs=1e-3)
+    catalog.forget()
+    p = planner.plan("tiny-box", target=TARGET, draft="model")
+    assert p.drafter == "model" and any("α=" in n and "measured" in n for n in p.notes)
