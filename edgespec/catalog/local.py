@@ -77,6 +77,8 @@ class Index:
     models: list[LocalModel]
     skipped: list[Skipped]
     _by_key: dict[str, list[LocalModel]] = field(default_factory=dict, repr=False)
+    _groups: dict[str, list[LocalModel]] = field(default_factory=dict, repr=False)
+    _compatible: dict[tuple[str, str], bool] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for m in self.models:
@@ -91,11 +93,33 @@ class Index:
 
     def drafters_for(self, target: LocalModel) -> list[LocalModel]:
         """Models that can draft for ``target``, largest first."""
-        out = [m for m in self.models if m.drafting_problem(target) is None]
+        out = [m for m in self._same_vocab(target, as_target=True)
+               if m.size_bytes * DRAFT_SIZE_RATIO <= target.size_bytes]
         return sorted(out, key=lambda m: -m.size_bytes)
 
     def targets_for(self, draft: LocalModel) -> list[LocalModel]:
-        return [m for m in self.models if draft.drafting_problem(m) is None]
+        return [m for m in self._same_vocab(draft, as_target=False)
+                if draft.size_bytes * DRAFT_SIZE_RATIO <= m.size_bytes]
+
+    def _same_vocab(self, m: LocalModel, *, as_target: bool) -> list[LocalModel]:
+        """The models whose vocabulary can stand in for ``m``'s (``as_target``) or for
+        which ``m``'s can: llama.cpp's rules, decided once per pair of distinct
+        tokenizers (200 models usually hold a handful)."""
+        groups = self._groups
+        if not groups:
+            for x in self.models:
+                groups.setdefault(x.header.tokenizer.digest, []).append(x)
+        mine = m.header.tokenizer
+        out: list[LocalModel] = []
+        for digest, members in groups.items():
+            other = members[0].header.tokenizer
+            pair = (mine.digest, digest) if as_target else (digest, mine.digest)
+            if pair not in self._compatible:
+                t, d = (mine, other) if as_target else (other, mine)
+                self._compatible[pair] = drafting_problem(t, d) is None
+            if self._compatible[pair]:
+                out.extend(members)
+        return out
 
     def pairs(self) -> list[tuple[LocalModel, LocalModel]]:
         """Every (target, drafter) pair on this machine."""

