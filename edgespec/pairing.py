@@ -115,7 +115,7 @@ def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headro
         return Ranking(None)
     out: list[Candidate] = []
     seen: set[str] = set()
-    for d in catalog.scan().drafters_for(t):
+    for d in catalog.drafter_candidates(t):
         if d.key in seen:
             continue  # one file in two stores: weigh it once
         seen.add(d.key)

@@ -392,3 +392,19 @@ def test_tune_save_records_acceptance_for_the_local_pair_and_the_next_plan_uses_
     catalog.forget()
     p = planner.plan("tiny-box", target=TARGET, draft="model")
     assert p.drafter == "model" and any("α=" in n and "measured" in n for n in p.notes)
+
+
+def test_a_name_or_a_drafter_search_reads_only_the_headers_it_needs(home, monkeypatch):
+    from edgespec.catalog import local
+
+    read = []
+    real = local.read_header
+    monkeypatch.setattr(local, "read_header", lambda p: read.append(Path(p).name) or real(p))
+    assert catalog.resolve_model(TARGET) == home["target_blob"]
+    assert read == [home["target_blob"].name]  # a cold cache: this model's header alone
+    read.clear()
+    t = catalog.lookup(TARGET)
+    assert {d.name for d in catalog.drafter_candidates(t)} == {DRAFT, DRAFT_TOO}
+    # only files at most half the target's size: never the large header-only models
+    assert home["draft_blob"].name in read and "other-small.gguf" in read
+    assert not {"mine.gguf", "draft-a.gguf", "draft-b.gguf", "old.gguf", "split-00001-of-00002.gguf"} & set(read)

@@ -41,7 +41,7 @@ from .fit import Fit, ModelInfo, check_fit, kv_cache_bytes, model_info
 from .gguf import read_gguf_metadata, shape_from_metadata
 from . import measured
 from .ident import Header, Tokenizer, drafting_problem, read_header
-from .local import Index, LocalModel, describe_file, forget, lookup, scan, suggest
+from .local import Index, LocalModel, describe_file, drafter_candidates, forget, lookup, scan, suggest
 from .stores import Skipped
 from .hub import endpoint_reachable, hf_cache_dir, hf_endpoint
 from .table import (
@@ -71,6 +71,6 @@ __all__ = [
     "is_available", "is_offline", "kv_cache_bytes", "local_path", "model_info",
     "pypi_parts", "read_gguf_metadata", "resolve_model", "shape_from_metadata",
     # models already on this machine (other tools' stores)
-    "Header", "Index", "LocalModel", "Skipped", "Tokenizer", "describe_file", "drafting_problem",
+    "Header", "Index", "LocalModel", "Skipped", "Tokenizer", "describe_file", "drafter_candidates", "drafting_problem",
     "find_local", "forget", "measured", "lookup", "read_header", "scan", "suggest",
 ]

@@ -77,11 +77,11 @@ def find_local(name: str) -> "LocalModel | None":
 def unknown_model(text: str) -> CatalogError | ModelFileError:
     """The error for a name that is no file, no catalog name and no local model: with the
     closest names there are."""
-    from .local import scan, suggest
+    from .local import known_names, suggest
     from .table import MODELS
 
     names = [m.name for m in MODELS] + [a for m in MODELS for a in m.aliases]
-    names += [n for m in scan().models for n in (m.name, *m.aliases)]
+    names += known_names()
     close = suggest(text, list(dict.fromkeys(names)))
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     if _looks_like_path(text) and not close:

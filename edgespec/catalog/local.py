@@ -5,7 +5,9 @@ from their headers (``ident``), named, and paired.
 reason. Headers are cached in edgespec's cache folder (``local-index.json``), keyed by
 path, size and modification time, so a warm scan only lists folders and stats files;
 the ``gguf`` package is imported only when a header must be read. The index is kept for
-the life of the process (``forget()`` drops it).
+the life of the process (``forget()`` drops it). Naming a model (``lookup``) and looking
+for its drafters (``drafter_candidates``) read only the headers they need: those of the
+models the name names, and of the files small enough to draft.
 
 ``lookup(name)`` resolves the names ``stores`` gives, and the same names without their
 store's prefix or by file name: several matches are an ``AmbiguousModelError`` listing
@@ -136,11 +138,10 @@ def forget() -> None:
 
 def scan(*, refresh: bool = False) -> Index:
     """Every model in the stores (see ``stores``), read-only, headers from the cache."""
-    home = Path.home()
-    memo_key = (str(home), json.dumps({k: [str(p) for p in v] for k, v in stores.roots(home).items()}))
+    memo_key = _memo_key()
     if not refresh and memo_key in _MEMO:
         return _MEMO[memo_key]
-    found, skipped = stores.find_all(home)
+    found, skipped = stores.find_all(Path.home())
     cache = _Cache.load()
     models: list[LocalModel] = []
     for f in found:
@@ -151,6 +152,11 @@ def scan(*, refresh: bool = False) -> Index:
     index = Index(models, list(skipped))
     _MEMO[memo_key] = index
     return index
+
+
+def _memo_key() -> tuple[str, str]:
+    home = Path.home()
+    return str(home), json.dumps({k: [str(p) for p in v] for k, v in stores.roots(home).items()})
 
 
 def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | None:
@@ -235,12 +241,47 @@ class _Cache:
             tmp.unlink(missing_ok=True)
 
 
+def _listed() -> list[Found]:
+    """The stores' models without their headers: what is cheap to know (folder listings)."""
+    memo = _MEMO.get(_memo_key())
+    if memo is not None:
+        return [Found(m.name, m.source, m.where, m.files, m.aliases, m.catalog) for m in memo.models]
+    return stores.find_all(Path.home())[0]
+
+
+def drafter_candidates(target: LocalModel) -> list[LocalModel]:
+    """The models that can draft for ``target``, largest first, reading the headers of
+    only the files small enough to draft for it (a first run on a machine with many large
+    models reads a few headers, not all of them)."""
+    memo = _MEMO.get(_memo_key())
+    if memo is not None:
+        return memo.drafters_for(target)
+    cache = _Cache.load()
+    out = []
+    for f in _listed():
+        try:
+            size = sum(p.stat().st_size for p in f.files)
+        except OSError:
+            continue
+        if size * DRAFT_SIZE_RATIO <= target.size_bytes:
+            m = _model(f, cache, [])
+            if m is not None and m.drafting_problem(target) is None:
+                out.append(m)
+    cache.save()
+    return sorted(out, key=lambda m: -m.size_bytes)
+
+
 def describe_file(path: str | os.PathLike) -> LocalModel:
-    """A file anywhere (not necessarily in a store) as a ``LocalModel`` named by its path."""
+    """A file anywhere as a ``LocalModel``: under its store's name when it is in one,
+    else named by its path. Reads this file's header only."""
     p = Path(path).expanduser()
-    for m in scan().models:
-        if p in m.files or p.resolve() == m.path.resolve():
-            return m
+    for f in _listed():
+        if p in f.files or (f.files[0].name == p.name and p.resolve() == f.files[0].resolve()):
+            cache = _Cache.load()
+            m = _model(f, cache, [])
+            cache.save()
+            if m is not None:
+                return m
     files: tuple[Path, ...] = (p,)
     split = stores.SPLIT.match(p.name)
     if split:  # every part of a split model, when all are there
@@ -258,7 +299,17 @@ def describe_file(path: str | os.PathLike) -> LocalModel:
 def lookup(name: str) -> LocalModel | None:
     """The local model ``name`` names, None if none; ``AmbiguousModelError`` when it
     names several different models."""
-    matches = scan().find(name)
+    memo = _MEMO.get(_memo_key())
+    if memo is not None:
+        matches = memo.find(name)
+    else:  # read the headers of the models this name names, not of every model here
+        key = name.strip().lower()
+        listed = _listed()
+        named = [f for f in listed if f.name.lower() == key] or [
+            f for f in listed if key in (a.lower() for a in f.aliases)]
+        cache = _Cache.load()
+        matches = [m for m in (_model(f, cache, []) for f in named) if m is not None]
+        cache.save()
     if not matches:
         return None
     if len({m.key for m in matches}) > 1:
@@ -266,6 +317,11 @@ def lookup(name: str) -> LocalModel | None:
         raise AmbiguousModelError(f"{name!r} matches {len(matches)} models on this machine: {listed}; "
                                   "use one of these names, or a path")
     return matches[0]
+
+
+def known_names() -> list[str]:
+    """Every name and alias of the models in the stores (no header is read)."""
+    return [n for f in _listed() for n in (f.name, *f.aliases)]
 
 
 def suggest(name: str, names: list[str], n: int = 3) -> list[str]:
