@@ -408,3 +408,31 @@ def test_a_name_or_a_drafter_search_reads_only_the_headers_it_needs(home, monkey
     # only files at most half the target's size: never the large header-only models
     assert home["draft_blob"].name in read and "other-small.gguf" in read
     assert not {"mine.gguf", "draft-a.gguf", "draft-b.gguf", "old.gguf", "split-00001-of-00002.gguf"} & set(read)
+
+
+def test_bench_and_models_check_take_local_names(home, tmp_path, cli):
+    from bench_support import write_prompt_file
+    from edgespec.cli.bench import bench
+
+    app = typer.Typer()
+    app.command("bench")(bench)
+    app.command("other")(lambda: None)
+    r = CliRunner().invoke(app, ["bench", "--profile", "cpu-small", "--target", TARGET, "--draft-candidates",
+                                 f"{DRAFT},ngram", "--k-grid", "2", "--input",
+                                 str(write_prompt_file(tmp_path / "p.jsonl")), "--limit", "1", "--max-tokens", "6",
+                                 "--threads", "1", "--json", "--quiet"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "model k=2" in [x["config"] for x in json.loads(r.stdout)["results"]]
+    r = cli("models", "check", TARGET, DRAFT, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["compatible"] is True
+    r = cli("models", "check", TARGET, OTHER)
+    assert r.exit_code == IncompatibleVocabError.exit_code and "incompatible" in r.stdout
+
+
+def test_the_python_api_takes_local_names(home):
+    from edgespec import Engine
+
+    p = planner.plan(gpu_profile(), target=TARGET, draft=DRAFT, n_gpu_layers=0)
+    with Engine(**p.engine_kwargs()) as engine:
+        assert engine.target_path == home["target_blob"] and engine.draft_path == home["draft_blob"]
+        assert engine.generate("the quick fox", max_tokens=4, raw=True).token_ids

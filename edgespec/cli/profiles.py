@@ -200,6 +200,16 @@ def _print_skipped(skipped: list[dict]) -> None:
         err.print(Text(f"skipped {s['path']}: {s['reason']}", style="dim"))
 
 
+def _scan() -> Any:
+    """The models on this machine; a spinner while headers are read (the first run)."""
+    err = err_console()
+    if not err.is_terminal:
+        return catalog.scan()
+    with err.status("looking for models (Ollama, LM Studio, Hugging Face, llama.cpp, EDGESPEC_MODEL_PATH)…",
+                    spinner="dots"):
+        return catalog.scan()
+
+
 @models_app.command("list")
 def models_list(
     as_json: JsonOpt = False,
@@ -211,7 +221,7 @@ def models_list(
     from edgespec.catalog import listing
 
     with cli_errors():
-        index = catalog.scan()
+        index = _scan()
         rows, local = listing.catalog_rows(index), listing.local_rows(index)
         skipped = listing.skipped_rows(index)
         if as_json:
@@ -251,6 +261,7 @@ def models_pairs(
     from edgespec import pairing
 
     with cli_errors():
+        _scan()
         prof, pairs = pairing.machine_pairs(profile)
         rows = [{"target": t.name, "target_source": t.source, "draft": c.name, "draft_source": c.source,
                  "predicted_speedup": round(c.speedup, 3), "k": c.k, "alpha": round(c.alpha, 3),
