@@ -107,9 +107,9 @@ def catalog_errors() -> tuple[type[Exception], ...]:
 
 
 def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headroom: int, c: adaptive.VerifyCost,
-         slowdown: float = 1.0, pair_alpha: float | None = None) -> Ranking:
+         slowdown: float = 1.0, pair_alpha: tuple[str, float] | None = None) -> Ranking:
     """Every local model that can draft for ``target``, ranked (see the module docstring).
-    ``pair_alpha``: the profile's measured α for the target's catalog pair."""
+    ``pair_alpha``: the profile's α for the target's catalog pair (its draft's name, α)."""
     t = target if isinstance(target, catalog.LocalModel) else target_model(target)
     if t is None:
         return Ranking(None)
@@ -130,7 +130,7 @@ def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headro
 
 
 def _figures(t: catalog.LocalModel, d: catalog.LocalModel, prof: Profile,
-             pair_alpha: float | None) -> tuple[float, str, float, str]:
+             pair_alpha: tuple[str, float] | None) -> tuple[float, str, float, str]:
     """α and γ for ``d`` drafting for ``t``, each with where it comes from."""
     gamma = adaptive.draft_cost_ratio(d.size_bytes, t.size_bytes, overhead_ms=prof.overhead_ms.value,
                                       gbs=prof.decode_gbs.value)
@@ -140,8 +140,8 @@ def _figures(t: catalog.LocalModel, d: catalog.LocalModel, prof: Profile,
         if rec.get("gamma") is not None and rec.get("profile") == prof.name:
             gamma, g_status = float(rec["gamma"]), f"measured {rec.get('date', '')}".strip()
         return float(rec["alpha"]), f"measured {rec.get('date', '')}".strip(), gamma, g_status
-    if pair_alpha is not None and d.catalog is not None:
-        return pair_alpha, "the profile's for this pair", gamma, g_status
+    if pair_alpha is not None and d.catalog == pair_alpha[0]:
+        return pair_alpha[1], "the profile's for this pair", gamma, g_status
     same = t.header.family.lower() == d.header.family.lower()
     alpha = acceptance_prior(prof.alpha_model.value, t.size_bytes, d.size_bytes, same)
     return alpha, "prior by size and family" + ("" if same else " (another family)"), gamma, g_status
@@ -207,7 +207,7 @@ def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: 
     ranking = Ranking(None)
     if mode in ("auto", "model"):
         ranking = rank(target, prof, budget=budget, headroom=headroom, c=(pc.verify or prof.verify).cost,
-                       slowdown=slowdown, pair_alpha=pc.alpha.value if pc.alpha else None)
+                       slowdown=slowdown, pair_alpha=(p.draft, pc.alpha.value) if p and pc.alpha else None)
         notes.extend(ranking.lines())
     best = ranking.best
     if best is not None and not (mode == "model" and p is not None):

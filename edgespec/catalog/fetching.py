@@ -84,10 +84,10 @@ def unknown_model(text: str) -> CatalogError | ModelFileError:
     names += known_names()
     close = suggest(text, list(dict.fromkeys(names)))
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-    if _looks_like_path(text) and not close:
+    if _looks_like_path(text):
         return ModelFileError(
             f"model file not found: {Path(text).expanduser()}. Check the path, or use a name from "
-            "`edgespec models list`."
+            f"`edgespec models list`{'; ' + hint.rstrip('? ') + '?' if close else '.'}"
         )
     return CatalogError(
         f"unknown model {text!r}: not an existing file, not a catalog name and not a model found on this "
