@@ -436,3 +436,12 @@ def test_the_python_api_takes_local_names(home):
     with Engine(**p.engine_kwargs()) as engine:
         assert engine.target_path == home["target_blob"] and engine.draft_path == home["draft_blob"]
         assert engine.generate("the quick fox", max_tokens=4, raw=True).token_ids
+
+
+def test_serve_reports_a_store_model_by_its_name(home):
+    import importlib
+
+    serve = importlib.import_module("edgespec.cli.serve")
+    assert serve._model_name(TARGET) == TARGET  # not the blob's "sha256-..." file name
+    assert serve._model_name(str(home["target_blob"])) is None
+    assert serve._model_name("qwen2.5-coder-1.5b") is None  # a catalog name: the file's stem
