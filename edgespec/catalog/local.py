@@ -76,6 +76,8 @@ class LocalModel:
 
 @dataclass
 class Index:
+    """Every model found, what was skipped and why, and the pairs among them."""
+
     models: list[LocalModel]
     skipped: list[Skipped]
     _by_key: dict[str, list[LocalModel]] = field(default_factory=dict, repr=False)
