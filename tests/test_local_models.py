@@ -445,3 +445,40 @@ def test_serve_reports_a_store_model_by_its_name(home):
     assert serve._model_name(TARGET) == TARGET  # not the blob's "sha256-..." file name
     assert serve._model_name(str(home["target_blob"])) is None
     assert serve._model_name("qwen2.5-coder-1.5b") is None  # a catalog name: the file's stem
+
+
+@pytest.mark.integration
+def test_real_qwen_headers_and_llama_agree(tmp_path, monkeypatch, tiny_target):
+    """The real Qwen2.5-Coder-0.5B (test extra) in a fake Ollama store: its header, its
+    name, the catalog family the suggestion uses, and the vocabulary verdicts llama.cpp
+    confirms (the 1.5B target too, when this machine has it)."""
+    from edgespec import llama
+
+    q05 = catalog.resolve_model("qwen2.5-coder-0.5b")
+    q15 = catalog.local_path("qwen2.5-coder-1.5b")  # before HOME moves
+    h = ident.read_header(q05)
+    assert (h.architecture, h.quant, h.chat_template, h.context_length) == ("qwen2", "Q4_K_M", True, 32768)
+    assert (h.tokenizer.model, h.tokenizer.pre, h.tokenizer.n_tokens) == ("gpt2", "qwen2", 151936)
+    root = tmp_path / "ollama"
+    blob = root / "blobs" / ("sha256-" + "1" * 64)
+    blob.parent.mkdir(parents=True)
+    blob.symlink_to(q05)  # no copy: the store only has to name the bytes
+    _manifest(root, "registry.ollama.ai/library/qwen2.5-coder/0.5b",
+              [(stores.OLLAMA_MODEL_LAYER, "sha256:" + "1" * 64)])
+    monkeypatch.setenv("OLLAMA_MODELS", str(root))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
+    catalog.forget()
+    try:
+        m = catalog.lookup("qwen2.5-coder:0.5b")
+        assert m.name == "ollama:qwen2.5-coder:0.5b" and pairing.catalog_family(m) == "qwen2"
+        other = ident.read_header(tiny_target).tokenizer
+        assert ident.drafting_problem(h.tokenizer, other) is not None
+        with pytest.raises(IncompatibleVocabError):
+            llama.check_vocab_files(q05, tiny_target)
+        if q15 is not None:
+            assert ident.drafting_problem(ident.read_header(q15).tokenizer, h.tokenizer) is None
+            llama.check_vocab_files(q15, q05)
+    finally:
+        catalog.forget()

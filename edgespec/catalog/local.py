@@ -174,7 +174,8 @@ def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | No
         size += n
     first = headers[0]
     if first.kind != "model":
-        what = {"mmproj": "a vision projector (mmproj)", "lora": "a LoRA adapter"}.get(first.kind, f"a {first.kind} file")
+        what = {"mmproj": "a vision projector (mmproj)", "lora": "a LoRA adapter"}.get(
+            first.kind, f"a {first.kind} file")
         skipped.append(Skipped(str(f.files[0]), f"{f.name}: {what}, not a model"))
         return None
     if first.tokenizer is None:

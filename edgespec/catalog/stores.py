@@ -272,7 +272,8 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
             rel = rel_of[files[0]]
             name = f"hf:{repo}" if len(models) == 1 else f"hf:{repo}/{rel}"
             aliases = (name[3:], f"hf:{repo}/{rel}", f"{repo}/{rel}", files[0].name)
-            out.append(Found(name, "huggingface", str(root), files, tuple(dict.fromkeys(a for a in aliases if a != name))))
+            aliases = tuple(dict.fromkeys(a for a in aliases if a != name))
+            out.append(Found(name, "huggingface", str(root), files, aliases))
     return out
 
 
