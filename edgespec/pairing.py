@@ -121,12 +121,19 @@ def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headro
         seen.add(d.key)
         alpha, a_status, gamma, g_status = _figures(t, d, prof, pair_alpha)
         k, s = adaptive.best_k(alpha, c, gamma, k_min=prof.k_min, k_max=prof.k_max, slowdown=slowdown)
-        fit = catalog.check_fit(str(t.path), str(d.path), n_ctx=prof.n_ctx, available_bytes=budget,
-                                headroom_bytes=headroom)
+        fit = _fit_beside(t, d, prof.n_ctx, budget, headroom)
         out.append(Candidate(d.name, d.source, str(d.path), alpha, a_status, gamma, g_status, k, s, fit.fits,
                              fit.describe(), d.catalog))
     out.sort(key=lambda cand: (not cand.fits, -cand.speedup))
     return Ranking(t, tuple(out), "" if out else suggest_catalog_drafter(t, prof, budget, headroom))
+
+
+def _fit_beside(t: catalog.LocalModel, d: catalog.LocalModel, n_ctx: int, budget: int,
+               headroom: int) -> catalog.Fit:
+    """Whether ``d`` fits in memory beside ``t`` (both KV caches at ``n_ctx``), from the
+    headers already read."""
+    kv = catalog.kv_cache_bytes(t.header.shape, n_ctx) + catalog.kv_cache_bytes(d.header.shape, n_ctx)
+    return catalog.Fit(t.size_bytes + d.size_bytes, kv, headroom, budget)
 
 
 def _figures(t: catalog.LocalModel, d: catalog.LocalModel, prof: Profile,

@@ -482,3 +482,15 @@ def test_real_qwen_headers_and_llama_agree(tmp_path, monkeypatch, tiny_target):
             llama.check_vocab_files(q15, q05)
     finally:
         catalog.forget()
+
+
+def test_a_drafter_that_does_not_fit_beside_the_target_is_not_taken(home):
+    prof = gpu_profile()
+    t, d = catalog.lookup(TARGET), catalog.lookup(DRAFT)
+    alone = t.size_bytes + catalog.kv_cache_bytes(t.header.shape, prof.n_ctx)
+    budget = alone + d.size_bytes // 2  # the target fits, the target and the drafter do not
+    prof = dataclasses.replace(prof, headroom_gb=0.0,
+                               models_gb=dataclasses.replace(prof.models_gb, value=budget / catalog.GB))
+    p = planner.plan(prof, target=TARGET)
+    assert p.drafter != "model"
+    assert any("does not fit beside the target" in n for n in p.notes)
