@@ -494,3 +494,18 @@ def test_a_drafter_that_does_not_fit_beside_the_target_is_not_taken(home):
     p = planner.plan(prof, target=TARGET)
     assert p.drafter != "model"
     assert any("does not fit beside the target" in n for n in p.notes)
+
+
+def test_a_catalog_model_another_tool_has_is_used_where_it_is(home, monkeypatch):
+    """No second copy: a catalog name whose file (same name, same size) is in LM Studio's
+    folder resolves to that file, offline, without assembling or downloading."""
+    from edgespec.catalog import fetching, local
+
+    lms = catalog.lookup(OTHER).path
+    fake = dataclasses.replace(catalog.get_model("qwen2.5-coder-0.5b"), name="tiny-cat", aliases=(),
+                               filename=lms.name, size_bytes=lms.stat().st_size, hf=None)
+    monkeypatch.setattr(fetching, "find_model", lambda name: fake if name == "tiny-cat" else None)
+    monkeypatch.setattr(fetching, "assemble", lambda *a: pytest.fail("assembled a second copy"))
+    assert catalog.resolve_model("tiny-cat", offline=True) == lms
+    assert catalog.is_available("tiny-cat") and catalog.local_path("tiny-cat") == lms
+    assert local.store_copy(dataclasses.replace(fake, size_bytes=fake.size_bytes + 1)) is None  # hash known: exact

@@ -104,6 +104,10 @@ def fetch(model: CatalogModel, *, offline: bool | None = None) -> Path:
         target = cache_dir() / model.filename
         if _is_verified(target, model):
             return target
+    copy = _store_copy(model)
+    if copy is not None:  # the bytes another tool already has: no second copy
+        return copy
+    if model.pypi is not None:
         parts, missing = pypi_parts(model.pypi)
         if not missing:
             return assemble(model, parts, target)
@@ -150,9 +154,9 @@ def is_available(name: str) -> bool:
             return True
         if not pypi_parts(model.pypi)[1]:
             return True
-    if model.hf is not None:
-        return all(_hf_cached(model.hf, f) is not None for f in model.hf.files)
-    return False
+    if model.hf is not None and all(_hf_cached(model.hf, f) is not None for f in model.hf.files):
+        return True
+    return _store_copy(model) is not None
 
 
 def local_path(name: str) -> Path | None:
@@ -166,9 +170,15 @@ def local_path(name: str) -> Path | None:
         return found.path if found is not None else None
     if model.pypi is not None and _is_verified(cache_dir() / model.filename, model, rehash=False):
         return cache_dir() / model.filename
-    if model.hf is not None:
-        return _hf_cached(model.hf, model.hf.files[0])
-    return None
+    if model.hf is not None and (cached := _hf_cached(model.hf, model.hf.files[0])) is not None:
+        return cached
+    return _store_copy(model)
+
+
+def _store_copy(model: CatalogModel) -> Path | None:
+    from .local import store_copy
+
+    return store_copy(model)
 
 
 def _local_or_none(name: str) -> "LocalModel | None":

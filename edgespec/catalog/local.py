@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from ..errors import AmbiguousModelError, ModelFileError
 from . import stores
@@ -320,6 +321,27 @@ def lookup(name: str) -> LocalModel | None:
         raise AmbiguousModelError(f"{name!r} matches {len(matches)} models on this machine: {listed}; "
                                   "use one of these names, or a path")
     return matches[0]
+
+
+def store_copy(model: Any) -> Path | None:
+    """A catalog model's file in another tool's store, to use those bytes instead of
+    assembling or downloading a second copy: the same file name (llama.cpp's cache
+    prefixes it with ``org_repo_``) and the same size (exactly, when the catalog knows
+    the file's hash; within 5% of the catalog's rounded size otherwise)."""
+    want = model.filename.lower()
+    for f in _listed():
+        name = f.files[0].name.lower()
+        # edgespec's own cache is fetch's to check (a damaged file there is assembled again)
+        if f.source == "edgespec" or not (name == want or name.endswith("_" + want)):
+            continue
+        try:
+            size = sum(p.stat().st_size for p in f.files)
+        except OSError:
+            continue
+        near = model.sha256 is None and abs(size - model.size_bytes) <= 0.05 * model.size_bytes
+        if size == model.size_bytes or near:
+            return f.files[0]
+    return None
 
 
 def known_names() -> list[str]:
