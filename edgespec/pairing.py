@@ -27,7 +27,8 @@ from pathlib import Path
 
 from . import adaptive, catalog
 from .catalog import measured
-from .profiles import GB, Profile
+from .errors import EdgespecError
+from .profiles import GB, Profile, detect_profile, load_profile
 
 DIFFERENT_FAMILY = 0.8
 
@@ -96,14 +97,8 @@ def target_model(target: str) -> catalog.LocalModel | None:
             here = catalog.local_path(target)
             return catalog.describe_file(here) if here is not None else None
         return catalog.lookup(target)
-    except catalog_errors():
+    except (EdgespecError, OSError):  # unreadable: no local ranking, the catalog's choice stands
         return None
-
-
-def catalog_errors() -> tuple[type[Exception], ...]:
-    from .errors import EdgespecError
-
-    return (EdgespecError, OSError)
 
 
 def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headroom: int, c: adaptive.VerifyCost,
@@ -232,8 +227,6 @@ def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: 
 def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[catalog.LocalModel, Candidate]]]:
     """Every (target, drafter) pair on this machine with its predicted speedup on the
     profile (``"auto"``: this machine's), best pairs of each target first."""
-    from .profiles import detect_profile, load_profile
-
     if isinstance(profile, Profile):
         prof, available = profile, None
     elif profile == "auto":
