@@ -509,3 +509,23 @@ def test_a_catalog_model_another_tool_has_is_used_where_it_is(home, monkeypatch)
     assert catalog.resolve_model("tiny-cat", offline=True) == lms
     assert catalog.is_available("tiny-cat") and catalog.local_path("tiny-cat") == lms
     assert local.store_copy(dataclasses.replace(fake, size_bytes=fake.size_bytes + 1)) is None  # hash known: exact
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder; the monkeypatched scandir covers it")
+def test_a_folder_without_read_permission_is_skipped(tmp_path, monkeypatch):
+    locked = tmp_path / "models" / "locked"
+    locked.mkdir(parents=True)
+    make_header_model(tmp_path / "models" / "ok.gguf", name="ok")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", str(tmp_path / "models"))
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
+    locked.chmod(0)
+    catalog.forget()
+    try:
+        index = catalog.scan()
+        assert names(index) == {"ok"}
+        assert any(s.path == str(locked) and "cannot read the folder" in s.reason for s in index.skipped)
+    finally:
+        locked.chmod(0o755)
+        catalog.forget()
