@@ -61,6 +61,8 @@ def build_tree(home: Path, src: Path) -> dict[str, Path]:
     broken = o / "manifests/registry.ollama.ai/library/broken/latest"
     broken.parent.mkdir(parents=True)
     broken.write_text("{not json")
+    (o / "manifests" / ".DS_Store").write_bytes(b"\0")  # litter that is no one's business
+    (o / "manifests" / "registry.ollama.ai" / "README").write_text("not a namespace")
 
     lms = home / ".lmstudio" / "models" / "tinyorg"
     (lms / "Tiny-Other-GGUF").mkdir(parents=True)
@@ -72,6 +74,8 @@ def build_tree(home: Path, src: Path) -> dict[str, Path]:
     (lms / "Broken-GGUF" / "cut.gguf").write_bytes((src / "target.gguf").read_bytes()[:200])
     write_random_bytes(lms / "Broken-GGUF" / "notgguf.gguf")
     make_header_model(home / ".cache/lm-studio/models/old/Old-GGUF/old.gguf", name="old", n_floats=BIG)
+    (lms.parent / "README.md").write_text("LM Studio keeps models here")
+    (lms / "Tiny-Other-GGUF" / "README.md").write_text("a model card")
 
     hub = home / ".cache/huggingface/hub"
     repo = hub / "models--tinyorg--Tiny-Split-GGUF"
@@ -171,6 +175,8 @@ def test_what_is_skipped_and_why(home):
     assert "a LoRA adapter, not a model" in skipped["tinyorg_Tiny-GGUF_lora.gguf"]
     assert "part(s) 2 of 2 missing" in skipped["half-00001-of-00002.gguf"]
     assert "cannot read the folder: Permission denied" in skipped["locked"]
+    assert not any(n in (".DS_Store", "README", "README.md", "registry.ollama.ai") for n in skipped)
+    assert len(catalog.scan().skipped) == 10  # the ten above, and nothing else
 
 
 def test_compatibility_from_headers_follows_llama_cpp_and_llama_agrees(home):

@@ -82,6 +82,10 @@ class _Walk:
             self.skipped.append(Skipped(str(folder), f"cannot read the folder: {exc.strerror or exc}"))
             return []
 
+    def folders(self, folder: Path) -> list[os.DirEntry]:
+        """The sub-folders of ``folder`` (not hidden ones: .DS_Store and the like)."""
+        return [e for e in self.entries(folder) if not e.name.startswith(".") and _is_dir(e)]
+
     def ggufs(self, folder: Path, depth: int) -> list[Path]:
         """``*.gguf`` files under ``folder``, at most ``depth`` levels down (folders that
         are links are not followed: no loops)."""
@@ -168,10 +172,12 @@ def ollama(home: Path, walk: _Walk) -> list[Found]:
     out: list[Found] = []
     for root in _ollama_roots(home):
         manifests = root / "manifests"
-        for reg in walk.entries(manifests):
-            for ns in walk.entries(Path(reg.path)):
-                for model in walk.entries(Path(ns.path)):
+        for reg in walk.folders(manifests):
+            for ns in walk.folders(Path(reg.path)):
+                for model in walk.folders(Path(ns.path)):
                     for tag in walk.entries(Path(model.path)):
+                        if tag.name.startswith(".") or _is_dir(tag):
+                            continue
                         parts = (reg.name, ns.name, model.name, tag.name)
                         f = _ollama_manifest(root, Path(tag.path), parts, walk.skipped)
                         if f is not None:
@@ -224,10 +230,8 @@ def _lmstudio_roots(home: Path) -> list[Path]:
 def lmstudio(home: Path, walk: _Walk) -> list[Found]:
     out: list[Found] = []
     for root in _lmstudio_roots(home):
-        for pub in walk.entries(root):
-            for repo in walk.entries(Path(pub.path)) if _is_dir(pub) else ():
-                if not _is_dir(repo):
-                    continue
+        for pub in walk.folders(root):
+            for repo in walk.folders(Path(pub.path)):
                 models = group_files(walk.ggufs(Path(repo.path), 2), walk.skipped)
                 base = f"{pub.name}/{repo.name}"
                 for stem, files in models:
@@ -257,7 +261,7 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
         except OSError:
             main = ""
         by_file: dict[str, Path] = {}
-        for rev in sorted(walk.entries(snaps), key=lambda e: e.name != main):
+        for rev in sorted(walk.folders(snaps), key=lambda e: e.name != main):
             for f in walk.ggufs(Path(rev.path), 3):
                 rel = f.relative_to(rev.path).as_posix()
                 if rel in by_file:
