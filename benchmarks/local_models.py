@@ -53,13 +53,14 @@ def main() -> None:
         for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "LLAMA_CACHE", "XDG_CACHE_HOME"):
             env.pop(var, None)
         cmd = [sys.executable, "-m", "edgespec", "models", "list"]
-        base = run([sys.executable, "-c", "import edgespec.cli"], env)
         cold = run(cmd, env)
-        warm = [run(cmd, env) for _ in range(args.runs)]
-        jcmd = cmd + ["--json"]
-        warm_json = [run(jcmd, env) for _ in range(args.runs)]
+        base, warm, warm_json = [], [], []
+        for _ in range(args.runs):  # alternating, so that the machine's load hits all alike
+            base.append(run([sys.executable, "-c", "import edgespec.cli"], env))
+            warm.append(run(cmd, env))
+            warm_json.append(run(cmd + ["--json"], env))
         print(f"{args.models} models; load average {os.getloadavg()[0]:.2f}")
-        print(f"python -c 'import edgespec.cli' (start-up alone): {base:.2f} s")
+        print(f"python -c 'import edgespec.cli' (start-up alone): median {statistics.median(base):.2f} s")
         print(f"models list, cold (every header read): {cold:.2f} s")
         print(f"models list, warm: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s ({args.runs} runs)")
         print(f"models list --json, warm: median {statistics.median(warm_json):.2f} s, "
