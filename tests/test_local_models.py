@@ -535,3 +535,18 @@ def test_a_folder_without_read_permission_is_skipped(tmp_path, monkeypatch):
     finally:
         locked.chmod(0o755)
         catalog.forget()
+
+
+def test_a_catalog_file_in_the_hf_cache_is_one_row_under_its_catalog_name(home, tmp_path, monkeypatch):
+    m = catalog.get_model("qwen2.5-coder-0.5b")
+    snap = tmp_path / "hub" / ("models--" + m.hf.repo.replace("/", "--")) / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    make_header_model(snap / m.hf.files[0], name="looks-like-qwen")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    catalog.forget()
+    found = [x for x in catalog.scan().models if x.source == "huggingface" and x.catalog]
+    assert [(x.name, x.catalog) for x in found] == [(m.name, m.name)]
+    assert f"hf:{m.hf.repo}" in found[0].aliases
+    from edgespec.catalog import listing
+
+    assert m.name not in {r["name"] for r in listing.local_rows(catalog.scan())}

@@ -13,7 +13,8 @@ Each store is read as it is, read-only; nothing is linked, copied or written the
   ``publisher/repo``, or ``publisher/repo/file.gguf`` when the repo holds several models.
 * **The Hugging Face cache** (``HF_HUB_CACHE``, ``HF_HOME``): ``*.gguf`` under
   ``models--<org>--<repo>/snapshots/<revision>/``, named ``hf:org/repo`` (with the file
-  when there are several); the revision ``refs/main`` names wins over older ones.
+  when there are several; a catalog model's own file by its catalog name); the revision
+  ``refs/main`` names wins over older ones.
 * **llama.cpp's cache** (``LLAMA_CACHE``, else ``~/.cache/llama.cpp``): ``llama.cpp:<stem>``.
 * **edgespec's own cache**: catalog files under their catalog name, others as
   ``edgespec:<stem>``; and **folders in ``EDGESPEC_MODEL_PATH``** (``:``-separated),
@@ -276,9 +277,15 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
             rel = rel_of[files[0]]
             name = f"hf:{repo}" if len(models) == 1 else f"hf:{repo}/{rel}"
             aliases = (name[3:], f"hf:{repo}/{rel}", f"{repo}/{rel}", files[0].name)
+            cat = _HF_CATALOG.get((repo.lower(), rel.lower()))
+            if cat is not None:  # a catalog model edgespec (or anyone) fetched: one row, its catalog name
+                name, aliases = cat, (name,) + aliases
             aliases = tuple(dict.fromkeys(a for a in aliases if a != name))
-            out.append(Found(name, "huggingface", str(root), files, aliases))
+            out.append(Found(name, "huggingface", str(root), files, aliases, cat))
     return out
+
+
+_HF_CATALOG = {(m.hf.repo.lower(), m.hf.files[0].lower()): m.name for m in MODELS if m.hf is not None}
 
 
 def _llama_cache(home: Path) -> Path:
