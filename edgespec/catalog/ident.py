@@ -132,6 +132,11 @@ def _reader_class() -> Any:
     except ImportError:  # pragma: no cover - a runtime dependency
         raise ModelFileError("reading GGUF headers needs the `gguf` package: pip install gguf") from None
 
+    import inspect
+
+    if list(inspect.signature(GGUFReader._get).parameters) != ["self", "offset", "dtype", "count", "override_order"]:
+        return GGUFReader  # another gguf release: its reader as it is (slower, as correct)
+
     class _Reader(GGUFReader):
         def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> Any:
             if type(self.data) is not np.ndarray:
