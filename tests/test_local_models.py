@@ -550,3 +550,17 @@ def test_a_catalog_file_in_the_hf_cache_is_one_row_under_its_catalog_name(home, 
     from edgespec.catalog import listing
 
     assert m.name not in {r["name"] for r in listing.local_rows(catalog.scan())}
+
+
+def test_the_header_cache_forgets_files_that_are_gone(home, tmp_path, monkeypatch):
+    extra = tmp_path / "extra"
+    make_header_model(extra / "gone-soon.gguf", name="gone-soon")
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", f"{home['mine']}{os.pathsep}{extra}")
+    catalog.forget()
+    assert "gone-soon" in names(catalog.scan())
+    index_file = catalog.cache_dir() / "local-index.json"
+    assert str(extra / "gone-soon.gguf") in json.loads(index_file.read_text())["files"]
+    (extra / "gone-soon.gguf").unlink()
+    catalog.forget()
+    assert "gone-soon" not in names(catalog.scan())
+    assert str(extra / "gone-soon.gguf") not in json.loads(index_file.read_text())["files"]

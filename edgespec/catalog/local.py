@@ -151,6 +151,7 @@ def scan(*, refresh: bool = False) -> Index:
         m = _model(f, cache, skipped)
         if m is not None:
             models.append(m)
+    cache.prune()
     cache.save()
     index = Index(models, list(skipped))
     _MEMO[memo_key] = index
@@ -233,6 +234,13 @@ class _Cache:
             raise
         self.entries[key], self.dirty = entry, True
         return h, st.st_size
+
+    def prune(self) -> None:
+        """Forget the files that are gone (a deleted model, an Ollama blob pruned)."""
+        gone = [p for p in self.entries if not os.path.lexists(p)]
+        for p in gone:
+            del self.entries[p]
+        self.dirty = self.dirty or bool(gone)
 
     def save(self) -> None:
         if not self.dirty:
