@@ -453,3 +453,63 @@ def write_random_bytes(dst: str | Path, n: int = 4096, seed: int = 0) -> Path:
     dst = Path(dst)
     dst.write_bytes(data)
     return dst
+
+
+def make_header_model(
+    path: str | Path,
+    *,
+    vocab: str = "base",
+    name: str = "edgespec-tiny-header",
+    kind: str = "model",
+    n_floats: int = 256,
+    n_parts: int = 1,
+    basename: str | None = None,
+    pre: str | None = None,
+    tokens: list[str] | None = None,
+) -> list[Path]:
+    """A GGUF that only has to be *read*, not run: a tiny vocabulary's tokenizer metadata
+    and ``n_floats`` F32 weights per part (which sets the file size, for size ratios).
+    ``kind``: "model", "mmproj" (general.type mmproj, arch clip) or "lora" (general.type
+    adapter). ``n_parts`` > 1 writes a split model (``name-00001-of-0000N.gguf`` next to
+    ``path``). ``tokens`` replaces the vocabulary's token list (a large fake vocabulary).
+    Returns the files written."""
+    import gguf
+
+    v = build_vocab(vocab)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arch = "clip" if kind == "mmproj" else "llama"
+    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=1 if n_parts > 1 else 0)
+    w.add_name(name)
+    if basename:
+        w.add_basename(basename)
+    if kind == "mmproj":
+        w.add_type("mmproj")
+    elif kind == "lora":
+        w.add_type("adapter")
+        w.add_string("adapter.type", "lora")
+    w.add_context_length(2048)
+    w.add_block_count(1)
+    w.add_embedding_length(64)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    toks = list(tokens) if tokens is not None else list(v.tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre or v.pre)
+    w.add_token_list(toks)
+    w.add_bos_token_id(v.bos_id)
+    w.add_eos_token_id(v.eos_id)
+    w.add_add_bos_token(v.add_bos)
+    w.add_add_eos_token(False)
+    if v.chat_template:
+        w.add_chat_template(v.chat_template)
+    for i in range(max(1, n_parts)):
+        w.add_tensor(f"blk.{i}.weight", np.zeros(n_floats, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if n_parts > 1:
+        return sorted(path.parent.glob(f"{path.stem}-*-of-*.gguf"))
+    return [path]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -114,6 +115,7 @@ def serve(
 
             app = create_app(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
+                model_name=_model_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
                 on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin),
             )
@@ -144,3 +146,13 @@ def serve(
 
 def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see ``serve``)."""
+
+
+def _model_name(target: str) -> str | None:
+    """The id `/v1/models` reports for a model found in another tool's store (an Ollama
+    blob's file name says nothing); None for paths and catalog names (the file's stem)."""
+    from edgespec import catalog
+
+    if Path(target).expanduser().is_file() or catalog.find_model(target) is not None:
+        return None
+    return target
