@@ -444,6 +444,21 @@ def test_the_python_api_takes_local_names(home):
         assert engine.generate("the quick fox", max_tokens=4, raw=True).token_ids
 
 
+def test_edgespec_load_takes_a_store_name_and_chooses_the_compatible_drafter(home):
+    import edgespec
+
+    with edgespec.load(TARGET, profile=gpu_profile(), n_gpu_layers=0) as engine:
+        assert engine.target_path == home["target_blob"]
+        assert engine.plan.target == TARGET
+        # the automatic choice never takes the other vocabulary's model
+        assert engine.draft_path in (None, home["draft_blob"])
+        assert engine.generate("the quick fox", max_tokens=4, raw=True).token_ids
+    with edgespec.load(TARGET, draft=DRAFT, profile=gpu_profile(), n_gpu_layers=0) as engine:
+        assert engine.draft_path == home["draft_blob"] and engine.drafter_name == "model"
+    with pytest.raises(CatalogError, match="did you mean 'ollama:tinytarget:latest'"):
+        edgespec.load("ollama:tinytarjet:latest", profile=gpu_profile())
+
+
 def test_serve_reports_a_store_model_by_its_name(home):
     import importlib
 
