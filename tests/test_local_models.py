@@ -459,13 +459,26 @@ def test_edgespec_load_takes_a_store_name_and_chooses_the_compatible_drafter(hom
         edgespec.load("ollama:tinytarjet:latest", profile=gpu_profile())
 
 
-def test_serve_reports_a_store_model_by_its_name(home):
-    import importlib
+def test_serve_and_chat_report_a_store_model_by_its_name(home, tmp_path):
+    import sys
 
-    serve = importlib.import_module("edgespec.cli.serve")
-    assert serve._model_name(TARGET) == TARGET  # not the blob's "sha256-..." file name
-    assert serve._model_name(str(home["target_blob"])) is None
-    assert serve._model_name("qwen2.5-coder-1.5b") is None  # a catalog name: the file's stem
+    import pexpect
+
+    from edgespec.cli.common import store_name
+
+    assert store_name(TARGET) == TARGET  # not the blob's "sha256-..." file name
+    assert store_name(str(home["target_blob"])) is None
+    assert store_name("qwen2.5-coder-1.5b") is None  # a catalog name: the file's stem
+    child = pexpect.spawn(sys.executable, ["-m", "edgespec", "chat", "--target", TARGET, "--draft", "none"],
+                          env=dict(os.environ, TERM="xterm-256color", XDG_STATE_HOME=str(tmp_path / "state")),
+                          encoding="utf-8", timeout=120, dimensions=(40, 160))
+    try:
+        child.expect_exact("you›")
+        assert f"edgespec chat · {TARGET} · drafter none" in child.before
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
 
 
 @pytest.mark.integration

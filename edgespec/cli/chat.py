@@ -32,6 +32,7 @@ from edgespec.cli.common import (
     load_engine,
     make_plan,
     out_console,
+    store_name,
 )
 from edgespec.cli.chat_commands import SlashCommands, _name
 from edgespec.cli.chat_input import History
@@ -141,7 +142,8 @@ class ChatSession(SlashCommands):
 
     def _banner(self) -> None:
         e = self.engine
-        target = _name(getattr(e, "target_path", None)) or "target"
+        plan = getattr(e, "plan", None)
+        target = store_name(getattr(plan, "target", None)) or _name(getattr(e, "target_path", None)) or "target"
         drafter = e.drafter_name
         if drafter == "model":
             drafter = f"model ({_name(getattr(e, 'draft_path', None))})"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -29,6 +28,7 @@ from edgespec.cli.common import (
     err_console,
     load_engine,
     make_plan,
+    store_name,
 )
 
 GRACEFUL_SHUTDOWN_S = 3
@@ -115,7 +115,7 @@ def serve(
 
             app = create_app(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
-                model_name=_model_name(p.target),
+                model_name=store_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
                 on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin),
             )
@@ -147,12 +147,3 @@ def serve(
 def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see ``serve``)."""
 
-
-def _model_name(target: str) -> str | None:
-    """The id `/v1/models` reports for a model found in another tool's store (an Ollama
-    blob's file name says nothing); None for paths and catalog names (the file's stem)."""
-    from edgespec import catalog
-
-    if Path(target).expanduser().is_file() or catalog.find_model(target) is not None:
-        return None
-    return target
