@@ -335,12 +335,9 @@ class Engine:
         return [int(t) for t in items]
 
     def _tokenize_rendered(self, text: str) -> list[int]:
-        # The template usually writes the BOS text itself when the model wants one;
-        # let the tokenizer add it only if the template did not.
-        bos_text = self.target_model.token_text(self.target_model.bos) if self.target_model.bos >= 0 else ""
-        add = self.target_model.add_bos and not (bos_text and text.startswith(bos_text))
-        ids = self.tokenize(text, add_special=add)
-        return ids
+        from .chat_template import tokenize_rendered
+
+        return tokenize_rendered(self.target_model, text)
 
     # -- generation ---------------------------------------------------------------
     def stream(self, prompt: PromptLike, **options) -> Iterator[Event]:

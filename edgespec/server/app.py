@@ -11,16 +11,14 @@ caller closes it). Routes:
 * ``GET /``                             the chat page (``static/chat.html``)
 
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
-validated (``schema``; 400 with an OpenAI error object naming the field), and becomes a
+validated (``schema``; 400 with an OpenAI error object naming the field), its structure
+compiled off the event loop (``structured``: ``response_format`` and tools; a 400 naming
+the field when a schema, grammar or tool does not compile), and it becomes a
 ``worker.Job``. The handler waits for the worker's first word: ``Failed`` (the engine
 refused the prompt: too long for the context, a bad value) is a 400 before any byte of
 the response is sent, even for a streamed request; ``Started`` means tokens follow.
-A streamed response is server-sent events, one chunk per piece of text, ending with
-``data: [DONE]``; each chunk's choice carries ``from_draft`` (the piece came from an
-accepted draft) and the chunk an ``x_edgespec`` object with the running drafted /
-accepted counts, for the chat page — extra fields that OpenAI clients ignore. The last
-chunk (with ``finish_reason``) carries llama-server's ``timings`` object; with
-``stream_options.include_usage`` a final chunk with empty ``choices`` carries ``usage``.
+The answer, whole or as server-sent events ending with ``data: [DONE]``, is built by
+``responses.Reply`` (tool calls, the structure's completeness, ``timings``, ``usage``).
 
 **Hanging up.** A task watches the connection for ``http.disconnect`` while the request
 waits in the queue and while it generates; when the client goes away it cancels the job,
@@ -35,11 +33,9 @@ is logged on the server and answered with a 500 object that holds no traceback.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
-import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -51,11 +47,13 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec import __version__
-from edgespec.errors import ContextOverflowError, EdgespecError, InputError
-from edgespec.events import Done, Round, Stats, Token
+from edgespec.errors import InputError
+from edgespec.events import Done
 
 from .metrics import CountRequests, Metrics
+from .responses import Gone, Reply, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
+from .structured import Structure, plan_chat, plan_completion
 from .worker import Failed, Job, QueueFull, Started, Worker
 
 log = logging.getLogger("edgespec.server")
@@ -66,10 +64,6 @@ DEFAULT_MAX_TOKENS = 1024
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
                    "frequency_penalty", "presence_penalty", "seed")
 ROUTES = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
-
-
-class _Gone(Exception):
-    """The client hung up."""
 
 
 def create_app(
@@ -177,11 +171,17 @@ def create_app(
         opts["stop"] = req.stops()
         return opts
 
-    async def run(request: Request, req: ChatRequest | CompletionRequest, prompt: Any, *, chat: bool) -> Response:
+    async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
+                  chat: bool) -> Response:
         options = options_for(req)
         if not chat:
             options["raw"] = True
-        job = Job(prompt=prompt, options=options)
+        if structure.constraint is not None:
+            if not worker.constrains:
+                raise ApiError(400, f"structured output ({structure.param}) is not available with --parallel "
+                                    "yet: serve with --parallel 1 for it", param=structure.param)
+            options["constraint"] = structure.constraint
+        job = Job(prompt=structure.prompt, options=options)
         try:
             worker.submit(job)
         except QueueFull as e:
@@ -191,21 +191,21 @@ def create_app(
         try:
             first = await job.events.get()
             if isinstance(first, Failed):
-                raise _error_for(first.error, param="messages" if chat else "prompt")
+                raise error_for(first.error, param="messages" if chat else "prompt")
         except BaseException:
             job.cancel()
             watcher.cancel()
             raise
         assert isinstance(first, Started)
-        reply = _Reply(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait)
+        reply = Reply(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
         if req.stream:
-            return StreamingResponse(_sse(reply, job, watcher), media_type="text/event-stream",
+            return StreamingResponse(sse(reply, job, watcher), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             while True:
                 item = await job.events.get()
                 if isinstance(item, Failed):
-                    raise _error_for(item.error, param=None)
+                    raise error_for(item.error, param=None)
                 reply.feed(item)
                 if isinstance(item, Done):
                     return JSONResponse(reply.body())
@@ -260,31 +260,15 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         check_key(request)
         req = parse(ChatRequest, await read_body(request))
-        return await run(request, req, [m.to_engine() for m in req.messages], chat=True)
+        return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         check_key(request)
         req = parse(CompletionRequest, await read_body(request))
-        return await run(request, req, req.engine_prompt(), chat=False)
+        return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
     return app
-
-
-def _error_for(e: BaseException, *, param: str | None) -> ApiError:
-    """The HTTP answer to an error the engine raised."""
-    if isinstance(e, ContextOverflowError):
-        return ApiError(400, str(e), param=param, code="context_length_exceeded")
-    if isinstance(e, InputError):
-        return ApiError(400, str(e))
-    if isinstance(e, QueueFull):
-        return ApiError(503, f"the server is shutting down ({e})", type="server_error", code="shutting_down")
-    if isinstance(e, _Gone):
-        return ApiError(499, "the client closed the request")
-    if isinstance(e, EdgespecError):
-        return ApiError(500, str(e), type="server_error")
-    log.error("generation failed: %r", e)
-    return ApiError(500, f"internal server error ({type(e).__name__}); see the server log", type="server_error")
 
 
 async def _watch_disconnect(request: Request, job: Job) -> None:
@@ -300,129 +284,4 @@ async def _watch_disconnect(request: Request, job: Job) -> None:
         pass
     if not job.cancelled:
         job.cancel()
-        job.events.put_nowait(Failed(_Gone()))
-
-
-class _Reply:
-    """Builds the OpenAI response objects for one generation, from its events."""
-
-    def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float) -> None:
-        self.chat = chat
-        self.model = model
-        self.req = req
-        self.queue_wait = queue_wait
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.object = "chat.completion" if chat else "text_completion"
-        self.drafted = 0
-        self.accepted = 0
-        self.done: Done | None = None
-
-    def feed(self, event: Any) -> None:
-        if isinstance(event, Round):
-            self.drafted += event.drafted
-            self.accepted += event.accepted
-        elif isinstance(event, Done):
-            self.done = event
-
-    # -- whole responses ------------------------------------------------------------
-    def usage(self, stats: Stats) -> dict:
-        return {
-            "prompt_tokens": stats.prompt_tokens,
-            "completion_tokens": stats.generated_tokens,
-            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prompt_tokens_processed},
-        }
-
-    def timings(self, stats: Stats) -> dict:
-        """llama-server's ``timings`` object, plus the prefix reused and the queue wait."""
-        return {
-            "prompt_n": stats.prompt_tokens_processed,
-            "prompt_ms": round(stats.t_prompt * 1000, 3),
-            "prompt_per_second": round(stats.prompt_tokens_processed / stats.t_prompt, 3) if stats.t_prompt else 0.0,
-            "predicted_n": stats.generated_tokens,
-            "predicted_ms": round(stats.t_generate * 1000, 3),
-            "predicted_per_second": round(stats.tokens_per_second, 3),
-            "draft_n": stats.drafted,
-            "draft_n_accepted": stats.accepted,
-            "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
-            "queue_ms": round(self.queue_wait * 1000, 3),
-        }
-
-    def body(self) -> dict:
-        done = self.done
-        assert done is not None
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": done.text},
-                      "logprobs": None, "finish_reason": done.finish_reason}
-        else:
-            choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
-        out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-               "choices": [choice], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
-        if self.req.return_tokens:
-            out["token_ids"] = list(done.token_ids)
-        return out
-
-    # -- stream chunks --------------------------------------------------------------
-    def chunk(self, *, text: str | None = None, from_draft: bool | None = None, finish: str | None = None,
-              first: bool = False) -> dict:
-        if self.chat:
-            delta: dict = {}
-            if first:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        if from_draft is not None:
-            choice["from_draft"] = from_draft
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice],
-                "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
-
-    def last_chunks(self) -> list[dict]:
-        done = self.done
-        assert done is not None
-        last = self.chunk(text=None if self.chat else "", finish=done.finish_reason)
-        last["timings"] = self.timings(done.stats)
-        if self.req.return_tokens:
-            last["token_ids"] = list(done.token_ids)
-        chunks = [last]
-        if self.req.include_usage():
-            chunks.append({"id": self.id, "object": last["object"], "created": self.created, "model": self.model,
-                           "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
-        return chunks
-
-
-def _event(obj: dict | str) -> str:
-    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def _sse(reply: _Reply, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation."""
-    try:
-        if reply.chat:
-            yield _event(reply.chunk(text="", first=True))
-        while True:
-            item = await job.events.get()
-            if isinstance(item, Token):
-                if item.text:
-                    yield _event(reply.chunk(text=item.text, from_draft=item.from_draft))
-            elif isinstance(item, Round):
-                reply.feed(item)
-            elif isinstance(item, Done):
-                reply.feed(item)
-                for chunk in reply.last_chunks():
-                    yield _event(chunk)
-                yield _event("[DONE]")
-                return
-            elif isinstance(item, Failed):
-                if isinstance(item.error, _Gone):
-                    return
-                yield _event(_error_for(item.error, param=None).body())
-                yield _event("[DONE]")
-                return
-    finally:
-        job.cancel()
-        watcher.cancel()
+        job.events.put_nowait(Failed(Gone()))

@@ -4,10 +4,16 @@ Requests are validated by pydantic in strict mode (a number where a string belon
 error, not a guess) and unknown fields are ignored, as OpenAI-compatible servers do:
 clients send fields this server has no use for (``user``, ``metadata``, ...). Fields
 that would change the answer and that we cannot honour are refused with a 400 that says
-so (``n`` > 1, ``logprobs``, ``echo``, ``suffix``, tools) rather than silently dropped.
-Beyond OpenAI's fields, llama-server's sampling extras are accepted (``top_k``,
-``min_p``, ``repeat_penalty``) and ``return_tokens`` adds the generated token ids to a
-response.
+so (``n`` > 1, ``logprobs``, ``echo``, ``suffix``, the legacy ``functions``) rather than
+silently dropped. Beyond OpenAI's fields, llama-server's sampling extras are accepted
+(``top_k``, ``min_p``, ``repeat_penalty``) and ``return_tokens`` adds the generated token
+ids to a response.
+
+Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
+``json_schema``, and edgespec's ``regex`` / ``grammar``), llama-server's top-level
+``json_schema`` and ``grammar`` (GBNF), and on chat ``tools`` / ``tool_choice`` /
+``parallel_tool_calls``. Their shapes are checked here; whether a schema or grammar
+compiles is ``edgespec.server.structured``'s question (still a 400 before any model work).
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
 (``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 MAX_STOP_STRINGS = 16
 
@@ -47,10 +53,38 @@ class TextPart(BaseModel):
     text: str
 
 
+# OpenAI's rule for function names; it also keeps them safe to write into a grammar
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    """A tool call an assistant message made (sent back in the next request)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[TextPart]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    name: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _calls_from_assistant(self) -> "Message":
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message can carry tool_calls")
+        return self
 
     def to_engine(self) -> dict:
         if self.content is None:
@@ -60,7 +94,40 @@ class Message(BaseModel):
         else:
             text = "".join(p.text for p in self.content)
         # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        out: dict = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.role == "tool":
+            out.update({k: v for k, v in (("tool_call_id", self.tool_call_id), ("name", self.name)) if v})
+        return out
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: ChosenFunction
+
+
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "grammar")
 
 
 class StreamOptions(BaseModel):
@@ -89,6 +156,35 @@ class _Request(BaseModel):
     n: Optional[int] = None
     logprobs: Optional[Union[bool, int]] = None
     return_tokens: bool = False
+    response_format: Optional[dict[str, Any]] = None
+    json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
+    grammar: Optional[str] = None                 # llama-server: a GBNF grammar
+    lenient_schema: bool = False  # edgespec: relax schema keywords the constraint engine lacks
+
+    @field_validator("response_format")
+    @classmethod
+    def _known_format(cls, v: dict | None) -> dict | None:
+        if v is not None and v.get("type") not in RESPONSE_FORMATS:
+            raise ValueError(f"type must be one of {', '.join(RESPONSE_FORMATS)} (got {v.get('type')!r})")
+        return v
+
+    def constraint_format(self) -> tuple[dict | None, str]:
+        """The structure asked for, in ``response_format``'s shape, and the field that
+        asked for it (for a 400's ``param``); ``(None, "")`` for free text."""
+        given = [(name, getattr(self, name)) for name in ("response_format", "json_schema", "grammar")
+                 if getattr(self, name) is not None]
+        given = [(n, v) for n, v in given if not (n == "response_format" and v.get("type") == "text")]
+        if len(given) > 1:
+            raise ApiError(400, f"give one of response_format, json_schema and grammar, not "
+                                f"{' and '.join(n for n, _ in given)}", param=given[1][0])
+        if not given:
+            return None, ""
+        name, value = given[0]
+        if name == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": value}}, name
+        if name == "grammar":
+            return {"type": "grammar", "grammar": value}, name
+        return value, name
 
     @field_validator("n")
     @classmethod
@@ -127,15 +223,41 @@ class _Request(BaseModel):
 class ChatRequest(_Request):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
-    tools: Optional[list[Any]] = None
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
+    parallel_tool_calls: Optional[bool] = None
     functions: Optional[list[Any]] = None
+    function_call: Optional[Any] = None
 
-    @field_validator("tools", "functions")
+    @field_validator("functions", "function_call")
     @classmethod
-    def _no_tools(cls, v: list | None) -> list | None:
+    def _no_functions(cls, v: Any) -> Any:
         if v:
-            raise ValueError("tool and function calling are not supported by this server")
+            raise ValueError("the legacy function-calling fields are not supported: use tools and tool_choice")
         return v
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_tools(cls, v: list[Tool] | None) -> list[Tool] | None:
+        names = [t.function.name for t in v or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two tools are named {twice[0]!r}: tool names must be distinct")
+        return v
+
+    def tool_mode(self) -> str:
+        """``"none"``, ``"auto"``, ``"required"`` or the name of the function to call."""
+        choice = self.tool_choice
+        if not self.tools:
+            if choice not in (None, "none"):
+                raise ApiError(400, "tool_choice needs tools: this request gives none", param="tool_choice")
+            return "none"
+        if isinstance(choice, NamedToolChoice):
+            if choice.function.name not in {t.function.name for t in self.tools}:
+                raise ApiError(400, f"tool_choice names {choice.function.name!r}, which is not one of the tools",
+                               param="tool_choice")
+            return choice.function.name
+        return choice or "auto"
 
     def limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

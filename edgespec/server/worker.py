@@ -128,6 +128,12 @@ class Worker:
         return self._jobs.qsize()
 
     @property
+    def constrains(self) -> bool:
+        """Whether generations here can follow a constraint (``response_format``, tools):
+        the single stream can; parallel slots cannot yet."""
+        return self.parallel == 1
+
+    @property
     def busy(self) -> bool:
         return self._current is not None or bool(self._active)
 
