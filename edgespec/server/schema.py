@@ -224,7 +224,7 @@ class ChatRequest(_Request):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     tools: Optional[list[Tool]] = None
-    tool_choice: Optional[Union[Literal["none", "auto", "required"], NamedToolChoice]] = None
+    tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
     parallel_tool_calls: Optional[bool] = None
     functions: Optional[list[Any]] = None
     function_call: Optional[Any] = None
@@ -235,6 +235,19 @@ class ChatRequest(_Request):
         if v:
             raise ValueError("the legacy function-calling fields are not supported: use tools and tool_choice")
         return v
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError as e:
+                raise ValueError("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}} "
+                                 f"({describe_validation_error(e)[0]})") from None
+        raise ValueError(f"tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {v!r})")
 
     @field_validator("tools")
     @classmethod
