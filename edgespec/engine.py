@@ -345,38 +345,22 @@ class Engine:
 
         Options (all keyword): ``max_tokens`` (256), ``temperature`` (0: greedy),
         ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ``frequency_penalty``,
-        ``presence_penalty``, ``seed``, ``stop`` (a string or several), ``raw`` (no chat
-        template for a text prompt). The prompt is checked before any work: one that
+        ``presence_penalty``, ``penalty_last_n``, ``seed``, ``logit_bias``,
+        ``ignore_eos``, ``min_tokens`` (``SamplingParams``), ``stop`` (a string or
+        several), ``raw`` (no chat template for a text prompt). The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
         """
         return self._stream(*self.prepare(prompt, **options))
 
-    def prepare(
-        self,
-        prompt: PromptLike,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repeat_penalty: float = 1.0,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        seed: int | None = None,
-        stop: Sequence[str] | str = (),
-        raw: bool = False,
-    ) -> tuple[list[int], SamplingParams, int, list[str]]:
-        """A generation request checked and tokenized: (prompt ids, sampling
-        parameters, max_tokens, stop strings). Raises on anything invalid."""
-        params = SamplingParams(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, seed=seed,
-        )
-        params.validate()
+    def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
+                raw: bool = False, **sampling_options) -> tuple[list[int], SamplingParams, int, list[str]]:
+        """A generation request checked and tokenized: (prompt ids, sampling parameters,
+        max_tokens, stop strings). ``sampling_options`` are ``SamplingParams``' fields
+        (``sampling.params_from``). Raises on anything invalid."""
+        params = sampling.params_from(sampling_options)
+        params.check_vocab(self.target_model.n_vocab)
         if max_tokens < 1:
             raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
         stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
@@ -416,8 +400,9 @@ class Engine:
         policy.begin(params.seed)
         loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
                                params=params, rng=rng, policy=policy, stats=stats,
-                               n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog)
-        reply = Reply(self.target_model, stops, max_tokens)
+                               n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog,
+                               eog_ids=self.target_model.eog_ids if params.bans_eog else ())
+        reply = Reply(self.target_model, stops, max_tokens, params.min_tokens)
         t_gen = time.perf_counter()
         verify_t0 = target.t_decode
         try:

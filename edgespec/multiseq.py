@@ -114,17 +114,17 @@ class _Seq:
         self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
         self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
                            prompt_tokens_processed=len(ids))
-        rng = sampling.make_rng(params.seed)
+        rng, model = sampling.make_rng(params.seed), runner.engine.target_model
         drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.engine.is_break) \
             if runner.drafter_name == "ngram" else NoDrafter()
         drafter.begin(ids, params, rng)
         self.loop = SpeculativeLoop(
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
-            n_vocab=runner.engine.target_model.n_vocab, is_eog=runner.engine.target_model.is_eog)
+            n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else ())
         self.budget = min(max_tokens, reserve - len(ids))
         self.produced = 0
-        self.reply = Reply(runner.engine.target_model, stops, max_tokens)
+        self.reply = Reply(model, stops, max_tokens, params.min_tokens)
         self.proposal = None
         self.drafts: list[int] = []
 

@@ -60,8 +60,14 @@ class SpeculativeLoop:
     stats: Stats
     n_vocab: int
     is_eog: Callable[[int], bool] = lambda t: False
+    eog_ids: Sequence[int] = ()  # banned under params.ignore_eos / min_tokens
     rounds: int = 0
     last_k: int = 0  # the draft-length bound of the last round
+    n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
+
+    def __post_init__(self) -> None:
+        if self.n_prompt < 0:
+            self.n_prompt = len(self.committed)
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
@@ -111,13 +117,12 @@ class SpeculativeLoop:
         out: list[int] = []
         from_draft: list[bool] = []
         n_acc = 0
-        history = committed  # for penalties: p_i conditions on committed + d_1..d_i
         for i, d in enumerate(drafts):
             if params.greedy:
-                x = int(np.argmax(_penalized(rows[i], history, out, params)))
+                x = int(np.argmax(self._logits(rows[i], out)))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(_penalized(rows[i], history, out, params), params)
+                p = sampling.probs_from_logits(self._logits(rows[i], out), params)
                 if q is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
@@ -140,7 +145,7 @@ class SpeculativeLoop:
                 break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = _penalized(rows[len(drafts)], history, out, params)
+            last = self._logits(rows[len(drafts)], out)
             if params.greedy:
                 out.append(int(np.argmax(last)))
             elif cut is not None and q is not None:
@@ -190,6 +195,20 @@ class SpeculativeLoop:
             rejected_ids=tuple(drafts[n_acc:]),
         )
         return RoundResult(out, from_draft, info)
+
+    def _logits(self, row: np.ndarray, out: Sequence[int]) -> np.ndarray:
+        """The target's row for the position after committed + ``out`` (this round's
+        tokens so far), as plain decoding would sample it: logit bias, then penalties,
+        then the end-of-generation ban (``ignore_eos``, or fewer than ``min_tokens``
+        generated before this position)."""
+        params = self.params
+        if params.logit_bias:
+            row = sampling.apply_logit_bias(row, params.logit_bias)
+        row = _penalized(row, self.committed, out, params)
+        generated = len(self.committed) - self.n_prompt + len(out)
+        if params.ignore_eos or generated < params.min_tokens:
+            row = sampling.ban(row, self.eog_ids)
+        return row
 
     def run(self, max_new: int) -> Iterator[RoundResult]:
         """Rounds until ``max_new`` tokens are committed or the context is full.

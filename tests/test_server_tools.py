@@ -185,7 +185,7 @@ MESSAGES = [{"role": "user", "content": "hello"}]
     ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools.0.function.name", "match pattern"),
     ({"tool_choice": "sometimes", "tools": [WEATHER]}, "tool_choice", "must be \"none\", \"auto\""),
     ({"tool_choice": {"type": "function"}, "tools": [WEATHER]}, "tool_choice", "function: this field is required"),
-    ({"functions": [{"name": "f"}]}, "functions", "use tools and tool_choice"),
+    ({"functions": [{"name": "f"}]}, "functions", "use tools"),
     ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format",
      "cannot be combined with tools"),
     ({"response_format": {"type": "xml"}}, "response_format", "type must be one of"),

@@ -196,6 +196,15 @@ class Model:
             v = self._eog_cache[token] = bool(_llama.llama_vocab_is_eog(self._vocab, token))
         return v
 
+    @property
+    def eog_ids(self) -> tuple[int, ...]:
+        """Every end-of-generation token id (read once from the vocabulary, then kept)."""
+        ids = getattr(self, "_eog_ids", None)
+        if ids is None:
+            is_eog, vocab = _llama.llama_vocab_is_eog, self._vocab
+            ids = self._eog_ids = tuple(t for t in range(self.n_vocab) if is_eog(vocab, t))
+        return ids
+
     def token_to_bytes(self, token: int, special: bool = False) -> bytes:
         """The bytes this token contributes to the text (control tokens render empty)."""
         key = token if not special else -token - 1

@@ -11,14 +11,15 @@ caller closes it). Routes:
 * ``GET /``                             the chat page (``static/chat.html``)
 
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
-validated (``schema``; 400 with an OpenAI error object naming the field), its structure
-compiled off the event loop (``structured``: ``response_format`` and tools; a 400 naming
-the field when a schema, grammar or tool does not compile), and it becomes a
-``worker.Job``. The handler waits for the worker's first word: ``Failed`` (the engine
-refused the prompt: too long for the context, a bad value) is a 400 before any byte of
-the response is sent, even for a streamed request; ``Started`` means tokens follow.
-The answer, whole or as server-sent events ending with ``data: [DONE]``, is built by
-``responses.Reply`` (tool calls, the structure's completeness, ``timings``, ``usage``).
+validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
+the one table of the fields honoured, refused and ignored), its structure compiled off
+the event loop (``structured``: ``response_format`` and tools; a 400 naming the field
+when a schema, grammar or tool does not compile), and it becomes a ``worker.Job``. The
+handler waits for the worker's first word: ``Failed`` (the engine refused the prompt:
+too long for the context, a bad value) is a 400 before any byte of the response is
+sent, even for a streamed request; ``Started`` means tokens follow. The answer, whole or
+as server-sent events ending with ``data: [DONE]``, is built by ``responses.ReplyBody``
+(tool calls, the structure's completeness, ``timings``, ``usage``).
 
 **Hanging up.** A task watches the connection for ``http.disconnect`` while the request
 waits in the queue and while it generates; when the client goes away it cancels the job,
@@ -51,7 +52,7 @@ from edgespec.errors import InputError
 from edgespec.events import Done
 
 from .metrics import CountRequests, Metrics
-from .responses import Gone, Reply, error_for, sse
+from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
 from .structured import Structure, plan_chat, plan_completion
 from .worker import Failed, Job, QueueFull, Started, Worker
@@ -162,14 +163,14 @@ def create_app(
         return bytes(body)
 
     def options_for(req: ChatRequest | CompletionRequest) -> dict:
-        opts = dict(base_options)
-        for name in SAMPLING_FIELDS:
-            value = getattr(req, name)
-            if value is not None:
-                opts[name] = value
-        opts["max_tokens"] = req.limit() or max_tokens
+        opts = {**base_options, **req.sampling_options(tokenize_text)}
+        limit = req.limit()
+        opts["max_tokens"] = engine.n_ctx if limit == -1 else (limit or max_tokens)
         opts["stop"] = req.stops()
         return opts
+
+    def tokenize_text(text: str) -> list[int]:
+        return engine.tokenize(text, add_special=False, parse_special=False)
 
     async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
                   chat: bool) -> Response:
@@ -197,7 +198,7 @@ def create_app(
             watcher.cancel()
             raise
         assert isinstance(first, Started)
-        reply = Reply(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
+        reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
         if req.stream:
             return StreamingResponse(sse(reply, job, watcher), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -215,10 +216,14 @@ def create_app(
 
     def parse(model: type, body: bytes) -> Any:
         try:
-            return model.model_validate_json(body)
+            req = model.model_validate_json(body)
         except ValidationError as e:
             message, param = describe_validation_error(e)
             raise ApiError(400, message, param=param) from None
+        refused = req.refusal()
+        if refused is not None:
+            raise refused
+        return req
 
     # -- routes ---------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)

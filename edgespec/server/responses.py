@@ -1,12 +1,12 @@
-"""The OpenAI response objects of one generation, whole or as server-sent events, and
-the HTTP answer to an error the engine raised.
+"""The OpenAI response objects of one generation: whole bodies, stream chunks, errors.
 
-``Reply`` builds them from the engine's events: a ``chat.completion`` /
-``text_completion`` body, or the chunks of a stream (one per piece of text; each
-choice carries ``from_draft``, each chunk an ``x_edgespec`` object with the running
-drafted / accepted counts, for the chat page; extra fields that OpenAI clients ignore).
-The last chunk carries llama-server's ``timings``; with ``stream_options.include_usage``
-a final chunk with empty ``choices`` carries ``usage``.
+``ReplyBody`` builds a chat or text completion from the engine's events (``usage``,
+llama-server's ``timings``, ``token_ids`` on request); ``sse`` writes a streamed one as
+server-sent events (each choice carries ``from_draft``, each chunk an ``x_edgespec``
+object with the running drafted / accepted counts, for the chat page: extra fields that
+OpenAI clients ignore); ``error_for`` turns an error the engine or the worker raised into
+the ``ApiError`` the client gets (a 400 for bad input, a 500 that holds no traceback for
+anything unexpected). Knows nothing of routes or of the worker's thread.
 
 A constrained answer (``response_format``, tools) says how it ended in its choice:
 ``"structure": {"type": ..., "complete": true|false}``; ``finish_reason`` is
@@ -58,7 +58,7 @@ def error_for(e: BaseException, *, param: str | None) -> ApiError:
     return ApiError(500, f"internal server error ({type(e).__name__}); see the server log", type="server_error")
 
 
-class Reply:
+class ReplyBody:
     """Builds the OpenAI response objects for one generation, from its events."""
 
     def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
@@ -216,7 +216,7 @@ def event(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse(reply: Reply, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
+async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation."""
     try:
         if reply.chat:

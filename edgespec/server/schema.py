@@ -1,19 +1,18 @@
 """The OpenAI request bodies we accept, and the error objects we answer with.
 
 Requests are validated by pydantic in strict mode (a number where a string belongs is an
-error, not a guess) and unknown fields are ignored, as OpenAI-compatible servers do:
-clients send fields this server has no use for (``user``, ``metadata``, ...). Fields
-that would change the answer and that we cannot honour are refused with a 400 that says
-so (``n`` > 1, ``logprobs``, ``echo``, ``suffix``, the legacy ``functions``) rather than
-silently dropped. Beyond OpenAI's fields, llama-server's sampling extras are accepted
-(``top_k``, ``min_p``, ``repeat_penalty``) and ``return_tokens`` adds the generated token
-ids to a response.
+error, not a guess). Which fields are honoured, refused (a 400 naming the field) or
+ignored is the one table in ``fields``; the models here declare exactly the honoured
+ones (OpenAI's, and llama-server's ``top_k``, ``min_p``, ``repeat_penalty``,
+``repeat_last_n``, ``n_predict``, ``ignore_eos``, ``logit_bias``, ``return_tokens``),
+and ``refusal()`` checks the rest against the table.
 
 Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
 ``json_schema``, and edgespec's ``regex`` / ``grammar``), llama-server's top-level
-``json_schema`` and ``grammar`` (GBNF), and on chat ``tools`` / ``tool_choice`` /
-``parallel_tool_calls``. Their shapes are checked here; whether a schema or grammar
-compiles is ``edgespec.server.structured``'s question (still a 400 before any model work).
+``json_schema`` and ``grammar`` (GBNF), edgespec's ``lenient_schema``, and on chat
+``tools`` / ``tool_choice`` / ``parallel_tool_calls``. Their shapes are checked here;
+whether a schema or grammar compiles is ``edgespec.server.structured``'s question (still
+a 400 before any model work).
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
 (``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
@@ -22,9 +21,13 @@ turns pydantic's report into one message naming the field.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+import json
+import math
+from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
 
@@ -136,25 +139,31 @@ class StreamOptions(BaseModel):
 
 
 class _Request(BaseModel):
-    """What both endpoints share: sampling, limits, stop strings, streaming."""
+    """What both endpoints share: sampling, limits, stop strings, streaming.
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    The declared fields are the ``HONOURED`` ones of ``fields``; everything else lands in
+    ``model_extra``, where ``refusal()`` finds the refused ones."""
 
-    model: Optional[str] = None
+    model_config = ConfigDict(extra="allow", strict=True)
+    endpoint: ClassVar[str] = ""
+
     max_tokens: Optional[int] = Field(None, ge=1)
+    n_predict: Optional[int] = Field(None, ge=-1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(None, ge=0)
+    top_k: Optional[int] = Field(None, ge=-1)
     min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
     repeat_penalty: Optional[float] = Field(None, gt=0.0)
+    repeat_last_n: Optional[int] = Field(None, ge=-1)
     frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
-    seed: Optional[int] = Field(None, ge=0)
+    seed: Optional[int] = Field(None, ge=-1)
+    logit_bias: Optional[Union[dict[str, Union[float, bool]], list[list[Union[int, float, str, bool]]]]] = None
+    ignore_eos: Optional[bool] = None
+    min_tokens: Optional[int] = Field(None, ge=0)
     stop: Optional[Union[str, list[str]]] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    n: Optional[int] = None
-    logprobs: Optional[Union[bool, int]] = None
     return_tokens: bool = False
     response_format: Optional[dict[str, Any]] = None
     json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
@@ -186,18 +195,11 @@ class _Request(BaseModel):
             return {"type": "grammar", "grammar": value}, name
         return value, name
 
-    @field_validator("n")
+    @field_validator("n_predict")
     @classmethod
-    def _one_choice(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError(f"n={v} is not supported: this server generates one choice per request (n=1)")
-        return v
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: Any) -> Any:
-        if v not in (None, False, 0):
-            raise ValueError("logprobs are not supported by this server")
+    def _some_tokens(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("n_predict must be at least 1, or -1 for as many as the context holds")
         return v
 
     @field_validator("stop")
@@ -206,6 +208,29 @@ class _Request(BaseModel):
         if isinstance(v, list) and len(v) > MAX_STOP_STRINGS:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings (got {len(v)})")
         return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_pairs(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for pair in v:
+                if len(pair) != 2 or isinstance(pair[0], (bool, float)) or isinstance(pair[1], str) \
+                        or pair[1] is True:
+                    raise ValueError("each entry must be [token id or text, bias] (bias a number or false)")
+        elif isinstance(v, dict) and any(b is True for b in v.values()):
+            raise ValueError("a bias must be a number, or false to ban the token")
+        return v
+
+    def refusal(self) -> ApiError | None:
+        """The 400 for the first refused field this request uses (``fields.FIELDS``)."""
+        extra = self.model_extra or {}
+        f = refused_field(dict(self), self.endpoint, [k for k in extra])
+        if f is None:
+            return None
+        value = json.dumps(extra[f.name], ensure_ascii=False)
+        value = value if len(value) <= 60 else value[:57] + "..."
+        return ApiError(400, f"{f.name}={value} is not supported by this server: {f.note}",
+                        param=f.name, code="unsupported_parameter")
 
     def stops(self) -> list[str]:
         if self.stop is None:
@@ -216,25 +241,50 @@ class _Request(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     def limit(self) -> int | None:
-        """The requested reply length (None: the server's default)."""
-        return self.max_tokens
+        """The requested reply length: None for the server's default, -1 for as many as
+        the context holds (llama-server's ``n_predict: -1``)."""
+        return self.n_predict if self.n_predict is not None else self.max_tokens
+
+    def sampling_options(self, tokenize: Callable[[str], list[int]]) -> dict:
+        """The ``Engine.stream`` sampling options this request sets, llama-server's
+        conventions turned into the engine's: ``top_k: -1`` is off (0), ``seed: -1`` is a
+        random seed (None), ``repeat_last_n`` is ``penalty_last_n``."""
+        names = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "frequency_penalty",
+                 "presence_penalty", "seed", "ignore_eos", "min_tokens")
+        opts = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if opts.get("top_k") == -1:
+            opts["top_k"] = 0
+        if opts.get("seed") == -1:
+            opts["seed"] = None
+        if self.repeat_last_n is not None:
+            opts["penalty_last_n"] = self.repeat_last_n
+        if self.logit_bias:
+            opts["logit_bias"] = self.bias_pairs(tokenize)
+        return opts
+
+    def bias_pairs(self, tokenize: Callable[[str], list[int]]) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token id, bias) pairs, llama-server's way: a key or entry
+        that is not a number is text, each of its tokens biased; ``false`` bans."""
+        if not self.logit_bias:
+            return ()
+        items = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        out: list[tuple[int, float]] = []
+        for key, bias in items:
+            value = -math.inf if bias is False else float(bias)
+            if isinstance(key, str) and key.strip().lstrip("-").isdecimal() and key.strip().isascii():
+                key = int(key)
+            ids = [key] if isinstance(key, int) else tokenize(key)
+            out.extend((int(t), value) for t in ids)
+        return tuple(out)
 
 
 class ChatRequest(_Request):
+    endpoint: ClassVar[str] = "chat"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
     parallel_tool_calls: Optional[bool] = None
-    functions: Optional[list[Any]] = None
-    function_call: Optional[Any] = None
-
-    @field_validator("functions", "function_call")
-    @classmethod
-    def _no_functions(cls, v: Any) -> Any:
-        if v:
-            raise ValueError("the legacy function-calling fields are not supported: use tools and tool_choice")
-        return v
 
     @field_validator("tool_choice")
     @classmethod
@@ -273,35 +323,14 @@ class ChatRequest(_Request):
         return choice or "auto"
 
     def limit(self) -> int | None:
+        if self.n_predict is not None:
+            return self.n_predict
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
 class CompletionRequest(_Request):
+    endpoint: ClassVar[str] = "completions"
     prompt: Union[str, list[str], list[int]]
-    echo: bool = False
-    suffix: Optional[str] = None
-    best_of: Optional[int] = None
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("echo is not supported by this server")
-        return v
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("suffix (fill-in-the-middle) is not supported by this server")
-        return v
-
-    @field_validator("best_of")
-    @classmethod
-    def _no_best_of(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError(f"best_of={v} is not supported: this server generates one choice per request")
-        return v
 
     @field_validator("prompt")
     @classmethod
