@@ -99,7 +99,7 @@ class ReplyBody:
         if self.calls is not None:
             complete = done.finish_reason == "stop" and all(c.complete for c in self.calls.calls)
         else:
-            complete = getattr(done, "complete", None)
+            complete = getattr(done, "structured_complete", None)
             if complete is None:
                 complete = done.finish_reason == "stop"
         return {"type": self.structure.kind, "complete": bool(complete)}
@@ -124,6 +124,7 @@ class ReplyBody:
             "predicted_per_second": round(stats.tokens_per_second, 3),
             "draft_n": stats.drafted,
             "draft_n_accepted": stats.accepted,
+            "forced_n": getattr(stats, "forced", 0),  # drafts the grammar forced (in draft_n too)
             "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
             "queue_ms": round(self.queue_wait * 1000, 3),
         }
