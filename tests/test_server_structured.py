@@ -1,0 +1,248 @@
+"""Structured output through the server on the tiny models: ``response_format`` (and
+llama-server's ``json_schema`` / ``grammar``) on both endpoints, streamed and not; tool
+calls on a tiny model that carries Qwen2.5's chat template; answers cut by
+``max_tokens``; every bad input a 400 naming the field before any model work; and the
+``--parallel`` server refusing a structure rather than ignoring it.
+
+The tiny models have random weights, so the schemas here leave them few choices (enums,
+small integers, booleans, short strings, no extra properties): every answer ends within
+a few dozen tokens, and each one that ends with ``stop`` must validate (``jsonschema``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from fastapi.testclient import TestClient
+
+from edgespec import Engine
+from edgespec.chat_template import render, tokenize_rendered
+from edgespec.server import create_app
+from serve_support import sse_events
+from tiny_models import make_tiny_model
+
+pytest.importorskip("llguidance")
+
+SCHEMA = {"type": "object", "properties": {
+    "ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99},
+    "tag": {"enum": ["alpha", "beta"]}, "note": {"type": "string", "maxLength": 3}},
+    "required": ["ok", "n", "tag", "note"], "additionalProperties": False}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "record", "schema": SCHEMA, "strict": True}}
+MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
+PROMPT = "the quick brown fox"
+QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja").read_text()
+PARAMS = {"type": "object", "properties": {
+    "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["unit", "days"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "forecast", "description": "The forecast",
+                                           "parameters": PARAMS}},
+         {"type": "function", "function": {"name": "clock", "parameters": {
+             "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"],
+             "additionalProperties": False}}}]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_target):
+    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with TestClient(create_app(engine, max_tokens=96, defaults={"temperature": 0.0})) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tool_engine(tmp_path_factory):
+    path = make_tiny_model(tmp_path_factory.mktemp("tools") / "qwen_template.gguf", seed=0,
+                           chat_template=QWEN_TEMPLATE, name="edgespec-tiny-tools")
+    with Engine(path, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def tool_client(tool_engine):
+    with TestClient(create_app(tool_engine, max_tokens=96, defaults={"temperature": 0.0})) as c:
+        yield c
+
+
+def streamed(client, path: str, body: dict) -> list:
+    with client.stream("POST", path, json={**body, "stream": True}) as resp:
+        assert resp.status_code == 200, resp.read()
+        return list(sse_events(resp.iter_lines()))
+
+
+def chunks_text(events: list, chat: bool) -> tuple[str, str, dict]:
+    text, finish, structure = "", None, None
+    for ev in events[:-1]:
+        for ch in ev["choices"]:
+            text += (ch["delta"].get("content") or "") if chat else ch["text"]
+            finish = ch.get("finish_reason") or finish
+            structure = ch.get("structure") or structure
+    assert events[-1] == "[DONE]"
+    return text, finish, structure
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": MESSAGES, "response_format": FORMAT}),
+    ("/v1/completions", {"prompt": PROMPT, "response_format": FORMAT}),
+    ("/v1/chat/completions", {"messages": MESSAGES, "json_schema": SCHEMA}),  # llama-server's field
+])
+def test_json_schema_answers_validate_streamed_and_not(client, path, body):
+    chat = "messages" in body
+    resp = client.post(path, json=body)
+    assert resp.status_code == 200, resp.text
+    choice = resp.json()["choices"][0]
+    text = choice["message"]["content"] if chat else choice["text"]
+    assert choice["finish_reason"] == "stop" and choice["structure"]["complete"] is True
+    assert choice["structure"]["type"] == "json_schema"
+    jsonschema.validate(json.loads(text), SCHEMA)
+    assert text == json.dumps(json.loads(text), separators=(",", ":"))  # the compact layout
+    s_text, s_finish, s_structure = chunks_text(streamed(client, path, body), chat)
+    assert (s_text, s_finish, s_structure) == (text, "stop", choice["structure"])
+
+
+def test_json_object_regex_and_grammar(client):
+    resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 64,
+                                                     "response_format": {"type": "json_object"}})
+    choice = resp.json()["choices"][0]
+    if choice["finish_reason"] == "stop":
+        assert isinstance(json.loads(choice["message"]["content"]), dict)
+    else:
+        assert choice["structure"] == {"type": "json_object", "complete": False}
+    for fmt in ({"type": "regex", "regex": "(yes|no), [0-9]{2}"},
+                {"type": "grammar", "grammar": 'root ::= ("yes" | "no") ", " [0-9] [0-9]'}):
+        resp = client.post("/v1/completions", json={"prompt": PROMPT, "response_format": fmt})
+        choice = resp.json()["choices"][0]
+        assert choice["finish_reason"] == "stop" and choice["structure"]["complete"], choice
+        assert choice["text"].split(", ")[0] in ("yes", "no") and choice["text"][-2:].isdigit()
+    resp = client.post("/v1/completions", json={"prompt": PROMPT, "grammar": 'root ::= "ab" [0-9]'})
+    assert resp.json()["choices"][0]["text"][:2] == "ab"  # llama-server's GBNF field
+
+
+def test_max_tokens_inside_the_structure_is_length_and_incomplete(client):
+    body = {"messages": MESSAGES, "response_format": FORMAT, "max_tokens": 3}
+    choice = client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["structure"] == {"type": "json_schema", "complete": False}
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(choice["message"]["content"])
+    _, finish, structure = chunks_text(streamed(client, "/v1/chat/completions", body), chat=True)
+    assert finish == "length" and structure["complete"] is False
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
+     "response_format.json_schema.schema", "invalid JSON schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "array", "uniqueItems": True}}}}, "response_format.json_schema.schema", "'uniqueItems'"),
+    ({"response_format": {"type": "regex", "regex": "(unclosed"}}, "response_format.regex", "regex"),
+    ({"response_format": {"type": "grammar", "grammar": "root ::= (("}}, "response_format.grammar", "grammar"),
+    ({"json_schema": {"type": "objekt"}}, "json_schema", "invalid JSON schema"),
+    ({"grammar": "root ::= (("}, "grammar", "grammar"),
+])
+def test_structures_that_do_not_compile_are_400_naming_the_field(client, body, param, words):
+    for path, base in (("/v1/chat/completions", {"messages": MESSAGES}), ("/v1/completions", {"prompt": PROMPT})):
+        for stream in (False, True):
+            resp = client.post(path, json={**base, **body, "stream": stream})
+            assert resp.status_code == 400, resp.text
+            err = resp.json()["error"]
+            assert err["param"] == param and words in err["message"], err
+            assert "\n" not in err["message"] and "--lenient" not in err["message"]
+
+
+def test_lenient_schema_relaxes_what_it_must_and_says_nothing_silently(client):
+    schema = {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "maxItems": 2}
+    body = {"messages": MESSAGES, "json_schema": schema, "lenient_schema": True}
+    resp = client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    body.pop("lenient_schema")
+    err = client.post("/v1/chat/completions", json=body).json()["error"]
+    assert "'uniqueItems'" in err["message"] and '"lenient_schema": true' in err["message"]
+
+
+def test_the_parallel_server_refuses_a_structure_instead_of_ignoring_it(engine):
+    with TestClient(create_app(engine, parallel=2, max_tokens=8, defaults={"temperature": 0.0})) as c:
+        resp = c.post("/v1/chat/completions", json={"messages": MESSAGES, "response_format": FORMAT})
+        assert resp.status_code == 400
+        err = resp.json()["error"]
+        assert err["param"] == "response_format" and "--parallel" in err["message"]
+        assert c.post("/v1/chat/completions", json={"messages": MESSAGES}).status_code == 200
+
+
+# -- tool calls ------------------------------------------------------------------------------
+
+def calls_of(message: dict) -> list[tuple[str, dict]]:
+    calls = []
+    for c in message.get("tool_calls") or ():
+        assert c["type"] == "function" and c["id"].startswith("call_")
+        calls.append((c["function"]["name"], json.loads(c["function"]["arguments"])))
+    return calls
+
+
+def check_against_tools(calls: list[tuple[str, dict]]) -> None:
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for name, args in calls:
+        jsonschema.validate(args, schemas[name])
+
+
+def assemble(events: list) -> tuple[str, dict[int, dict], str]:
+    """A streamed chat answer put back together: content, calls by index, finish."""
+    content, calls, finish = "", {}, None
+    for ev in events[:-1]:
+        for ch in ev["choices"]:
+            d = ch["delta"]
+            content += d.get("content") or ""
+            for tc in d.get("tool_calls") or ():
+                c = calls.setdefault(tc["index"], {"id": None, "name": None, "arguments": ""})
+                if "id" in tc:
+                    assert c["id"] is None and tc["type"] == "function"
+                    c.update(id=tc["id"], name=tc["function"]["name"])
+                c["arguments"] += tc["function"].get("arguments", "")
+            finish = ch.get("finish_reason") or finish
+    return content, calls, finish
+
+
+@pytest.mark.parametrize("choice, parallel", [("required", True), ("required", False),
+                                              ({"type": "function", "function": {"name": "clock"}}, True)])
+def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, choice, parallel):
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": choice, "parallel_tool_calls": parallel}
+    resp = tool_client.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()["choices"][0]
+    assert out["finish_reason"] == "tool_calls", out
+    assert out["structure"] == {"type": "tool_calls", "complete": True}
+    calls = calls_of(out["message"])
+    check_against_tools(calls)
+    assert calls and (len(calls) == 1 or parallel)
+    if isinstance(choice, dict):
+        assert [n for n, _ in calls] == ["clock"] * len(calls)
+    content, streamed_calls, finish = assemble(streamed(tool_client, "/v1/chat/completions", body))
+    assert finish == "tool_calls" and content == (out["message"]["content"] or "")
+    assert [(c["name"], json.loads(c["arguments"])) for c in streamed_calls.values()] == calls
+
+
+def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, tool_engine):
+    """Before a call opens, tool_choice auto is free generation: a tiny model that never
+    writes the tag answers exactly as the same prompt does unconstrained."""
+    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 24}
+    auto = tool_client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert auto["finish_reason"] in ("stop", "length") and "tool_calls" not in auto["message"]
+    model = tool_engine.target_model
+    ids = tokenize_rendered(model, render(model, MESSAGES, tools=TOOLS))
+    free = tool_client.post("/v1/completions", json={"prompt": ids, "max_tokens": 24}).json()["choices"][0]
+    assert "<tool_call>" not in free["text"] and auto["message"]["content"] == free["text"]
+    # none: the tools are not in the prompt, the answer is the plain chat answer
+    plain = tool_client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 24}).json()
+    none = tool_client.post("/v1/chat/completions", json={**body, "tool_choice": "none"}).json()
+    assert plain["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
+
+
+def test_max_tokens_inside_a_call(tool_client):
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "max_tokens": 14}
+    out = tool_client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert out["finish_reason"] == "length" and out["structure"]["complete"] is False
