@@ -9,6 +9,7 @@ tokens were produced or how they will be shown.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Round:
     ``drafted`` tokens were proposed, ``accepted`` of them kept, ``rejected`` = the rest.
     ``rejected_text`` is the detokenized text of the rejected draft tokens (for a
     struck-through display). ``k`` is the draft length bound used for this round.
+    ``forced`` of the drafted tokens were forced by the grammar (structured output:
+    drafted for free, not by the drafter); they count in ``drafted``/``accepted`` too.
     """
 
     index: int
@@ -45,6 +48,7 @@ class Round:
     drafter: str
     rejected_ids: tuple[int, ...] = ()
     rejected_text: str = ""
+    forced: int = 0
 
 
 @dataclass
@@ -60,6 +64,8 @@ class Stats:
     accepted: int = 0
     rejected: int = 0
     from_draft_tokens: int = 0      # committed tokens that came from accepted drafts
+    forced: int = 0                 # drafted tokens the grammar forced (in ``drafted`` too)
+    forced_accepted: int = 0        # of those, accepted (in ``accepted`` too)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     k_final: int = 0
@@ -69,6 +75,7 @@ class Stats:
     t_decode_draft: float = 0.0     # seconds inside the draft model's llama_decode
     t_generate: float = 0.0         # wall seconds from first round to the end
     t_total: float = 0.0            # wall seconds including the prompt
+    t_mask: float = 0.0             # seconds computing grammar masks and forced tokens
 
     @property
     def acceptance_rate(self) -> float:
@@ -131,12 +138,19 @@ class Done:
 
     ``finish_reason`` is ``"stop"`` (end-of-generation token or a stop string),
     ``"length"`` (``max_tokens`` reached or the context is full) or ``"interrupted"``.
+
+    Under a constraint (structured output), ``structured_complete`` says whether the
+    output completes the structure (False when ``max_tokens`` cut it; None without a
+    constraint, or when a lazy grammar's trigger never appeared) and ``parsed`` holds
+    the parsed JSON value when a JSON structure is complete.
     """
 
     finish_reason: str
     stats: Stats
     text: str
     token_ids: tuple[int, ...]
+    structured_complete: bool | None = None
+    parsed: Any = None
 
 
 Event = Token | Round | Done
@@ -144,17 +158,24 @@ Event = Token | Round | Done
 
 @dataclass(frozen=True)
 class Result:
-    """A finished generation: its text, token ids, why it ended, and its stats."""
+    """A finished generation: its text, token ids, why it ended, and its stats; under a
+    constraint also ``structured_complete`` and ``parsed`` (as on ``Done``)."""
 
     text: str
     token_ids: list[int]
     finish_reason: str
     stats: Stats
+    structured_complete: bool | None = None
+    parsed: Any = None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "text": self.text,
             "token_ids": list(self.token_ids),
             "finish_reason": self.finish_reason,
             "stats": self.stats.to_dict(),
         }
+        if self.structured_complete is not None:
+            d["structured_complete"] = self.structured_complete
+            d["parsed"] = self.parsed
+        return d

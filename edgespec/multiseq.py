@@ -182,11 +182,12 @@ class BatchRunner:
     def _prepare(self, req: Request, slot: int) -> _Seq:
         if req.prepared is None:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
-        ids, params, max_tokens, stops = req.prepared
+        ids, params, max_tokens, stops, constraint = req.prepared
+        if constraint is not None:  # never run a structured request unconstrained
+            raise InputError("response_format is not supported in batches yet; run it alone")
         if len(ids) >= self.n_ctx_seq:
-            raise ContextOverflowError(
-                f"the prompt is {len(ids)} tokens but a parallel sequence holds "
-                f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
+            raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
+                                       f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
         return _Seq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self)
 
     @property

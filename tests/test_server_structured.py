@@ -176,11 +176,16 @@ def test_the_parallel_server_refuses_a_structure_instead_of_ignoring_it(engine):
 
 # -- tool calls ------------------------------------------------------------------------------
 
-def calls_of(message: dict) -> list[tuple[str, dict]]:
+def calls_of(message: dict, cut: bool = False) -> list[tuple[str, dict]]:
+    """(name, arguments) of each call; ``cut``: the last one may have been cut short
+    (``finish_reason`` length), and is left out if its arguments are not complete."""
     calls = []
-    for c in message.get("tool_calls") or ():
+    for i, c in enumerate(message.get("tool_calls") or ()):
         assert c["type"] == "function" and c["id"].startswith("call_")
-        calls.append((c["function"]["name"], json.loads(c["function"]["arguments"])))
+        try:
+            calls.append((c["function"]["name"], json.loads(c["function"]["arguments"])))
+        except json.JSONDecodeError:
+            assert cut and i == len(message["tool_calls"]) - 1
     return calls
 
 
@@ -214,16 +219,22 @@ def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, ch
     resp = tool_client.post("/v1/chat/completions", json=body)
     assert resp.status_code == 200, resp.text
     out = resp.json()["choices"][0]
-    assert out["finish_reason"] == "tool_calls", out
-    assert out["structure"] == {"type": "tool_calls", "complete": True}
-    calls = calls_of(out["message"])
+    calls = calls_of(out["message"], cut=out["finish_reason"] == "length")
     check_against_tools(calls)
-    assert calls and (len(calls) == 1 or parallel)
+    if parallel:
+        # random weights: this model goes on calling until the context is full; every
+        # call that completed validates, and the answer says it was cut
+        assert len(calls) >= 1 and out["finish_reason"] in ("tool_calls", "length")
+    else:
+        assert len(calls) == 1 and out["finish_reason"] == "tool_calls", out
+    complete = out["finish_reason"] == "tool_calls"
+    assert out["structure"] == {"type": "tool_calls", "complete": complete}
     if isinstance(choice, dict):
         assert [n for n, _ in calls] == ["clock"] * len(calls)
     content, streamed_calls, finish = assemble(streamed(tool_client, "/v1/chat/completions", body))
-    assert finish == "tool_calls" and content == (out["message"]["content"] or "")
-    assert [(c["name"], json.loads(c["arguments"])) for c in streamed_calls.values()] == calls
+    assert finish == out["finish_reason"] and content == (out["message"]["content"] or "")
+    assert [(c["name"], c["arguments"]) for c in streamed_calls.values()] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"]]
 
 
 def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, tool_engine):
