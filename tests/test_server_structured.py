@@ -238,18 +238,28 @@ def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, ch
 
 
 def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, tool_engine):
-    """Before a call opens, tool_choice auto is free generation: a tiny model that never
-    writes the tag answers exactly as the same prompt does unconstrained."""
-    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 24}
-    auto = tool_client.post("/v1/chat/completions", json=body).json()["choices"][0]
-    assert auto["finish_reason"] in ("stop", "length") and "tool_calls" not in auto["message"]
+    """Under tool_choice auto, free text is only kept from starting a call without its
+    tags, from special tokens and from bytes that are not UTF-8 (random weights write
+    those; ``logit_bias`` bans them here in both requests): the answer is the same
+    prompt's unconstrained answer, token for token."""
     model = tool_engine.target_model
+    ascii_only = {str(t): -100 for t in range(model.n_vocab)
+                  if t != model.eos and (max(model.token_to_bytes(t) or b"\x80") > 0x7F)}
+    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 24, "return_tokens": True,
+            "logit_bias": ascii_only}
+    resp = tool_client.post("/v1/chat/completions", json=body).json()
+    auto = resp["choices"][0]
+    assert auto["finish_reason"] in ("stop", "length") and "tool_calls" not in auto["message"]
+    assert "structure" not in auto  # free text: no structure began
     ids = tokenize_rendered(model, render(model, MESSAGES, tools=TOOLS))
-    free = tool_client.post("/v1/completions", json={"prompt": ids, "max_tokens": 24}).json()["choices"][0]
-    assert "<tool_call>" not in free["text"] and auto["message"]["content"] == free["text"]
+    free = tool_client.post("/v1/completions", json={
+        "prompt": ids, "max_tokens": 24, "return_tokens": True, "logit_bias": ascii_only}).json()
+    assert free["choices"][0]["text"].strip() and "<tool_call>" not in free["choices"][0]["text"]
+    assert resp["token_ids"] == free["token_ids"] and auto["message"]["content"] == free["choices"][0]["text"]
     # none: the tools are not in the prompt, the answer is the plain chat answer
     plain = tool_client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 24}).json()
-    none = tool_client.post("/v1/chat/completions", json={**body, "tool_choice": "none"}).json()
+    none = tool_client.post("/v1/chat/completions", json={
+        "messages": MESSAGES, "max_tokens": 24, "tools": TOOLS, "tool_choice": "none"}).json()
     assert plain["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
 
 

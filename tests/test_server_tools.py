@@ -27,6 +27,7 @@ WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city <now>",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa}ris \\" {[", "n": [1, {"a": 2}]}}\n</tool_call>'
+BARE = CALL[len("<tool_call>\n"):-len("\n</tool_call>")]  # the same call without its tags
 
 
 def _pieces(text: str, cuts: list[int]) -> tuple[str, dict[int, dict]]:
@@ -58,6 +59,10 @@ TEXTS = [
     "trailing space  \n",
     CALL[:60],  # cut inside the arguments
     CALL[:20],  # cut inside the head
+    BARE,
+    "\n" + BARE + "\n" + BARE.replace("get_weather", "f") + "\n",
+    '{"a": 1} is JSON, {"name": "get_weather", "arguments": {}} too',
+    '{"nam',
 ]
 
 
@@ -84,6 +89,12 @@ def test_reading_whole_answers():
     content, calls = read_calls(CALL[:60])
     assert content == "" and calls[0].name == "get_weather" and not calls[0].complete
     assert read_calls(CALL[:20]) == ("", [])
+    content, calls = read_calls(BARE + "\n")  # without the tags, at the start of the answer
+    assert content == "" and [(c.name, c.complete) for c in calls] == [("get_weather", True)]
+    assert json.loads(calls[0].arguments)["n"] == [1, {"a": 2}]
+    text = 'I would call {"name": "get_weather", "arguments": {}} here'
+    assert read_calls(text) == (text, [])  # not at the start: text
+    assert read_calls('{"a": 1}') == ('{"a": 1}', []) and read_calls('{"nam') == ('{"nam', [])
 
 
 def test_the_tool_format_of_a_template():
@@ -114,14 +125,18 @@ def _tools(*tools):
 def test_the_call_grammar():
     tools = _tools(WEATHER, {"type": "function", "function": {"name": "now"}})
     g = call_grammar(tools, _Vocab(set()), parallel=True)
-    assert g.startswith('start: call ("\\n" call)*\ncall: call_0 | call_1\n')
+    assert g.startswith('start: calls\ncalls: call ("\\n" call)* "\\n"?\ncall: call_0 | call_1\n')
     assert 'call_0: "<tool_call>" "\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": " args_0 "}\\n" "</tool_call>"' in g
     schema = json.loads(g.split("args_0: %json ")[1].split("\n")[0])
     assert schema["required"] == ["city"] and schema["x-guidance"]["item_separator"] == ", "
     assert json.loads(g.split("args_1: %json ")[1].split("\n")[0])["type"] == "object"  # no parameters: any object
     one = call_grammar(tools, _Vocab({"<tool_call>"}), only="now")
-    assert one.startswith("start: call\ncall: call_1\n") and "call_1: <tool_call> " in one
-    assert call_grammar(tools, _Vocab(set()), parallel=False).startswith("start: call\n")
+    assert one.startswith('start: calls\ncalls: call "\\n"?\ncall: call_1\n') and "call_1: <tool_call> " in one
+    assert call_grammar(tools, _Vocab(set()), parallel=False).startswith('start: calls\ncalls: call "\\n"?\n')
+    auto = call_grammar(tools, _Vocab({"<tool_call>"}), free=True)
+    assert auto.startswith("start: bare_calls | FREE? calls?\nbare_calls: bare (")
+    assert 'bare_0: "{\\"name\\": \\"get_weather\\", \\"arguments\\": " args_0 "}"' in auto
+    assert "FREE: " in auto and "<tool_call>" in auto.split("FREE: ")[1]
     bad = _tools({"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}})
     with pytest.raises(InputError, match=r"tools\[0\].function.parameters must describe an object"):
         argument_schema(0, bad[0].function)

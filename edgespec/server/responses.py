@@ -97,6 +97,8 @@ class ReplyBody:
         if self.structure.kind is None or done is None:
             return None
         if self.calls is not None:
+            if self.structure.optional and not self.calls.calls:
+                return None  # tool_choice auto, answered in free text
             complete = done.finish_reason == "stop" and all(c.complete for c in self.calls.calls)
         else:
             complete = getattr(done, "structured_complete", None)

@@ -11,8 +11,10 @@ on a model whose chat template writes no tool calls, combinations we do not serv
 Tool calls (``edgespec.server.tools`` knows the format): ``tools`` go to the chat
 template, which describes them to the model. ``tool_choice`` ``auto`` lets the model
 write freely until it opens a call, and from the opening tag on the grammar holds it to
-the tools' parameter schemas (a lazy constraint); ``required`` and a named function
-constrain the answer from its first token; ``none`` leaves the tools out of the prompt
+the tools' parameter schemas (free text is one lexeme of the grammar that every token
+but a special one continues, so it costs a cheap mask and nothing else; see
+``tools.call_grammar``); ``required`` and a named function constrain the answer from its
+first token; ``none`` leaves the tools out of the prompt
 and the answer unconstrained, so the model cannot call one. ``parallel_tool_calls``
 false allows one call per answer.
 
@@ -31,7 +33,7 @@ from edgespec.chat_template import render, tokenize_rendered
 from edgespec.errors import InputError
 
 from .schema import ApiError, ChatRequest, CompletionRequest
-from .tools import OPEN, NoToolFormat, call_grammar, tool_format
+from .tools import NoToolFormat, call_grammar, tool_format
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,15 @@ class Structure:
     ``kind``: None (free text), a ``response_format`` type (``json_object``,
     ``json_schema``, ``regex``, ``grammar``) or ``"tool_calls"``; ``param``: the field
     that asked for it; ``constraint``: what the engine holds the answer to; ``tools``:
-    the answer is read for tool calls."""
+    the answer is read for tool calls; ``optional``: free text is a whole answer too
+    (``tool_choice`` auto), so there is a structure only where a call began."""
 
     prompt: Any
     kind: str | None = None
     param: str | None = None
     constraint: Any = None
     tools: bool = False
+    optional: bool = False
 
 
 def _compile_format(response_format: dict, model: Any, *, lenient: bool, field: str) -> Any:
@@ -96,13 +100,14 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     tools = list(req.tools or ())
     try:
         grammar = call_grammar(tools, model, only=None if mode in ("auto", "required") else mode,
-                               parallel=req.parallel_tool_calls is not False, lenient=req.lenient_schema)
+                               parallel=req.parallel_tool_calls is not False, free=mode == "auto",
+                               lenient=req.lenient_schema)
     except InputError as e:
         raise ApiError(400, str(e), param="tools") from None
     from edgespec.constraints import ConstraintError, compile_lark
 
     try:
-        constraint = compile_lark(grammar, model, trigger=OPEN if mode == "auto" else None)
+        constraint = compile_lark(grammar, model)
     except ConstraintError as e:
         raise ApiError(400, f"the tools' parameters do not compile: {e}".replace(
             "(--lenient-schema)", '("lenient_schema": true in the request)'), param="tools") from None
@@ -111,4 +116,4 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     except InputError as e:
         raise ApiError(400, str(e), param="messages") from None
     return Structure(prompt=tokenize_rendered(model, text), kind="tool_calls", param="tools",
-                     constraint=constraint, tools=True)
+                     constraint=constraint, tools=True, optional=mode == "auto")

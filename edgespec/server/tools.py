@@ -40,6 +40,8 @@ END = "}\n"  # after the arguments: the end of the call's object, before the clo
 ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*(?=\S)')
 _TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
+_BARE_TAIL = re.compile(r"\s*\}")  # a call written without its tags ends with its object
+_BARE_START = '{"name": "'
 
 
 class NoToolFormat(InputError):
@@ -81,22 +83,47 @@ def argument_schema(i: int, function: Any, *, lenient: bool = False) -> dict:
 
 
 def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, parallel: bool = True,
-                 lenient: bool = False) -> str:
-    """The Lark grammar of the tool-call blocks: one call (``parallel`` False, or
+                 free: bool = False, lenient: bool = False) -> str:
+    """The Lark grammar of an answer that calls tools: one call (``parallel`` False, or
     ``only`` a function's name) or several, each to one of ``tools`` (OpenAI's tool
-    objects, pydantic's ``schema.Tool``) with arguments that follow its parameters."""
+    objects, pydantic's ``schema.Tool``) with arguments that follow its parameters.
+
+    ``free`` (``tool_choice`` auto): the answer may be free text instead, and calls may
+    follow the text. The free text is one lexeme that cannot hold the opening tag (so a
+    call is always held to the grammar) and cannot start like a call written without its
+    tags, ``{"name": ...``: small models (Qwen2.5-Coder-0.5B) often drop the tags, and
+    such an answer is held to the tools as a call too, as llama.cpp does. Until the tag
+    or that start, every token but the special ones is allowed: free text costs a mask
+    (about 0.1 ms for a 152k vocabulary), and never changes."""
     open_tag, close_tag = _tag(model, OPEN), _tag(model, CLOSE)
-    rules, names = [], []
+    rules, calls, bare = [], [], []
     for i, tool in enumerate(tools):
         fn = tool.function
         if only is not None and fn.name != only:
             continue
-        head = '\n{"name": "' + fn.name + '", "arguments": '
-        rules.append(f"call_{i}: {open_tag} {_literal(head)} args_{i} {_literal(END)} {close_tag}")
+        head = '{"name": "' + fn.name + '", "arguments": '
+        rules.append(f"call_{i}: {open_tag} {_literal(chr(10) + head)} args_{i} {_literal(END)} {close_tag}")
         rules.append(f"args_{i}: %json {json.dumps(argument_schema(i, fn, lenient=lenient))}")
-        names.append(f"call_{i}")
-    start = "start: call" if (only is not None or not parallel) else 'start: call ("\\n" call)*'
-    return "\n".join([start, "call: " + " | ".join(names), *rules]) + "\n"
+        calls.append(f"call_{i}")
+        if free:
+            rules.append(f'bare_{i}: {_literal(head)} args_{i} "}}"')
+            bare.append(f"bare_{i}")
+    one = only is not None or not parallel
+
+    def several(item: str) -> str:
+        # a newline may follow the last call: the models write one before their end of turn
+        return f'{item} "\\n"?' if one else f'{item} ("\\n" {item})* "\\n"?'
+
+    lines = [f"calls: {several('call')}", "call: " + " | ".join(calls), *rules]
+    if not free:
+        return "\n".join(["start: calls", *lines]) + "\n"
+    return "\n".join([
+        "start: bare_calls | FREE? calls?",
+        f"bare_calls: {several('bare')}",
+        "bare: " + " | ".join(bare),
+        *lines,
+        'FREE: /(.|\\n)+/ & ~/[ \\t\\n]*\\{[ \\t\\n]*"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
+    ]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -131,6 +158,7 @@ class CallStream:
     _buf: str = ""
     _at: int = 0            # what is before it has been read
     _state: str = "text"    # text -> head -> args -> tail -> text ...
+    _bare: bool = False     # the current call came without its tags
     _depth: int = 0         # the arguments' JSON nesting, and whether in a string
     _in_string: bool = False
     _escaped: bool = False
@@ -162,6 +190,15 @@ class CallStream:
         """Read what the current state can read; False when it needs more text."""
         buf, at = self._buf, self._at
         if self._state == "text":
+            if not self.content and (not self.calls or self._bare):
+                rest = buf[at:].lstrip()
+                m = _HEAD.match(buf, at)
+                if m is not None:  # a call without its tags, at the start of the answer
+                    self._bare = True
+                    self._start_call(out, m)
+                    return True
+                if rest.startswith("{") and (_BARE_START.startswith(rest) or rest.startswith(_BARE_START)):
+                    return False  # it may be one: wait for its name
             j = buf.find(OPEN, at)
             if j >= 0:
                 # the white space between text and a call belongs to neither
@@ -183,11 +220,8 @@ class CallStream:
             m = _HEAD.match(buf, at)
             if m is None:
                 return False
-            call = Call(id="call_" + uuid.uuid4().hex[:24], name=m.group(1))
-            self.calls.append(call)
-            out.append(Piece(index=len(self.calls) - 1, id=call.id, name=call.name))
-            self._at, self._state = m.end(), "args"
-            self._depth, self._in_string, self._escaped = 0, False, False
+            self._bare = False
+            self._start_call(out, m)
             return True
         if self._state == "args":
             end, closed = self._scan_arguments(at)
@@ -198,12 +232,20 @@ class CallStream:
             if closed:
                 self._state = "tail"
             return closed
-        m = _TAIL.match(buf, at)  # tail: the end of the call's object and the closing tag
+        # tail: the end of the call's object (and the closing tag)
+        m = (_BARE_TAIL if self._bare else _TAIL).match(buf, at)
         if m is None:
             return False
         self.calls[-1].complete = True
         self._at, self._state = m.end(), "text"
         return True
+
+    def _start_call(self, out: list[Piece], head: re.Match) -> None:
+        call = Call(id="call_" + uuid.uuid4().hex[:24], name=head.group(1))
+        self.calls.append(call)
+        out.append(Piece(index=len(self.calls) - 1, id=call.id, name=call.name))
+        self._at, self._state = head.end(), "args"
+        self._depth, self._in_string, self._escaped = 0, False, False
 
     def _scan_arguments(self, at: int) -> tuple[int, bool]:
         """Advance through the arguments' JSON from ``at``: the index after the last
