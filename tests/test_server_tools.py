@@ -28,6 +28,7 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa}ris \\" {[", "n": [1, {"a": 2}]}}\n</tool_call>'
 BARE = CALL[len("<tool_call>\n"):-len("\n</tool_call>")]  # the same call without its tags
+FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
 
 
 def _pieces(text: str, cuts: list[int]) -> tuple[str, dict[int, dict]]:
@@ -61,6 +62,8 @@ TEXTS = [
     CALL[:20],  # cut inside the head
     BARE,
     "\n" + BARE + "\n" + BARE.replace("get_weather", "f") + "\n",
+    FENCED,
+    FENCED[:30],
     '{"a": 1} is JSON, {"name": "get_weather", "arguments": {}} too',
     '{"nam',
 ]
@@ -95,6 +98,9 @@ def test_reading_whole_answers():
     text = 'I would call {"name": "get_weather", "arguments": {}} here'
     assert read_calls(text) == (text, [])  # not at the start: text
     assert read_calls('{"a": 1}') == ('{"a": 1}', []) and read_calls('{"nam') == ('{"nam', [])
+    content, calls = read_calls(FENCED)  # in a code fence, in the model's own layout
+    assert content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Paris"}
+    assert read_calls("```python\nprint(1)\n```") == ("```python\nprint(1)\n```", [])
 
 
 def test_the_tool_format_of_a_template():
@@ -135,7 +141,7 @@ def test_the_call_grammar():
     assert call_grammar(tools, _Vocab(set()), parallel=False).startswith('start: calls\ncalls: call "\\n"?\n')
     auto = call_grammar(tools, _Vocab({"<tool_call>"}), free=True)
     assert auto.startswith("start: bare_calls | FREE? calls?\nbare_calls: bare (")
-    assert 'bare_0: "{\\"name\\": \\"get_weather\\", \\"arguments\\": " args_0 "}"' in auto
+    assert "bare: bare_0 | fenced_0 | bare_1 | fenced_1" in auto and '"get_weather"[ \\t\\n]*,' in auto
     assert "FREE: " in auto and "<tool_call>" in auto.split("FREE: ")[1]
     bad = _tools({"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}})
     with pytest.raises(InputError, match=r"tools\[0\].function.parameters must describe an object"):

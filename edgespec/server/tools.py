@@ -40,8 +40,12 @@ END = "}\n"  # after the arguments: the end of the call's object, before the clo
 ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*(?=\S)')
 _TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
-_BARE_TAIL = re.compile(r"\s*\}")  # a call written without its tags ends with its object
-_BARE_START = '{"name": "'
+# a call written without its tags, at the start of an answer: its object, maybe fenced
+_BARE_HEAD = re.compile(r'\s*(```(?:json)?\s*)?\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*(?=\S)')
+_BARE_TAIL = re.compile(r"\s*\}")
+_FENCED_TAIL = re.compile(r"\s*\}\s*```")
+_BARE_STARTS = ('```json{"name":"', '```{"name":"', '{"name":"')  # without white space
+_WS = r"[ \t\n]*"
 
 
 class NoToolFormat(InputError):
@@ -91,10 +95,12 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
     ``free`` (``tool_choice`` auto): the answer may be free text instead, and calls may
     follow the text. The free text is one lexeme that cannot hold the opening tag (so a
     call is always held to the grammar) and cannot start like a call written without its
-    tags, ``{"name": ...``: small models (Qwen2.5-Coder-0.5B) often drop the tags, and
-    such an answer is held to the tools as a call too, as llama.cpp does. Until the tag
-    or that start, every token but the special ones is allowed: free text costs a mask
-    (about 0.1 ms for a 152k vocabulary), and never changes."""
+    tags, ``{"name": ...`` or the same in a ```json fence: the Qwen2.5-Coder models
+    often write their calls so (the 0.5B bare, the 1.5B fenced and indented), and such
+    an answer is held to the tools as a call too, in the model's own layout, as llama.cpp
+    does. Every other token but the special ones continues free text: it costs a mask
+    (0.2 ms per token on average for a 152k vocabulary, most of it on the first tokens)
+    and nothing else."""
     open_tag, close_tag = _tag(model, OPEN), _tag(model, CLOSE)
     rules, calls, bare = [], [], []
     for i, tool in enumerate(tools):
@@ -106,8 +112,16 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
         rules.append(f"args_{i}: %json {json.dumps(argument_schema(i, fn, lenient=lenient))}")
         calls.append(f"call_{i}")
         if free:
-            rules.append(f'bare_{i}: {_literal(head)} args_{i} "}}"')
-            bare.append(f"bare_{i}")
+            # untagged, in whatever layout the model writes: one lexeme up to the arguments
+            loose = argument_schema(i, fn, lenient=lenient)
+            loose["x-guidance"] = {**loose["x-guidance"], "whitespace_flexible": True}
+            loose["x-guidance"].pop("item_separator", None)
+            loose["x-guidance"].pop("key_separator", None)
+            key = _WS.join(["", "\\{", '"name"', ":", f'"{fn.name}"', ",", '"arguments"', ":", ""])
+            rules += [f"bare_{i}: HEAD_{i} loose_{i} END", f"fenced_{i}: FHEAD_{i} loose_{i} FEND",
+                      f"HEAD_{i}: /{key}/", f"FHEAD_{i}: /{_WS}```(json)?{key}/",
+                      f"loose_{i}: %json {json.dumps(loose)}"]
+            bare += [f"bare_{i}", f"fenced_{i}"]
     one = only is not None or not parallel
 
     def several(item: str) -> str:
@@ -122,7 +136,9 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
         f"bare_calls: {several('bare')}",
         "bare: " + " | ".join(bare),
         *lines,
-        'FREE: /(.|\\n)+/ & ~/[ \\t\\n]*\\{[ \\t\\n]*"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
+        f"END: /{_WS}\\}}/",
+        f"FEND: /{_WS}\\}}{_WS}```/",
+        f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS})?\\{{{_WS}"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
     ]) + "\n"
 
 
@@ -158,7 +174,7 @@ class CallStream:
     _buf: str = ""
     _at: int = 0            # what is before it has been read
     _state: str = "text"    # text -> head -> args -> tail -> text ...
-    _bare: bool = False     # the current call came without its tags
+    _bare: str = ""         # the current call came without its tags: "bare" or "fenced"
     _depth: int = 0         # the arguments' JSON nesting, and whether in a string
     _in_string: bool = False
     _escaped: bool = False
@@ -175,7 +191,7 @@ class CallStream:
         precede a call, a partial tag that was text after all. A call cut off before its
         name is complete is dropped (the reply ends with ``length``)."""
         out: list[Piece] = []
-        if self._state == "text":
+        if self._state == "text" and not (self.calls and self._bare):
             rest = self._buf[self._at:]
             self._say(out, rest.strip() if self.calls else rest)
         self._at = len(self._buf)
@@ -191,13 +207,13 @@ class CallStream:
         buf, at = self._buf, self._at
         if self._state == "text":
             if not self.content and (not self.calls or self._bare):
-                rest = buf[at:].lstrip()
-                m = _HEAD.match(buf, at)
+                m = _BARE_HEAD.match(buf, at)
                 if m is not None:  # a call without its tags, at the start of the answer
-                    self._bare = True
-                    self._start_call(out, m)
+                    self._bare = "fenced" if m.group(1) else "bare"
+                    self._start_call(out, m.group(2), m.end())
                     return True
-                if rest.startswith("{") and (_BARE_START.startswith(rest) or rest.startswith(_BARE_START)):
+                rest = re.sub(r"\s+", "", buf[at:])
+                if rest and any(b.startswith(rest) or rest.startswith(b) for b in _BARE_STARTS):
                     return False  # it may be one: wait for its name
             j = buf.find(OPEN, at)
             if j >= 0:
@@ -220,8 +236,8 @@ class CallStream:
             m = _HEAD.match(buf, at)
             if m is None:
                 return False
-            self._bare = False
-            self._start_call(out, m)
+            self._bare = ""
+            self._start_call(out, m.group(1), m.end())
             return True
         if self._state == "args":
             end, closed = self._scan_arguments(at)
@@ -233,18 +249,18 @@ class CallStream:
                 self._state = "tail"
             return closed
         # tail: the end of the call's object (and the closing tag)
-        m = (_BARE_TAIL if self._bare else _TAIL).match(buf, at)
+        m = {"": _TAIL, "bare": _BARE_TAIL, "fenced": _FENCED_TAIL}[self._bare].match(buf, at)
         if m is None:
             return False
         self.calls[-1].complete = True
         self._at, self._state = m.end(), "text"
         return True
 
-    def _start_call(self, out: list[Piece], head: re.Match) -> None:
-        call = Call(id="call_" + uuid.uuid4().hex[:24], name=head.group(1))
+    def _start_call(self, out: list[Piece], name: str, end: int) -> None:
+        call = Call(id="call_" + uuid.uuid4().hex[:24], name=name)
         self.calls.append(call)
         out.append(Piece(index=len(self.calls) - 1, id=call.id, name=call.name))
-        self._at, self._state = head.end(), "args"
+        self._at, self._state = end, "args"
         self._depth, self._in_string, self._escaped = 0, False, False
 
     def _scan_arguments(self, at: int) -> tuple[int, bool]:
