@@ -1,13 +1,14 @@
 """Integration: structured output and tool calls with the official ``openai`` client
 against ``edgespec serve`` on the real Qwen2.5-Coder-0.5B-Instruct (test extra), with
-prompt lookup drafting, at temperature 0.
+prompt lookup drafting, at temperature 0, run as a user runs it (a subprocess).
 
 - ``response_format`` json_schema: JSON that validates (``jsonschema``), streamed and
   not, and the client's own ``parse()`` with a pydantic model;
 - tools: ``tool_calls`` whose arguments validate against the tool's parameters, streamed
   (``delta.tool_calls`` by index) and not, with ``auto``, ``required`` and a named
-  function; then a round trip: the assistant's call and the tool's result go back and
-  the next answer uses the result;
+  function; then a round trip (on the 1.5B: the 0.5B calls again instead of answering
+  from the result): the assistant's call and the tool's result go back and the next
+  answer uses the result;
 - a schema keyword llguidance lacks: a 400 that names it, through the client's error.
 """
 
@@ -125,15 +126,32 @@ def test_tool_calls_validate_streamed_and_not(client, tool_choice):
     assert [(p["name"], json.loads(p["arguments"])) for p in pieces.values()] == calls
 
 
-def test_a_tool_round_trip(client):
-    first = client.chat.completions.create(model="edgespec", messages=ASK, tools=TOOLS, tool_choice="required")
+@pytest.fixture(scope="module")
+def client_15b():
+    """The 1.5B for the round trip: the 0.5B calls the tool again instead of answering
+    from its result (with or without tools in the second request)."""
+    target = resolve_model("qwen2.5-coder-1.5b")
+    with serve_process(["--target", str(target), "--draft", "ngram", "--n-ctx", "4096", "--temperature", "0",
+                        "--max-tokens", "256"]) as url:
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+def test_a_tool_round_trip(client_15b):
+    """The assistant's call and the tool's result go back through the chat template and
+    the next answer uses the result."""
+    ask = [{"role": "system", "content": "You are a helpful assistant. Call a tool when you need data; once a "
+                                         "tool has answered, reply to the user in one plain sentence."},
+           ASK[1]]
+    first = client_15b.chat.completions.create(model="edgespec", messages=ask, tools=TOOLS)
+    assert first.choices[0].finish_reason == "tool_calls"
     call = first.choices[0].message.tool_calls[0]
-    messages = [*ASK, first.choices[0].message.model_dump(exclude_none=True),
+    assert check_calls([call], "get_weather")[0][1]["city"] == "Paris"
+    messages = [*ask, first.choices[0].message.model_dump(exclude_none=True),
                 {"role": "tool", "tool_call_id": call.id, "content": json.dumps(
-                    {"city": "Paris", "temperature_celsius": 17, "sky": "light rain"})}]
-    second = client.chat.completions.create(model="edgespec", messages=messages, tools=TOOLS)
+                    {"temperature_celsius": 17, "sky": "light rain"})}]
+    second = client_15b.chat.completions.create(model="edgespec", messages=messages, tools=TOOLS)
     answer = second.choices[0]
-    assert answer.finish_reason == "stop" and not answer.message.tool_calls
-    assert "17" in answer.message.content
+    assert answer.finish_reason == "stop" and not answer.message.tool_calls, answer
+    assert "17" in answer.message.content and "rain" in answer.message.content
     # the conversation so far was decoded once: the second request reused its prefix
     assert second.usage.prompt_tokens_details.cached_tokens > 0
