@@ -29,7 +29,7 @@ from .costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, G
 from .policy import DraftPolicy, FixedPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .multiseq import BatchRun, Request
+    from .batchrun import BatchRun, Request
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
@@ -234,7 +234,7 @@ class Engine:
 
     def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> BatchRun:
         """``generate_many`` for ``multiseq.Request``s, each with its own key and options."""
-        from .multiseq import BatchRun
+        from .batchrun import BatchRun
 
         return BatchRun(self, requests, parallel=parallel)
 

@@ -17,7 +17,9 @@ many rows per decode, a draft row costs real compute on a CPU, so the lengths ar
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
 batch's own timings (``policy.OnlineCost``), each sequence's acceptance learned from its
-own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU.
+own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
+the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
+A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
 
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
 others shared its batches (tests/test_multiseq.py checks it against solo runs).
@@ -31,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from . import sampling
-from .adaptive import batch_draft_lengths
+from .adaptive import batch_draft_lengths, fit_drafts
 from .drafters import NgramDrafter, NoDrafter
 from .errors import ContextOverflowError, EdgespecError, InputError
 from .events import Done, Result, Stats
-from .llama import MultiContext
+from .llama import MultiContext, max_parallel_sequences
 from .llama.context import common_prefix_len
 from .costs import OnlineCost
 from .policy import DraftPolicy, FixedPolicy
@@ -88,6 +90,7 @@ class BatchStats:
     drafted: int = 0
     accepted: int = 0
     t_decode: float = 0.0
+    t_steps: float = 0.0        # wall time of the steps (decode and the Python around it)
     running_sum: int = 0        # running sequences, summed over steps
     t_start: float = field(default_factory=time.perf_counter)
 
@@ -104,6 +107,13 @@ class BatchStats:
         return self.running_sum / self.steps if self.steps else 0.0
 
 
+def check_sequence_limit(n_parallel: int) -> None:
+    """Refuse more sequences than one llama.cpp context holds (it fails giving no reason)."""
+    if n_parallel > (limit := max_parallel_sequences()):
+        raise InputError(f"--parallel {n_parallel} is more sequences than llama.cpp holds in one "
+                         f"context ({limit}); lower --parallel")
+
+
 class _Seq:
     """One running sequence: its slot, its round machinery and its reply."""
 
@@ -111,7 +121,9 @@ class _Seq:
                  stops: list[str], reserve: int, runner: "BatchRunner") -> None:
         self.req, self.slot, self.ids, self.reserve = req, slot, ids, reserve
         self.t_start = time.perf_counter()
+        self.t_gen: float | None = None  # when its first verify step began
         self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
+        # times are its share of each step it had rows in (see BatchRunner._attribute)
         self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
                            prompt_tokens_processed=len(ids))
         rng, model = sampling.make_rng(params.seed), runner.engine.target_model
@@ -122,8 +134,7 @@ class _Seq:
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
             n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else ())
-        self.budget = min(max_tokens, reserve - len(ids))
-        self.produced = 0
+        self.budget, self.produced = min(max_tokens, reserve - len(ids)), 0
         self.reply = Reply(model, stops, max_tokens, params.min_tokens)
         self.proposal = None
         self.drafts: list[int] = []
@@ -150,6 +161,7 @@ class BatchRunner:
             raise InputError(f"--parallel must be at least 1 (got {n_parallel})")
         if chunk < 1:
             raise InputError(f"the prefill chunk must be at least 1 token (got {chunk})")
+        check_sequence_limit(n_parallel)
         self.engine = engine
         name = draft if draft is not None else engine.drafter_name
         self.drafter_name = name if name in ("none", "ngram") else "none"
@@ -254,13 +266,18 @@ class BatchRunner:
     # -- one step -------------------------------------------------------------------------
     def _step(self, running: list[_Seq]) -> list[_Seq]:
         """One decode for every running sequence; the sequences that ended."""
+        t_step = time.perf_counter()
         for s in running:
             if s.prefilling:
                 self._adopt(s)
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
+            s.t_gen = t_step if s.t_gen is None else s.t_gen
             s.proposal = s.loop.propose(s.budget - s.produced)
-        lengths = self._draft_lengths(gen)
+        # the drafts share what one decode holds with a verify row per sequence and a
+        # prefill chunk of the prompts waiting
+        waiting = sum(len(s.ids) - 1 - s.prefilled for s in running if s.prefilling)
+        lengths = self._draft_lengths(gen, self.ctx.n_batch - len(gen) - min(waiting, self.chunk))
         parts, room = [], self.ctx.n_batch
         for s, n in zip(gen, lengths):
             s.drafts = s.loop.drafts(s.proposal, n)
@@ -308,7 +325,23 @@ class BatchRunner:
             if s.req.on_event is not None:
                 for ev in events:
                     s.req.on_event(ev)
+        self._attribute(gen, filling, seconds, time.perf_counter() - t_step)
         return ended
+
+    def _attribute(self, gen: list[_Seq], filling: list[tuple[_Seq, int]], decode: float,
+                   step: float) -> None:
+        """Each sequence's share of the step, in proportion to its rows: a prefilling
+        one's share of the whole step is prompt time (``t_prompt``); a generating one's
+        share of the decode is verify time (``t_verify``) and its share of the whole step
+        its round time in the batch (``t_batch``, which holds the Python overhead too)."""
+        self.stats.t_steps += step
+        rows = sum(len(s.drafts) + 1 for s in gen) + sum(take for _, take in filling)
+        for s, take in filling:
+            s.stats.t_prompt += step * take / rows
+        for s in gen:
+            n = len(s.drafts) + 1
+            s.stats.t_verify += decode * n / rows
+            s.stats.t_batch += step * n / rows
 
     def _adopt(self, s: _Seq) -> None:
         """Give prefilling ``s`` the longest prefix of its prompt that another sequence
@@ -336,9 +369,10 @@ class BatchRunner:
                 return True
         return False
 
-    def _draft_lengths(self, gen: list[_Seq]) -> list[int]:
+    def _draft_lengths(self, gen: list[_Seq], room: int) -> list[int]:
         """Draft lengths for the batch (``adaptive.batch_draft_lengths`` over each
-        sequence's expected-tokens curve); a fixed policy drafts what it proposes."""
+        sequence's expected-tokens curve); a fixed policy drafts what it proposes. Either
+        way they are cut to the ``room`` the decode has for drafts (``fit_drafts``)."""
         lengths = [0] * len(gen)
         if self.drafter_name == "none":
             return lengths
@@ -351,7 +385,7 @@ class BatchRunner:
             else:
                 curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len,
                                                       s.proposal.after_break))
-        lengths = batch_draft_lengths(curves, lengths, self.cost)
+        lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)
         return lengths
@@ -359,92 +393,11 @@ class BatchRunner:
     def _result(self, seq: _Seq):
         st = seq.stats
         st.generated_tokens = len(seq.reply.ids)
-        st.t_total = st.t_generate = time.perf_counter() - seq.t_start
+        now = time.perf_counter()  # wall times, as the request saw them
+        st.t_total, st.t_generate = now - seq.t_start, now - (seq.t_gen or now)
         st.k_final = seq.loop.last_k
         self.stats.sequences += 1
         if seq.req.on_event is not None:
             seq.req.on_event(Done(finish_reason=seq.reply.finish_reason, stats=st, text=seq.reply.text,
                                   token_ids=tuple(seq.reply.ids)))
         return Result(seq.reply.text, list(seq.reply.ids), seq.reply.finish_reason, st)
-
-
-class BatchRun:
-    """``Engine.generate_many``'s answer: iterate it for ``Outcome``s in the order the
-    requests finish. Before iterating, ``n_parallel`` says how many sequences share each
-    decode and why (``parallel_reason``); while and after, ``stats`` has the throughput.
-
-    ``parallel="auto"`` picks N from the batch cost C(N) (the profile's or the prior's),
-    the number of requests and the memory the KV cache of N sequences needs
-    (``adaptive.choose_parallel``). Every request is checked and tokenized first: one
-    that cannot run (empty, too long, bad settings) comes back at once as an error.
-    """
-
-    def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
-                 chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
-        from .adaptive import choose_parallel
-        from .detect import LocalProbe
-
-        self.engine = engine
-        self.failed: list[Outcome] = []
-        self.requests: list[Request] = []
-        for req in requests:
-            try:
-                req.prepared = engine.prepare(req.prompt, **req.options)
-                self.requests.append(req)
-            except EdgespecError as e:
-                self.failed.append(Outcome(req.key, error=e))
-        # Each sequence reserves room for its prompt, its reply and one verify batch.
-        need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
-        self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
-        per_seq = self.n_ctx_seq * engine.target_model.kv_bytes_per_token
-        available = LocalProbe().memory()[1] or 4 << 30  # unknown: assume a small machine
-        self.max_by_memory = max(1, int(available * 0.5 // max(per_seq, 1)))
-        if parallel == "auto":
-            self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
-                                              self.max_by_memory)
-            self.parallel_reason = (
-                f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "
-                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})")
-        else:
-            if not isinstance(parallel, int) or parallel < 1:
-                raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
-            self.n_parallel = max(1, min(parallel, len(self.requests) or 1))
-            self.parallel_reason = f"{self.n_parallel} sequences per decode (asked for {parallel})"
-        self._chunk, self._draft = chunk, draft
-        asked = draft if draft is not None else engine.drafter_name
-        self.drafter_note = {
-            "none": "",
-            "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
-        }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
-        self.runner: BatchRunner | None = None
-        self.stats = BatchStats()
-
-    def summary(self) -> str:
-        """What the run did, in one line: throughput, sequences per decode, drafting."""
-        st = self.stats
-        line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
-                f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
-        if st.prompt_shared:
-            line += f"; {st.prompt_shared} prompt tokens shared, not recomputed"
-        if st.drafted:
-            line += f"; prompt lookup drafted {st.drafted}, accepted {st.accepted}"
-        elif self.runner is not None and self.runner.drafter_name == "ngram":
-            line += "; prompt lookup drafted nothing (it did not pay in this batch)"
-        return line
-
-    @property
-    def kv_bytes(self) -> int:
-        """The KV pool the run allocates (all sequences' reserved room)."""
-        return self.n_parallel * self.n_ctx_seq * self.engine.target_model.kv_bytes_per_token
-
-    def __iter__(self) -> Iterator[Outcome]:
-        yield from self.failed
-        if not self.requests:
-            return
-        self.runner = BatchRunner(self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq,
-                                  chunk=self._chunk, draft=self._draft)
-        self.stats = self.runner.stats
-        try:
-            yield from self.runner.run(self.requests)
-        finally:
-            self.runner.close()

@@ -27,6 +27,14 @@ match, ...). Without any plain round to measure, we show an upper bound instead:
 costs at least one target step, so the speedup is at most the tokens committed per
 round (``≤ 2.4×``). It is labelled as a bound because on compute-bound machines (CPU)
 verifying k tokens costs several steps and the true speedup can be below 1.
+
+When nothing or almost nothing was drafted (fewer than ``MIN_DRAFTING`` of the rounds),
+the run was plain decoding, and the estimate would only measure its own error (the
+mean round against the median plain step: a few percent, either way): the readout says
+so instead of printing a ratio.
+
+**k.** What the status line and the summary show as k is the length actually drafted
+(the mean over the rounds that drafted), with the bound the policy or ``--k`` allows.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ STYLE_STATUS = Style(dim=True)
 
 PLAIN_STEP_DRAFTERS = ("none", "ngram")
 """Drafters whose empty rounds cost exactly one plain step (no draft model decode)."""
+MIN_DRAFTING = 0.05
+"""Below this share of rounds that drafted, a run is plain decoding: no speedup ratio."""
 
 
 class SpeedupEstimate:
@@ -83,7 +93,11 @@ class SpeedupEstimate:
             return tokens_per_round, False
         return None
 
-    def format(self, tokens_per_second: float, tokens_per_round: float) -> str:
+    def format(self, tokens_per_second: float, tokens_per_round: float, drafting: float = 1.0) -> str:
+        """The estimate in words; empty below ``MIN_DRAFTING`` (``drafting``: the share of
+        rounds that drafted), where the run was plain decoding."""
+        if drafting < MIN_DRAFTING:
+            return ""
         s = self.speedup(tokens_per_second, tokens_per_round)
         if s is None:
             return ""
@@ -95,11 +109,33 @@ def _num(n: int) -> str:
     return f"{n:,}"
 
 
+def drafting_parts(rounds: int, drafting: int, drafted: int, accepted: int, bound: int,
+                   live: bool = False) -> list[str]:
+    """How much was drafted, for the summary (or, ``live``, the shorter status line): the
+    acceptance and the length actually drafted (k: the mean over the rounds that
+    drafted, and the bound), or that nothing or almost nothing was."""
+    if not drafted:
+        return ["nothing drafted yet" if live else "nothing drafted: plain decoding"]
+    mean, per_round = drafted / max(drafting, 1), accepted / max(rounds, 1)
+    parts = [f"accepted {accepted / drafted:.0%}", f"{per_round:.2f}/round", f"k {mean:.1f} (≤{bound})"] \
+        if live else [f"accepted {accepted}/{drafted} ({accepted / drafted:.0%})",
+                      f"{per_round:.2f} accepted/round", f"k {mean:.1f} avg (≤{bound})"]
+    if drafting < MIN_DRAFTING * rounds:
+        parts.append(f"drafted in {drafting} of {_num(rounds)} rounds" + ("" if live else ": about plain decoding"))
+    return parts
+
+
+def k_label(adaptive: bool, k: int, k_max: int) -> str:
+    """An engine's draft length setting: the policy's bound, or the fixed k."""
+    return f"k auto (≤{k_max})" if adaptive else f"k {k}"
+
+
 @dataclass
 class _Counters:
     """Running counters of the reply being shown (for the status line)."""
 
     rounds: int = 0
+    drafting: int = 0  # rounds that drafted
     drafted: int = 0
     accepted: int = 0
     tokens: int = 0
@@ -167,19 +203,22 @@ class Readout:
                 r.feed(event)
         return r
 
+    def speedup_text(self, stats: Stats) -> str:
+        """The speedup estimate of a finished reply ("" where there is none to give)."""
+        share = stats.drafting_rounds / stats.rounds if stats.rounds else 0.0
+        return self.speed.format(stats.tokens_per_second, stats.tokens_per_round, share)
+
+    k_label = staticmethod(k_label)
+
     def summary(self, stats: Stats, finish_reason: str) -> str:
         """One line about a finished reply."""
         parts = [stats.drafter, f"{_num(stats.generated_tokens)} tokens"]
         if stats.t_generate > 0:
             parts.append(f"{stats.tokens_per_second:.1f} tok/s")
         if stats.drafter != "none":
-            if stats.drafted:
-                parts.append(f"accepted {stats.accepted}/{stats.drafted} ({stats.acceptance_rate:.0%})")
-            else:
-                parts.append("nothing drafted")
-            parts.append(f"{stats.mean_accepted_length:.2f} accepted/round")
-            parts.append(f"k {stats.k_final}")
-            speed = self.speed.format(stats.tokens_per_second, stats.tokens_per_round)
+            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted,
+                                    stats.k_final)
+            speed = self.speedup_text(stats)
             if speed:
                 parts.append(speed)
         parts.append(f"prompt {_num(stats.prompt_tokens_processed)} new of {_num(stats.prompt_tokens)}")
@@ -282,6 +321,7 @@ class Reply:
             s.tokens_at_first_round = s.tokens
         s.t_last_round = now
         s.rounds += 1
+        s.drafting += r.drafted > 0
         s.drafted += r.drafted
         s.accepted += r.accepted
         s.k = r.k
@@ -351,19 +391,14 @@ class Reply:
             return Text("▍ reading the prompt…", style=STYLE_STATUS)
         tps = s.tokens_per_second(now)
         parts = []
-        if s.drafter and s.drafter != "none":
-            rate = s.accepted / s.drafted if s.drafted else 0.0
-            parts += [
-                f"{s.drafter}",
-                f"accepted {rate:.0%}",
-                f"{s.accepted / s.rounds:.2f}/round",
-                f"k {s.k}",
-            ]
+        drafting = bool(s.drafter and s.drafter != "none")
+        if drafting:
+            parts += [s.drafter, *drafting_parts(s.rounds, s.drafting, s.drafted, s.accepted, s.k, live=True)]
         else:
             parts.append("plain decoding")
         parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")
-        if s.drafter and s.drafter != "none":
-            speed = self.readout.speed.format(tps, s.tokens / s.rounds)
+        if drafting:
+            speed = self.readout.speed.format(tps, s.tokens / s.rounds, s.drafting / s.rounds)
             if speed:
                 parts.append(speed)
         return Text("▍ " + " · ".join(parts), style=STYLE_STATUS)
@@ -398,4 +433,6 @@ __all__ = [
     "STYLE_REJECTED",
     "STYLE_TARGET",
     "SpeedupEstimate",
+    "drafting_parts",
+    "k_label",
 ]

@@ -217,3 +217,21 @@ def test_a_message_that_is_not_utf8_is_an_error_and_the_session_goes_on(tmp_path
     assert r.returncode == 0, err
     assert "error: the message is not UTF-8 text (byte 0xe9 at character 3)" in err
     assert "no replies yet" in out and "Traceback" not in err
+
+
+def test_the_banner_and_stats_show_the_policy_s_bound_not_a_fixed_k(tmp_path, tiny_target):
+    # issue 22 item 11: prompt lookup under the learned policy showed "k 1" (the plan's
+    # fixed k, unused) while rounds could draft up to 15
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0",
+                       "--max-tokens", "8")
+    try:
+        assert "drafter ngram · k auto (≤15)" in child.before
+        child.sendline("/k 4")
+        child.expect_exact("k = 4")
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        child.expect_exact("drafter ngram · k 4 ·")
+        child.expect_exact(PROMPT)
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)

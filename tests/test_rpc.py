@@ -3,8 +3,8 @@ loopback hold the tiny target's layers, the drafter stays local, and the faults 
 meets (nothing listening, not an RPC server, a server killed mid-batch) end in one line
 that names the endpoint, within a timeout, with every finished JSONL result kept.
 
-These need a llama.cpp built with ``-DGGML_RPC=on`` (what the README's install and CI
-build); on another build they skip and say so.
+These need a llama.cpp built with ``-DGGML_RPC=on`` (docs/scale-out.md says how; CI
+builds it); on another build they skip and say so.
 """
 
 from __future__ import annotations

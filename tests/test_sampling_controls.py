@@ -11,7 +11,7 @@ import pytest
 
 from edgespec import Engine
 from edgespec.errors import InputError
-from edgespec.multiseq import BatchRun, Request
+from edgespec.batchrun import BatchRun, Request
 from edgespec.sampling import SamplingParams, apply_logit_bias, ban, params_from
 from tiny_models import make_tiny_model
 

@@ -140,7 +140,8 @@ def test_logit_bias_in_openai_and_llama_server_forms(client, engine):
     e_ids = engine.tokenize("e", add_special=False, parse_special=False)
     assert forced["token_ids"] == e_ids * (4 // len(e_ids))  # text keys: each of its tokens
     bad = client.post("/v1/completions", json={"prompt": PROMPT, "logit_bias": {"99999": 5}})
-    assert bad.status_code == 400 and "logit_bias" in bad.json()["error"]["message"]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "logit_bias"
+    assert "vocabulary size 320" in bad.json()["error"]["message"]
     bad = client.post("/v1/completions", json={"prompt": PROMPT, "logit_bias": {"5": True}})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "logit_bias"
 
@@ -184,3 +185,14 @@ def test_repeat_last_n_reaches_the_penalties(client):
     narrow = text_of(client.post("/v1/completions", json={**body, "repeat_last_n": 0}))
     assert narrow == text_of(client.post("/v1/completions", json={**body, "repeat_penalty": 1.0}))
     assert client.post("/v1/completions", json={**body, "repeat_last_n": -2}).status_code == 400
+
+
+def test_the_docs_table_is_this_table():
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "server-safety.md").read_text(encoding="utf-8")
+    sections = {HONOURED: "### Honoured", REFUSED: "### Refused", IGNORED: "### Ignored"}
+    for f in FIELDS:
+        start = doc.index(sections[f.status])
+        end = min([i for i in (doc.find("\n### ", start + 1), doc.find("\n## ", start + 1)) if i > 0])
+        assert f"| `{f.name}` |" in doc[start:end], f"{f.name} is not listed as {f.status} in docs/server-safety.md"

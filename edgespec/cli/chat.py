@@ -158,8 +158,9 @@ class ChatSession:
         drafter = e.drafter_name
         if drafter == "model":
             drafter = f"model ({_name(getattr(e, 'draft_path', None))})"
-        self.console.print(Text(
-            f"edgespec chat · {target} · drafter {drafter} · k {e.k} · context {e.n_ctx:,} tokens"
+        self.console.print(Text(  # k: the policy's bound, or the fixed k (--k, /k N)
+            f"edgespec chat · {target} · drafter {drafter} · {self.readout.k_label(e.adaptive_k, e.k, e.k_max)}"
+            f" · context {e.n_ctx:,} tokens"
             " · /help for commands",
             style="bold",
         ))
@@ -218,8 +219,7 @@ class ChatSession:
             acceptance_rate=round(s.acceptance_rate, 4),
             mean_accepted_length=round(s.mean_accepted_length, 3),
             tokens_per_second=round(s.tokens_per_second, 2),
-            speedup=(self.readout.speed.format(s.tokens_per_second, s.tokens_per_round).replace(" vs plain", "")
-                     if s.drafter != "none" else ""),
+            speedup=self.readout.speedup_text(s).replace(" vs plain", "") if s.drafter != "none" else "",
             finish_reason=finish_reason,
         ))
         max_tokens = self.options.get("max_tokens", 0)
@@ -289,9 +289,9 @@ class ChatSession:
     def _cmd_stats(self, arg: str) -> None:
         e = self.engine
         used = len(e.prompt_tokens(self.messages)) if len(self.messages) > (1 if self.system else 0) else 0
-        drafter = e.drafter_name
+        drafter, k = e.drafter_name, self.readout.k_label(e.adaptive_k, e.k, e.k_max)
         self.console.print(Text(
-            f"{_name(getattr(e, 'target_path', None))} · drafter {drafter} · k {e.k}"
+            f"{_name(getattr(e, 'target_path', None))} · drafter {drafter} · {k}"
             f" · conversation {used:,} of {e.n_ctx:,} tokens · {_plural(len(self.turns), 'reply', 'replies')}",
             style="bold",
         ))
@@ -309,7 +309,7 @@ class ChatSession:
                 f"{t.generated_tokens:,}", t.drafter,
                 f"{t.acceptance_rate:.0%}" if drafted else "–",
                 f"{t.mean_accepted_length:.2f}" if drafted else "–",
-                str(t.k_final) if drafted else "–",
+                f"≤{t.k_final}" if drafted else "–",  # the bound; the summary has the mean
                 f"{t.tokens_per_second:.1f}", t.speedup or "–", t.finish_reason,
             )
         self.console.print(table)

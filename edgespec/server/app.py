@@ -10,6 +10,12 @@ caller closes it). Routes:
 * ``GET /metrics``                      Prometheus text (``metrics``)
 * ``GET /``                             the chat page (``static/chat.html``)
 
+With ``api_key`` every ``/v1`` route and ``/metrics`` need the key; ``/health`` without
+it says only ``{"status": ...}`` (liveness for load balancers), with it the full body;
+``/`` is a static page that holds nothing and asks for the key. Before any route,
+``guard.Guard`` refuses a Host that is not this server and a web page from an origin
+that is not allowed (docs/server-safety.md).
+
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
 validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
 the one table of the fields honoured, refused and ignored), its structure compiled off
@@ -26,9 +32,11 @@ waits in the queue and while it generates; when the client goes away it cancels 
 so the worker stops that generation at the next token and serves the next request.
 
 **Errors.** Every error is an OpenAI-style object: 400 for bad input, 401 for a wrong or
-missing API key (only when the app has one), 404/405 for unknown routes, 413 for a body
-over the limit, 503 with ``Retry-After`` when the queue is full. An unexpected exception
-is logged on the server and answered with a 500 object that holds no traceback.
+missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405
+for unknown routes, 413 for a body over the limit, 503 with ``Retry-After`` when the
+queue is full, 503 ``worker_stopped`` once the generation worker has died. An
+unexpected exception, in a route or in a generation, is logged on the server and
+answered with a 500 object that holds no traceback (an error event on a stream).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import time
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -51,11 +59,12 @@ from edgespec import __version__
 from edgespec.errors import InputError
 from edgespec.events import Done
 
+from .guard import Guard, check_origins
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
 from .structured import Structure, plan_chat, plan_completion
-from .worker import Failed, Job, QueueFull, Started, Worker
+from .worker import Failed, Job, QueueFull, Started, Worker, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -78,6 +87,8 @@ def create_app(
     defaults: Mapping[str, Any] | None = None,
     model_name: str | None = None,
     retry_after: int = 5,
+    on_fatal: Callable[[BaseException], None] | None = None,
+    allow_origins: Iterable[str] = (),
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -90,6 +101,12 @@ def create_app(
     ``Engine.stream``: temperature, top_p, top_k, min_p, seed, ...) for requests that do
     not give them. ``model_name``: the id ``/v1/models`` reports (default: the target
     file's stem). ``retry_after``: the seconds a 503 asks the client to wait.
+    ``on_fatal(error)``: called if the generation worker dies (``serve`` stops then).
+    ``allow_origins``: web origins allowed beside the server's own and loopback ones
+    (``guard``: exact origins, patterns, ``*``).
+
+    Everything that can fail is built here, before the app serves: with ``parallel`` > 1
+    the batch of slots (``worker.Worker``); an error here means the server cannot run.
     """
     if max_body_bytes < 1024:
         raise InputError(f"max_body_bytes must be at least 1024 (got {max_body_bytes})")
@@ -98,8 +115,9 @@ def create_app(
     unknown = set(defaults or {}) - set(SAMPLING_FIELDS)
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
+    origins = check_origins(allow_origins)
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel)
+    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal)
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     model_id = model_name or Path(str(engine.target_path)).stem
@@ -119,6 +137,7 @@ def create_app(
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
+    app.add_middleware(Guard, origins=origins)  # inside the counting: refusals are counted too
     app.add_middleware(CountRequests, metrics=metrics, routes=ROUTES)
 
     # -- errors ---------------------------------------------------------------------------
@@ -140,12 +159,15 @@ def create_app(
         return JSONResponse(err.body(), status_code=500)
 
     # -- helpers --------------------------------------------------------------------------
-    def check_key(request: Request) -> None:
+    def has_key(request: Request) -> bool:
         if api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), api_key.encode())
+
+    def check_key(request: Request) -> None:
+        if not has_key(request):
+            header = request.headers.get("authorization", "")
             raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'"
                            if not header else "the API key is wrong",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -188,9 +210,11 @@ def create_app(
         except QueueFull as e:
             raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
                            code="queue_full", headers={"Retry-After": str(retry_after)}) from None
+        except WorkerDied as e:
+            raise error_for(e, param=None) from None
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
-            first = await job.events.get()
+            first = await worker.next_event(job)
             if isinstance(first, Failed):
                 raise error_for(first.error, param="messages" if chat else "prompt")
         except BaseException:
@@ -200,11 +224,12 @@ def create_app(
         assert isinstance(first, Started)
         reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
         if req.stream:
-            return StreamingResponse(sse(reply, job, watcher), media_type="text/event-stream",
+            return StreamingResponse(sse(reply, job, watcher, worker.next_event),
+                                     media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             while True:
-                item = await job.events.get()
+                item = await worker.next_event(job)
                 if isinstance(item, Failed):
                     raise error_for(item.error, param=None)
                 reply.feed(item)
@@ -232,8 +257,10 @@ def create_app(
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         alive = worker.alive
+        if not has_key(request):  # with --api-key, liveness only: no model, no load
+            return JSONResponse({"status": "ok" if alive else "error"}, status_code=200 if alive else 503)
         body = {
             "status": "ok" if alive else "error",
             "model": model_id,
@@ -249,7 +276,8 @@ def create_app(
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics")
-    async def metrics_text() -> PlainTextResponse:
+    async def metrics_text(request: Request) -> PlainTextResponse:
+        check_key(request)  # with --api-key, Prometheus scrapes with the key (bearer auth)
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")

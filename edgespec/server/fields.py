@@ -40,10 +40,9 @@ def _one(value: Any, body: Mapping[str, Any]) -> bool:
 
 
 def _equals(*inert: Any) -> Callable[[Any, Mapping[str, Any]], bool]:
-    return lambda value, body: value is None or any(value == v and type(value) is type(v) or
-                                                    (isinstance(v, float) and isinstance(value, int)
-                                                     and not isinstance(value, bool) and value == v)
-                                                    for v in inert)
+    """Inert: null or one of ``inert`` (a bool never stands for a number, nor the reverse)."""
+    return lambda value, body: value is None or any(
+        value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,8 @@ FIELDS: tuple[KnownField, ...] = (
     _f("frequency_penalty", HONOURED, "subtracted per occurrence"),
     _f("presence_penalty", HONOURED, "subtracted once per token present"),
     _f("seed", HONOURED, "reproducible sampling; -1 = random"),
-    _f("logit_bias", HONOURED, "{token id: bias} or llama-server's [[id or text, bias]]; bias false or -100 bans"),
+    _f("logit_bias", HONOURED,
+       "added to the logits: {token id: bias} or llama-server's [[id or text, bias]]; false bans the token"),
     _f("ignore_eos", HONOURED, "never end at an end-of-generation token"),
     _f("min_tokens", HONOURED, "no end-of-generation token or stop string before this many tokens (vLLM)"),
     _f("stop", HONOURED, "up to 16 stop strings"),
@@ -93,7 +93,7 @@ FIELDS: tuple[KnownField, ...] = (
     _f("grammar", HONOURED, "llama-server's GBNF (or a Lark) grammar: as response_format grammar", group=S),
     _f("lenient_schema", HONOURED, "edgespec: schema keywords the constraint engine lacks are relaxed, "
        "not refused", group=S),
-    _f("tools", HONOURED, "function tools, in the model's own tool-call format (Hermes <tool_call>)", CHAT,
+    _f("tools", HONOURED, "function tools, in the model's own tool-call format (Hermes tool_call blocks)", CHAT,
        group=S),
     _f("tool_choice", HONOURED, "none, auto, required or a named function", CHAT, group=S),
     _f("parallel_tool_calls", HONOURED, "false: at most one call per answer", CHAT, group=S),

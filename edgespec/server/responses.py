@@ -25,15 +25,16 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token
+from edgespec.sampling import SamplingOptionError
 
 from .schema import ApiError, ChatRequest, CompletionRequest
 from .structured import Structure
 from .tools import CallStream, Piece
-from .worker import Failed, Job, QueueFull
+from .worker import Failed, Job, QueueFull, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -46,8 +47,12 @@ def error_for(e: BaseException, *, param: str | None) -> ApiError:
     """The HTTP answer to an error the engine raised."""
     if isinstance(e, ContextOverflowError):
         return ApiError(400, str(e), param=param, code="context_length_exceeded")
+    if isinstance(e, SamplingOptionError):
+        return ApiError(400, str(e), param=e.option)
     if isinstance(e, InputError):
         return ApiError(400, str(e), param=getattr(e, "param", None))
+    if isinstance(e, WorkerDied):
+        return ApiError(503, str(e), type="server_error", code="worker_stopped")
     if isinstance(e, QueueFull):
         return ApiError(503, f"the server is shutting down ({e})", type="server_error", code="shutting_down")
     if isinstance(e, Gone):
@@ -219,13 +224,16 @@ def event(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation."""
+async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task,
+              next_event: Callable[[Job], Awaitable[Any]]) -> AsyncIterator[str]:
+    """The server-sent events of one streamed generation (``next_event``: the worker's,
+    which never waits on a dead worker). An error midway is an error event, then
+    ``[DONE]``."""
     try:
         if reply.chat:
             yield event(reply.chunk(text="", first=True))
         while True:
-            item = await job.events.get()
+            item = await next_event(job)
             if isinstance(item, Token):
                 for chunk in reply.text_chunks(item.text, item.from_draft):
                     yield event(chunk)
