@@ -21,12 +21,15 @@ class Token:
     start of a stop string is released with a later token. ``from_draft`` is True when
     the drafter proposed this token and the target accepted it; False when the target
     produced it itself (the bonus token of a round, or a correction after a rejection).
+    ``forced``: one of those accepted drafts was forced by the grammar (structured
+    output), not proposed by the drafter.
     """
 
     id: int
     text: str
     from_draft: bool
     round: int
+    forced: bool = False
 
 
 @dataclass(frozen=True)

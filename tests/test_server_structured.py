@@ -2,7 +2,7 @@
 llama-server's ``json_schema`` / ``grammar``) on both endpoints, streamed and not; tool
 calls on a tiny model that carries Qwen2.5's chat template; answers cut by
 ``max_tokens``; every bad input a 400 naming the field before any model work; and the
-``--parallel`` server refusing a structure rather than ignoring it.
+``--parallel`` server answering structured requests beside free ones, as one stream does.
 
 The tiny models have random weights, so the schemas here leave them few choices (enums,
 small integers, booleans, short strings, no extra properties): every answer ends within
@@ -12,7 +12,10 @@ a few dozen tokens, and each one that ends with ``stop`` must validate (``jsonsc
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import httpx
 
 import jsonschema
 import pytest
@@ -21,7 +24,7 @@ from fastapi.testclient import TestClient
 from edgespec import Engine
 from edgespec.chat_template import render, tokenize_rendered
 from edgespec.server import create_app
-from serve_support import sse_events
+from serve_support import LiveServer, sse_events
 from tiny_models import make_tiny_model
 
 pytest.importorskip("llguidance")
@@ -165,13 +168,30 @@ def test_lenient_schema_relaxes_what_it_must_and_says_nothing_silently(client):
     assert "'uniqueItems'" in err["message"] and '"lenient_schema": true' in err["message"]
 
 
-def test_the_parallel_server_refuses_a_structure_instead_of_ignoring_it(engine):
-    with TestClient(create_app(engine, parallel=2, max_tokens=8, defaults={"temperature": 0.0})) as c:
-        resp = c.post("/v1/chat/completions", json={"messages": MESSAGES, "response_format": FORMAT})
-        assert resp.status_code == 400
-        err = resp.json()["error"]
-        assert err["param"] == "response_format" and "--parallel" in err["message"]
-        assert c.post("/v1/chat/completions", json={"messages": MESSAGES}).status_code == 200
+def test_the_parallel_server_serves_structures_beside_free_requests(engine, tool_engine):
+    """--parallel: constrained and free requests share the batch's decodes; each answer is
+    the one the single-stream server gives (exact kernels: batch-invariant)."""
+    body = {"messages": MESSAGES, "response_format": FORMAT}
+    tools = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False}
+    with TestClient(create_app(engine, max_tokens=96, defaults={"temperature": 0.0})) as c:
+        solo = c.post("/v1/chat/completions", json=body).json()["choices"][0]
+    with TestClient(create_app(tool_engine, max_tokens=96, defaults={"temperature": 0.0})) as c:
+        solo_tools = c.post("/v1/chat/completions", json=tools).json()["choices"][0]
+    for eng, req, want in ((engine, body, solo), (tool_engine, tools, solo_tools)):
+        with LiveServer(create_app(eng, parallel=3, max_tokens=96, defaults={"temperature": 0.0})) as srv:
+            bodies = [req, {"messages": MESSAGES, "max_tokens": 40}, req]
+            with ThreadPoolExecutor(3) as pool:
+                answers = list(pool.map(lambda b: httpx.post(f"{srv.url}/v1/chat/completions", json=b,
+                                                             timeout=120), bodies))
+        assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+        for a in (answers[0], answers[2]):
+            got = a.json()["choices"][0]
+            assert got["finish_reason"] == want["finish_reason"] and got["structure"] == want["structure"]
+            if "tool_calls" in want["message"]:
+                assert calls_of(got["message"]) == calls_of(want["message"])
+            else:
+                assert got["message"]["content"] == want["message"]["content"]
+                jsonschema.validate(json.loads(got["message"]["content"]), SCHEMA)
 
 
 # -- tool calls ------------------------------------------------------------------------------

@@ -238,7 +238,7 @@ class Model:
             if n < 0:
                 raise ModelFileError(f"token {token} of {self.path.name} is over {size} bytes long")
             piece = buf.raw[:n]
-            attr = _llama.llama_token_get_attr(vocab, token)
+            attr = _llama.llama_vocab_get_attr(vocab, token)
             if attr & control or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
                 piece = b"\xff" + piece
             pieces.append(piece)

@@ -200,9 +200,6 @@ def create_app(
         if not chat:
             options["raw"] = True
         if structure.constraint is not None:
-            if not worker.constrains:
-                raise ApiError(400, f"structured output ({structure.param}) is not available with --parallel "
-                                    "yet: serve with --parallel 1 for it", param=structure.param)
             options["constraint"] = structure.constraint
         job = Job(prompt=structure.prompt, options=options)
         try:

@@ -181,12 +181,6 @@ class Worker:
         return self._jobs.qsize()
 
     @property
-    def constrains(self) -> bool:
-        """Whether generations here can follow a constraint (``response_format``, tools):
-        the single stream can; parallel slots cannot yet."""
-        return self.parallel == 1
-
-    @property
     def busy(self) -> bool:
         return self._current is not None or bool(self._active)
 
@@ -314,7 +308,9 @@ class Worker:
                     continue
                 for o in outcomes:
                     self._active.discard(o.key)
-                    if o.cancelled:
+                    if o.error is not None:  # its grammar matcher failed: it alone ends
+                        o.key.post(Failed(o.error))
+                    elif o.cancelled:
                         self.metrics.count_cancelled(started=True)
         finally:
             runner.close()
