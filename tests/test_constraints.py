@@ -175,3 +175,42 @@ def test_a_matcher_needs_a_constraint_of_its_model(model):
     cj = compile_constraint({"type": "json_object"}, model)
     assert cj.outcome('{"a":1}', True) == (True, {"a": 1})
     assert cj.outcome('{"a":', False) == (False, None)
+
+
+def test_before_the_trigger_only_tokens_that_would_break_the_grammar_are_masked(model):
+    c = compile_lark('start: "th" /[0-9]+/', model, trigger="th")
+    m = c.matcher()
+    pieces = {t: model.token_to_bytes(t) for t in range(model.n_vocab)}
+    # at the start: only tokens holding the whole trigger with letters after it ("the")
+    allowed = allowed_array(m.fill_mask(), model.n_vocab)
+    tails = {t: b.split(b"th", 1)[1] for t, b in pieces.items() if b"th" in b}
+    within = {t for t, tail in tails.items() if tail and not tail.isdigit()}
+    assert within and set(np.flatnonzero(~allowed)) == within
+    m.consume(ids_of(model, "xt"))
+    allowed = allowed_array(m.fill_mask(), model.n_vocab)
+    h_plus = [t for t, b in pieces.items() if b.startswith(b"h") and len(b) > 1 and not b[1:].isdigit()]
+    assert h_plus, "the tiny vocabulary has a merge starting with 'h'"
+    assert not allowed[h_plus].any()  # 'th' + letters: the grammar wants digits
+    assert allowed[ids_of(model, "h")[0]] and allowed[ids_of(model, "q")[0]]
+    m.consume(ids_of(model, "h"))
+    assert m.active
+
+
+def test_lark_json_embeds_a_schema_in_the_compact_layout_and_keywords_are_checked(model):
+    from edgespec.constraints import lark_json
+
+    params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+              "additionalProperties": False}
+    c = compile_lark('start: "<call>" ' + lark_json(params) + ' "</call>"', model)
+    m = c.matcher()
+    assert m.validate(ids_of(model, '<call>{"x":1}</call>')) == len(ids_of(model, '<call>{"x":1}</call>'))
+    assert m.validate(ids_of(model, '<call>{"x": 1}')) < len(ids_of(model, '<call>{"x": 1}'))
+    loose = compile_lark('start: "<call>" ' + lark_json(params, compact=False) + ' "</call>"', model).matcher()
+    assert loose.validate(ids_of(model, '<call>{"x": 1}')) == len(ids_of(model, '<call>{"x": 1}'))
+    unique = lark_json({"type": "array", "uniqueItems": True})
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        compile_lark("start: " + unique, model)
+    relaxed = "start: " + lark_json({"type": "array", "uniqueItems": True}, lenient=True)
+    with pytest.raises(ConstraintError, match="uniqueItems"):  # relaxed, but warned: refused
+        compile_lark(relaxed, model)
+    assert any("uniqueItems" in w for w in compile_lark(relaxed, model, lenient=True).warnings)

@@ -18,7 +18,9 @@ the committed text contains the trigger; from the trigger's first byte on, the g
 (which itself starts with the trigger text) applies. On activation the text from the
 trigger to the end of the activating token is tokenized and consumed; tokens after it
 are consumed one for one. Rolling back past the activating token makes the matcher free
-again (and resets llguidance's state), so speculation past a trigger stays exact.
+again (and resets llguidance's state), so speculation past a trigger stays exact. While
+free, the only tokens masked out are those that would complete the trigger and go on with
+bytes the grammar refuses (``trigger.TriggerGuard``).
 
 Any llguidance error state raises ``ConstraintStateError``: a request never goes on
 unconstrained.
@@ -37,6 +39,7 @@ from llguidance import LLMatcher, LLTokenizer
 
 from ..errors import ConstraintStateError
 from .formats import GrammarSpec
+from .trigger import TriggerGuard
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,6 +128,7 @@ class Matcher:
         self._text = bytearray()           # lazy: the free text so far (bytes) ...
         self._ends: list[int] = []         # ... and where each free token ends in it
         self._n_free = 0                   # lazy: tokens consumed before the grammar's own
+        self._guard = TriggerGuard(tok, self._trigger, self._m) if trig else None
 
     # -- state ---------------------------------------------------------------------------
     def _check(self, what: str) -> None:
@@ -258,13 +262,21 @@ class Matcher:
     def fill_mask(self, row: int = 0) -> np.ndarray | None:
         """The allowed tokens at the next position as a bitmask row (int32 words, bit i of
         the row = token i) in this matcher's reusable buffer: valid until the next fill
-        of the same row. None when no grammar is in force (free text before a trigger)."""
-        if not self.active:
-            return None
+        of the same row. None when every token is allowed (free text before a trigger)."""
         if row >= self._buf.shape[0]:
             self._buf = np.zeros((max(row + 1, 2 * self._buf.shape[0]), self._words), dtype=np.int32)
         t0 = time.perf_counter()
         out = self._buf[row]
+        if not self.active:
+            bad = self._guard.bad(self._text)
+            self.t_mask += time.perf_counter() - t0
+            if not bad:
+                return None
+            out.fill(-1)
+            words = out.view(np.uint32)
+            for t in bad:
+                words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+            return out
         self._m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         self.t_mask += time.perf_counter() - t0
         self._check("the grammar failed computing its mask")
