@@ -158,6 +158,20 @@ def test_structures_that_do_not_compile_are_400_naming_the_field(client, body, p
             assert "\n" not in err["message"] and "--lenient" not in err["message"]
 
 
+def test_tool_parameters_that_do_not_compile_are_400_naming_tools(tool_client):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
+    body = {"messages": MESSAGES, "tools": bad, "tool_choice": "required", "max_tokens": 40}
+    err = tool_client.post("/v1/chat/completions", json=body).json()["error"]
+    assert err["param"] == "tools" and "'uniqueItems'" in err["message"], err
+    assert '"lenient_schema": true' in err["message"]
+    resp = tool_client.post("/v1/chat/completions", json={**body, "lenient_schema": True})
+    assert resp.status_code == 200, resp.text
+    bad[0]["function"]["parameters"] = {"type": "objekt"}
+    err = tool_client.post("/v1/chat/completions", json=body).json()["error"]
+    assert err["param"] == "tools", err
+
+
 def test_lenient_schema_relaxes_what_it_must_and_says_nothing_silently(client):
     schema = {"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True, "maxItems": 2}
     body = {"messages": MESSAGES, "json_schema": schema, "lenient_schema": True}

@@ -107,7 +107,7 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     from edgespec.constraints import ConstraintError, compile_lark
 
     try:
-        constraint = compile_lark(grammar, model)
+        constraint = compile_lark(grammar, model, lenient=req.lenient_schema)
     except ConstraintError as e:
         raise ApiError(400, f"the tools' parameters do not compile: {e}".replace(
             "(--lenient-schema)", '("lenient_schema": true in the request)'), param="tools") from None
