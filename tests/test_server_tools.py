@@ -148,6 +148,17 @@ def test_the_call_grammar():
         argument_schema(0, bad[0].function)
 
 
+def test_a_grammar_with_the_tag_token_compiles_strictly():
+    """Qwen's <tool_call> is a special token: checked without a tokenizer, llguidance can
+    only warn that it cannot look it up, which must not count as a relaxed schema."""
+    from edgespec.constraints import lark_grammar
+
+    tools = _tools(WEATHER)
+    grammar = call_grammar(tools, _Vocab({"<tool_call>"}), free=True)
+    assert "<tool_call> " in grammar
+    assert lark_grammar(grammar, lenient=False, param="tools").warnings == ()
+
+
 def _model(template):
     return SimpleNamespace(chat_template=template, bos=-1, eos=-1, token_text=lambda t: "")
 
