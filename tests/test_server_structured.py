@@ -208,6 +208,34 @@ def test_the_parallel_server_serves_structures_beside_free_requests(engine, tool
                 jsonschema.validate(json.loads(got["message"]["content"]), SCHEMA)
 
 
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_matcher_error_ends_the_request_with_an_error(engine, monkeypatch, parallel):
+    """A grammar matcher in its error state never lets the answer go on unconstrained:
+    the request ends with an error (a 500 object, or an error event in a stream), and
+    the server serves the next one."""
+    from edgespec.constraints import matcher as matcher_module
+    from edgespec.errors import ConstraintStateError
+
+    real = matcher_module.Matcher.consume
+
+    def consume(self, tokens):
+        if self.consumed + len(tokens) > 4:
+            raise ConstraintStateError("the grammar refused token 7 after 4 tokens (injected)")
+        return real(self, tokens)
+
+    monkeypatch.setattr(matcher_module.Matcher, "consume", consume)
+    body = {"messages": MESSAGES, "response_format": FORMAT}
+    with LiveServer(create_app(engine, parallel=parallel, max_tokens=64, defaults={"temperature": 0.0})) as srv:
+        resp = httpx.post(f"{srv.url}/v1/chat/completions", json=body, timeout=60)
+        assert resp.status_code == 500 and "grammar refused token 7" in resp.json()["error"]["message"]
+        with httpx.stream("POST", f"{srv.url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as r:
+            events = list(sse_events(r.iter_lines()))
+        assert "grammar refused token 7" in events[-2]["error"]["message"] and events[-1] == "[DONE]"
+        assert not any(ch.get("finish_reason") for ev in events[:-2] for ch in ev.get("choices", []))
+        free = httpx.post(f"{srv.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4}, timeout=60)
+        assert free.status_code == 200
+
+
 # -- tool calls ------------------------------------------------------------------------------
 
 def calls_of(message: dict, cut: bool = False) -> list[tuple[str, dict]]:
