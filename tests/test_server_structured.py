@@ -177,6 +177,7 @@ def test_lenient_schema_relaxes_what_it_must_and_says_nothing_silently(client):
     body = {"messages": MESSAGES, "json_schema": schema, "lenient_schema": True}
     resp = client.post("/v1/chat/completions", json=body)
     assert resp.status_code == 200, resp.text
+    assert any("uniqueItems" in w for w in resp.json()["choices"][0]["structure"]["relaxed"])
     body.pop("lenient_schema")
     err = client.post("/v1/chat/completions", json=body).json()["error"]
     assert "'uniqueItems'" in err["message"] and '"lenient_schema": true' in err["message"]
@@ -323,6 +324,12 @@ def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, 
     none = tool_client.post("/v1/chat/completions", json={
         "messages": MESSAGES, "max_tokens": 24, "tools": TOOLS, "tool_choice": "none"}).json()
     assert plain["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
+
+
+def test_a_stop_string_inside_a_call_is_not_a_finished_call(tool_client):
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "stop": ['"arguments"']}
+    out = tool_client.post("/v1/chat/completions", json=body).json()["choices"][0]
+    assert out["finish_reason"] == "stop" and out["structure"]["complete"] is False
 
 
 def test_max_tokens_inside_a_call(tool_client):

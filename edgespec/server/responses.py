@@ -9,7 +9,8 @@ the ``ApiError`` the client gets (a 400 for bad input, a 500 that holds no trace
 anything unexpected). Knows nothing of routes or of the worker's thread.
 
 A constrained answer (``response_format``, tools) says how it ended in its choice:
-``"structure": {"type": ..., "complete": true|false}``; ``finish_reason`` is
+``"structure": {"type": ..., "complete": true|false}`` (and ``"relaxed"``: what
+``lenient_schema`` relaxed, if anything); ``finish_reason`` is
 ``"length"`` when ``max_tokens`` cut it inside the structure. A chat answer that calls
 tools reads its text with ``tools.CallStream``: ``message.tool_calls`` (ids, type
 ``function``, the function's name and its arguments as a JSON string) and
@@ -92,7 +93,8 @@ class ReplyBody:
     def finish_reason(self) -> str:
         done = self.done
         assert done is not None
-        if self.calls is not None and self.calls.calls and done.finish_reason == "stop":
+        if (self.calls is not None and self.calls.calls and done.finish_reason == "stop"
+                and all(c.complete for c in self.calls.calls)):
             return "tool_calls"
         return done.finish_reason
 
@@ -101,15 +103,19 @@ class ReplyBody:
         done = self.done
         if self.structure.kind is None or done is None:
             return None
+        # the matcher's word (the structure as the reply ended), else how it ended
+        complete = done.structured_complete
+        if complete is None:
+            complete = done.finish_reason == "stop"
         if self.calls is not None:
             if self.structure.optional and not self.calls.calls:
                 return None  # tool_choice auto, answered in free text
-            complete = done.finish_reason == "stop" and all(c.complete for c in self.calls.calls)
-        else:
-            complete = getattr(done, "structured_complete", None)
-            if complete is None:
-                complete = done.finish_reason == "stop"
-        return {"type": self.structure.kind, "complete": bool(complete)}
+            complete = complete and all(c.complete for c in self.calls.calls)
+        info = {"type": self.structure.kind, "complete": bool(complete)}
+        relaxed = getattr(self.structure.constraint, "warnings", ())
+        if relaxed:  # what lenient_schema let through: never relaxed silently
+            info["relaxed"] = list(relaxed)
+        return info
 
     # -- whole responses ------------------------------------------------------------
     def usage(self, stats: Stats) -> dict:
@@ -131,7 +137,7 @@ class ReplyBody:
             "predicted_per_second": round(stats.tokens_per_second, 3),
             "draft_n": stats.drafted,
             "draft_n_accepted": stats.accepted,
-            "forced_n": getattr(stats, "forced", 0),  # drafts the grammar forced (in draft_n too)
+            "forced_n": stats.forced,  # drafts the grammar forced (in draft_n too)
             "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
             "queue_ms": round(self.queue_wait * 1000, 3),
         }
