@@ -10,6 +10,7 @@ llama.cpp's limit on sequences per context and the memory their KV cache takes; 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Iterator
 
 from .adaptive import choose_parallel
@@ -49,6 +50,21 @@ def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
             "(or the context each sequence reserves: --n-ctx, max_tokens)")
 
 
+def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict:
+    """``options`` with its ``response_format`` replaced by the constraint compiled for
+    it, compiled once per distinct value within the batch (each sequence still gets its
+    own matcher from it)."""
+    rf = options.get("response_format")
+    if rf is None or "constraint" in options:
+        return options
+    from .constraints import compile_constraint
+
+    key = json.dumps(rf, sort_keys=True, default=str)
+    if key not in compiled:
+        compiled[key] = compile_constraint(rf, engine.target_model)
+    return {**{k: v for k, v in options.items() if k != "response_format"}, "constraint": compiled[key]}
+
+
 def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
@@ -69,9 +85,10 @@ class BatchRun:
         self.engine = engine
         self.failed: list[Outcome] = []
         self.requests: list[Request] = []
+        compiled: dict[str, Any] = {}  # requests sharing a response_format share its constraint
         for req in requests:
             try:
-                req.prepared = engine.prepare(req.prompt, **req.options)
+                req.prepared = engine.prepare(req.prompt, **_compiled_once(engine, req.options, compiled))
                 self.requests.append(req)
             except EdgespecError as e:
                 self.failed.append(Outcome(req.key, error=e))

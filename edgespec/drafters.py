@@ -12,6 +12,12 @@ drafter sampled them from a distribution; ``q is None`` means a fixed proposal t
 loop verifies by matching against the target's own choice, which is exact at every
 temperature.
 
+Under a constraint ``propose`` also gets a ``guide`` (an ``edgespec.constraints.Matcher``
+already advanced over the committed tokens): a drafter that samples (the model drafter)
+masks its distribution with ``guide.allowed()`` before each draft and advances the
+guide with ``guide.consume([id])``, so its q is the masked q'; the loop rolls the guide
+back afterwards. Prompt lookup ignores it (the loop keeps its valid prefix).
+
 Drafters know nothing about the target, the KV of the target, or acceptance rules.
 """
 
@@ -37,6 +43,7 @@ class Proposal:
     # prompt lookup: whether the token before each id ends a sentence or a line (for the
     # first id, the last committed token): where a copied span is likely to end
     after_break: tuple[bool, ...] = ()
+    forced: int = 0  # leading ids the grammar forced (set by the loop, never by a drafter)
 
 
 # Called by a drafter that drafts token by token, after draft j (1-based) with the
@@ -49,7 +56,8 @@ class Drafter(Protocol):
 
     def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal: ...
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                guide=None) -> Proposal: ...
 
     def accepted(self, n: int) -> None: ...
 
@@ -65,7 +73,8 @@ class NoDrafter:
     def begin(self, tokens, params, rng) -> None:
         pass
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                guide=None) -> Proposal:
         return Proposal([])
 
     def accepted(self, n: int) -> None:
@@ -175,7 +184,8 @@ class NgramDrafter:
             return toks[best_pos : best_pos + k], best_len
         return [], 0
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                guide=None) -> Proposal:
         ids, m = self.lookup(tokens, k)
         if not ids or self.is_break is None:
             return Proposal(ids, match_len=m)
@@ -259,7 +269,8 @@ class ModelDrafter:
                 return tokens[i + 1 :]
         return tokens
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None) -> Proposal:
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                guide=None) -> Proposal:
         if k <= 0:
             return Proposal([])
         # Never draft past the context: the draft cache holds len(tokens) + k - 1 tokens.
@@ -276,6 +287,10 @@ class ModelDrafter:
         qs: list[np.ndarray] = []
         for i in range(k):
             row = logits[0]
+            if guide is not None:
+                row = _masked(row, guide.allowed())  # q': the draft's masked distribution
+                if not np.isfinite(row.max()):
+                    break  # every allowed token is outside the draft's vocabulary
             if greedy:
                 tok = int(np.argmax(row))
                 conf = _top_prob(row, tok)
@@ -289,6 +304,8 @@ class ModelDrafter:
             confs.append(conf)
             if not greedy:
                 qs.append(q)
+            if guide is not None:
+                guide.consume([tok])  # the next draft's mask follows this one
             if self.model.is_eog(tok):
                 break  # nothing follows the end of generation
             if keep_drafting is not None and not keep_drafting(i + 1, conf):
@@ -305,6 +322,19 @@ class ModelDrafter:
 
     def close(self) -> None:
         self.ctx.close()
+
+
+def _masked(row: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    """A draft logits row with the tokens the grammar forbids at -inf (``allowed`` is
+    over the target's vocabulary, which may be up to 128 ids longer or shorter)."""
+    if allowed is None:
+        return row
+    n = row.shape[0]
+    if allowed.shape[0] < n:
+        allowed = np.concatenate([allowed, np.zeros(n - allowed.shape[0], dtype=bool)])
+    out = np.full_like(row, -np.inf)
+    np.copyto(out, row, where=allowed[:n])
+    return out
 
 
 def _top_prob(row: np.ndarray, tok: int) -> float:

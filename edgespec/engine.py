@@ -4,8 +4,9 @@
 ``Token`` / ``Round`` events ending with ``Done``; ``Engine.generate()`` is a few lines
 over it. The engine owns the prompt side — chat template, tokenization, prefix reuse of
 the KV cache across calls (a chat turn decodes only its new tokens) — and the text side:
-streaming detokenization and stop strings. The rounds themselves are
-``speculative.SpeculativeLoop``'s.
+streaming detokenization and stop strings. One generation (prefill, the rounds of
+``speculative.SpeculativeLoop``, the reply, the structure's outcome) is
+``generation.run``'s; a ``response_format`` compiles through ``edgespec.constraints``.
 
 It never prints and never exits: problems are ``EdgespecError`` subclasses.
 """
@@ -13,21 +14,19 @@ It never prints and never exits: problems are ``EdgespecError`` subclasses.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
 
-from . import sampling
+from . import generation, sampling
+from .constraints import Constraint, compile_constraint, tokenizer_for
 from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
 from .errors import ContextOverflowError, InputError
-from .events import Done, Event, Result, Stats
-from .llama import Context, Model, check_vocab_compatible, common_prefix_len, default_threads
+from .events import Done, Event, Result
+from .llama import Context, Model, check_vocab_compatible, default_threads
 from .sampling import SamplingParams
 from .costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .policy import DraftPolicy, FixedPolicy
-from .speculative import SpeculativeLoop
-from .reply import Reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batchrun import BatchRun, Request
@@ -39,6 +38,16 @@ DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
 PromptLike = str | Sequence[dict] | Sequence[int]
+
+
+class Prepared(NamedTuple):
+    """A checked, tokenized request (``Engine.prepare``)."""
+
+    ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stops: list[str]
+    constraint: Constraint | None = None
 
 
 def _is_drafter(draft: str | os.PathLike | None) -> bool:
@@ -335,12 +344,9 @@ class Engine:
         return [int(t) for t in items]
 
     def _tokenize_rendered(self, text: str) -> list[int]:
-        # The template usually writes the BOS text itself when the model wants one;
-        # let the tokenizer add it only if the template did not.
-        bos_text = self.target_model.token_text(self.target_model.bos) if self.target_model.bos >= 0 else ""
-        add = self.target_model.add_bos and not (bos_text and text.startswith(bos_text))
-        ids = self.tokenize(text, add_special=add)
-        return ids
+        from .chat_template import tokenize_rendered
+
+        return tokenize_rendered(self.target_model, text)
 
     # -- generation ---------------------------------------------------------------
     def stream(self, prompt: PromptLike, **options) -> Iterator[Event]:
@@ -350,18 +356,30 @@ class Engine:
         ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ``frequency_penalty``,
         ``presence_penalty``, ``penalty_last_n``, ``seed``, ``logit_bias``,
         ``ignore_eos``, ``min_tokens`` (``SamplingParams``), ``stop`` (a string or
-        several), ``raw`` (no chat template for a text prompt). The prompt is checked before any work: one that
+        several), ``raw`` (no chat template for a text prompt), ``response_format``
+        (OpenAI's shapes plus regex and grammar, see ``edgespec.constraints``) or
+        ``constraint`` (one already compiled for this engine's target): structured
+        output, the events' ``Done`` then says whether the structure is complete and
+        holds the parsed JSON. The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
         """
-        return self._stream(*self.prepare(prompt, **options))
+        return generation.run(self, *self.prepare(prompt, **options))
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
-                raw: bool = False, **sampling_options) -> tuple[list[int], SamplingParams, int, list[str]]:
+                raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
+                **sampling_options) -> Prepared:
         """A generation request checked and tokenized: (prompt ids, sampling parameters,
-        max_tokens, stop strings). ``sampling_options`` are ``SamplingParams``' fields
-        (``sampling.params_from``). Raises on anything invalid."""
+        max_tokens, stop strings, constraint or None). ``sampling_options`` are
+        ``SamplingParams``' fields (``sampling.params_from``). Raises on anything invalid
+        (``ConstraintError`` for a response_format that does not compile)."""
+        if constraint is not None and response_format is not None:
+            raise InputError("pass response_format or a compiled constraint, not both")
+        if constraint is None:
+            constraint = compile_constraint(response_format, self.target_model)
+        elif constraint.tokenizer is not tokenizer_for(self.target_model):
+            raise InputError("the constraint was compiled for another model than this engine's target")
         params = sampling.params_from(sampling_options)
         params.check_vocab(self.target_model.n_vocab)
         if max_tokens < 1:
@@ -377,53 +395,7 @@ class Engine:
                 + (f" (the model was trained for {self.target_model.n_ctx_train})"
                    if self.target_model.n_ctx_train > self.n_ctx else "")
             )
-        return prompt_ids, params, max_tokens, stops
-
-    def _stream(self, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
-                stops: list[str]) -> Iterator[Event]:
-        stats = Stats(drafter=self.drafter.name, prompt_tokens=len(prompt_ids))
-        t_start = time.perf_counter()
-        target = self.ctx
-        draft_ctx = self._model_drafter.ctx if self.drafter is self._model_drafter else None
-
-        # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
-        # prompt shares with it and decode the rest, except the prompt's last token,
-        # which the first verify batch decodes (see speculative.py on x_last).
-        keep = common_prefix_len(target.tokens, prompt_ids[:-1])
-        target.rollback(keep)
-        if len(prompt_ids) - 1 > keep:
-            target.decode(prompt_ids[keep:-1], rows=())
-        stats.prompt_tokens_processed = len(prompt_ids) - 1 - keep + 1
-        rng = sampling.make_rng(params.seed)
-        self.drafter.begin(prompt_ids, params, rng)
-        stats.t_prompt = time.perf_counter() - t_start
-        draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0  # after the draft's prefill
-
-        policy = self._policy()
-        policy.begin(params.seed)
-        loop = SpeculativeLoop(target=target, drafter=self.drafter, committed=list(prompt_ids),
-                               params=params, rng=rng, policy=policy, stats=stats,
-                               n_vocab=self.target_model.n_vocab, is_eog=self.target_model.is_eog,
-                               eog_ids=self.target_model.eog_ids if params.bans_eog else ())
-        reply = Reply(self.target_model, stops, max_tokens, params.min_tokens)
-        t_gen = time.perf_counter()
-        verify_t0 = target.t_decode
-        try:
-            for res in loop.run(min(max_tokens, self.n_ctx - len(prompt_ids))):
-                yield from reply.push(res)
-                if reply.done:
-                    break
-            yield from reply.finish(loop.rounds)
-        finally:
-            stats.generated_tokens = len(reply.ids)
-            stats.t_verify = target.t_decode - verify_t0
-            stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
-            stats.t_generate = time.perf_counter() - t_gen
-            stats.t_total = time.perf_counter() - t_start
-            stats.k_final = loop.last_k
-            self.last_stats = stats
-        yield Done(finish_reason=reply.finish_reason, stats=stats, text=reply.text,
-                   token_ids=tuple(reply.ids))
+        return Prepared(prompt_ids, params, max_tokens, stops, constraint)
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:
         """Run ``stream`` to the end and return the text, token ids, reason and stats."""
@@ -432,4 +404,5 @@ class Engine:
             if isinstance(ev, Done):
                 done = ev
         assert done is not None
-        return Result(done.text, list(done.token_ids), done.finish_reason, done.stats)
+        return Result(done.text, list(done.token_ids), done.finish_reason, done.stats,
+                      done.structured_complete, done.parsed)

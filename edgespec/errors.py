@@ -70,6 +70,25 @@ class InputError(EdgespecError):
     exit_code = 2
 
 
+class ConstraintError(InputError):
+    """A ``response_format``, JSON Schema, grammar or regex that cannot be compiled, or a
+    schema keyword the constraint engine does not implement (unless lenient). ``param``
+    names the offending field the way an OpenAI-style API does (``"response_format"``,
+    ``"response_format.json_schema.schema"``), for an HTTP 400's ``param``."""
+
+    def __init__(self, message: str, *, param: str = "response_format") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ConstraintStateError(EdgespecError):
+    """The grammar matcher entered its error state during generation (a token it should
+    have allowed was refused, or no token is allowed): the request ends with this error
+    rather than going on unconstrained."""
+
+    exit_code = 6
+
+
 class RpcError(EdgespecError):
     """An RPC server (``--rpc HOST:PORT``) that cannot be reached, is not one, speaks
     another protocol version, or is missing from this llama.cpp build."""

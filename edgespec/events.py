@@ -9,6 +9,7 @@ tokens were produced or how they will be shown.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,12 +21,15 @@ class Token:
     start of a stop string is released with a later token. ``from_draft`` is True when
     the drafter proposed this token and the target accepted it; False when the target
     produced it itself (the bonus token of a round, or a correction after a rejection).
+    ``forced``: one of those accepted drafts was forced by the grammar (structured
+    output), not proposed by the drafter.
     """
 
     id: int
     text: str
     from_draft: bool
     round: int
+    forced: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Round:
     ``drafted`` tokens were proposed, ``accepted`` of them kept, ``rejected`` = the rest.
     ``rejected_text`` is the detokenized text of the rejected draft tokens (for a
     struck-through display). ``k`` is the draft length bound used for this round.
+    ``forced`` of the drafted tokens were forced by the grammar (structured output:
+    drafted for free, not by the drafter); they count in ``drafted``/``accepted`` too.
     """
 
     index: int
@@ -45,6 +51,7 @@ class Round:
     drafter: str
     rejected_ids: tuple[int, ...] = ()
     rejected_text: str = ""
+    forced: int = 0
 
 
 @dataclass
@@ -60,6 +67,8 @@ class Stats:
     accepted: int = 0
     rejected: int = 0
     from_draft_tokens: int = 0      # committed tokens that came from accepted drafts
+    forced: int = 0                 # drafted tokens the grammar forced (in ``drafted`` too)
+    forced_accepted: int = 0        # of those, accepted (in ``accepted`` too)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     k_final: int = 0
@@ -69,6 +78,7 @@ class Stats:
     t_decode_draft: float = 0.0     # seconds inside the draft model's llama_decode
     t_generate: float = 0.0         # wall seconds from first round to the end
     t_total: float = 0.0            # wall seconds including the prompt
+    t_mask: float = 0.0             # seconds computing grammar masks and forced tokens
     # A sequence of a parallel batch shares each decode with others: its t_prompt and
     # t_verify are its share of the steps (in proportion to its rows), and t_batch its
     # share of the steps it generated in (decode and the Python around it); 0 alone.
@@ -145,12 +155,19 @@ class Done:
 
     ``finish_reason`` is ``"stop"`` (end-of-generation token or a stop string),
     ``"length"`` (``max_tokens`` reached or the context is full) or ``"interrupted"``.
+
+    Under a constraint (structured output), ``structured_complete`` says whether the
+    output completes the structure (False when ``max_tokens`` cut it; None without a
+    constraint, or when a lazy grammar's trigger never appeared) and ``parsed`` holds
+    the parsed JSON value when a JSON structure is complete.
     """
 
     finish_reason: str
     stats: Stats
     text: str
     token_ids: tuple[int, ...]
+    structured_complete: bool | None = None
+    parsed: Any = None
 
 
 Event = Token | Round | Done
@@ -158,17 +175,24 @@ Event = Token | Round | Done
 
 @dataclass(frozen=True)
 class Result:
-    """A finished generation: its text, token ids, why it ended, and its stats."""
+    """A finished generation: its text, token ids, why it ended, and its stats; under a
+    constraint also ``structured_complete`` and ``parsed`` (as on ``Done``)."""
 
     text: str
     token_ids: list[int]
     finish_reason: str
     stats: Stats
+    structured_complete: bool | None = None
+    parsed: Any = None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "text": self.text,
             "token_ids": list(self.token_ids),
             "finish_reason": self.finish_reason,
             "stats": self.stats.to_dict(),
         }
+        if self.structured_complete is not None:
+            d["structured_complete"] = self.structured_complete
+            d["parsed"] = self.parsed
+        return d

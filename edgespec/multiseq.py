@@ -21,6 +21,13 @@ own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. W
 the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
 A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
 
+Structured output: a request may carry a ``response_format`` (or a compiled
+``constraint``) like a single generation; its sequence then has its own grammar matcher
+that moves with its own cache (``batchseq``), its forced tokens and grammar-valid
+prompt-lookup drafts enter the batch's choice of draft lengths like any others, and the
+masks of all the constrained rows of a step are computed together, in one parallel call
+(``constraints.batch_masks``), before the decode.
+
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
 others shared its batches (tests/test_multiseq.py checks it against solo runs).
 """
@@ -32,17 +39,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from . import sampling
 from .adaptive import batch_draft_lengths, fit_drafts
-from .drafters import NgramDrafter, NoDrafter
-from .errors import ContextOverflowError, EdgespecError, InputError
-from .events import Done, Result, Stats
+from .batchseq import BatchSeq, step_masks
+from .errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
 from .llama import MultiContext, max_parallel_sequences
 from .llama.context import common_prefix_len
 from .costs import OnlineCost
 from .policy import DraftPolicy, FixedPolicy
-from .reply import Reply
-from .speculative import SpeculativeLoop
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
 # step stays a few single-token steps long, large enough to fill the matmuls.
@@ -56,7 +59,9 @@ _COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond
 @dataclass
 class Request:
     """One prompt of a batch: ``key`` comes back with its outcome; ``options`` are the
-    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...)."""
+    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...),
+    ``response_format`` or a compiled ``constraint`` included (structured output: the
+    sequence gets its own matcher)."""
 
     key: Any
     prompt: Any
@@ -114,36 +119,6 @@ def check_sequence_limit(n_parallel: int) -> None:
                          f"context ({limit}); lower --parallel")
 
 
-class _Seq:
-    """One running sequence: its slot, its round machinery and its reply."""
-
-    def __init__(self, req: Request, slot: int, ids: list[int], params, max_tokens: int,
-                 stops: list[str], reserve: int, runner: "BatchRunner") -> None:
-        self.req, self.slot, self.ids, self.reserve = req, slot, ids, reserve
-        self.t_start = time.perf_counter()
-        self.t_gen: float | None = None  # when its first verify step began
-        self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
-        # times are its share of each step it had rows in (see BatchRunner._attribute)
-        self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
-                           prompt_tokens_processed=len(ids))
-        rng, model = sampling.make_rng(params.seed), runner.engine.target_model
-        drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.engine.is_break) \
-            if runner.drafter_name == "ngram" else NoDrafter()
-        drafter.begin(ids, params, rng)
-        self.loop = SpeculativeLoop(
-            target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
-            params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
-            n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else ())
-        self.budget, self.produced = min(max_tokens, reserve - len(ids)), 0
-        self.reply = Reply(model, stops, max_tokens, params.min_tokens)
-        self.proposal = None
-        self.drafts: list[int] = []
-
-    @property
-    def prefilling(self) -> bool:
-        return self.prefilled < len(self.ids) - 1
-
-
 class BatchRunner:
     """Runs requests ``n_parallel`` at a time over one engine's target model.
 
@@ -176,7 +151,7 @@ class BatchRunner:
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
-        self._running: list[_Seq] = []
+        self._running: list[BatchSeq] = []
 
     def close(self) -> None:
         self.ctx.close()
@@ -191,15 +166,14 @@ class BatchRunner:
         return pol
 
     # -- admission ----------------------------------------------------------------------
-    def _prepare(self, req: Request, slot: int) -> _Seq:
+    def _prepare(self, req: Request, slot: int) -> BatchSeq:
         if req.prepared is None:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
-        ids, params, max_tokens, stops = req.prepared
+        ids, params, max_tokens, stops, constraint = req.prepared
         if len(ids) >= self.n_ctx_seq:
-            raise ContextOverflowError(
-                f"the prompt is {len(ids)} tokens but a parallel sequence holds "
-                f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
-        return _Seq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self)
+            raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
+                                       f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
+        return BatchSeq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self, constraint)
 
     @property
     def has_room(self) -> bool:
@@ -230,10 +204,11 @@ class BatchRunner:
         if self._running:
             for seq in self._step(self._running):
                 self._release(seq)
-                done.append(Outcome(seq.req.key, result=self._result(seq)))
+                done.append(Outcome(seq.req.key, error=seq.error) if seq.error is not None
+                            else Outcome(seq.req.key, result=self._result(seq)))
         return done
 
-    def _release(self, seq: _Seq) -> None:
+    def _release(self, seq: BatchSeq) -> None:
         self._running.remove(seq)
         self.ctx.free(seq.slot)
         heapq.heappush(self._free, seq.slot)
@@ -263,7 +238,7 @@ class BatchRunner:
             self.release_all()
 
     # -- one step -------------------------------------------------------------------------
-    def _step(self, running: list[_Seq]) -> list[_Seq]:
+    def _step(self, running: list[BatchSeq]) -> list[BatchSeq]:
         """One decode for every running sequence; the sequences that ended."""
         t_step = time.perf_counter()
         for s in running:
@@ -272,7 +247,12 @@ class BatchRunner:
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
             s.t_gen = t_step if s.t_gen is None else s.t_gen
-            s.proposal = s.loop.propose(s.budget - s.produced)
+            try:  # under a constraint: forced tokens first, drafts cut to the grammar
+                s.proposal = s.loop.propose(s.budget - s.produced)
+            except ConstraintStateError as e:
+                s.error = e
+        failed = [s for s in gen if s.error is not None]
+        gen = [s for s in gen if s.error is None]
         # the drafts share what one decode holds with a verify row per sequence and a
         # prefill chunk of the prompts waiting
         waiting = sum(len(s.ids) - 1 - s.prefilled for s in running if s.prefilling)
@@ -282,6 +262,7 @@ class BatchRunner:
             s.drafts = s.loop.drafts(s.proposal, n)
             parts.append((s.slot, [s.loop.committed[-1], *s.drafts], range(len(s.drafts) + 1)))
             room -= len(s.drafts) + 1
+        step_masks(gen, self.engine.target_model.is_eog)  # every constrained row, in one call
         room = min(room, self.chunk)
         filling = []
         for s in running:
@@ -290,6 +271,8 @@ class BatchRunner:
                 parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
                 filling.append((s, take))
                 room -= take
+        if not parts:  # every generating sequence's matcher failed, nothing to prefill
+            return failed
         # in slot order: with one KV stream per sequence (exact kernels) llama.cpp splits
         # a batch into micro-batches over consecutive sequence ids
         order = sorted(range(len(parts)), key=lambda i: parts[i][0])
@@ -309,9 +292,16 @@ class BatchRunner:
         for s, take in filling:
             s.prefilled += take
             st.prompt_tokens += take
-        ended = []
+        ended = failed
         for s, logits in zip(gen, outs):
-            res = s.loop.settle(s.proposal, s.drafts, logits)
+            if s.error is None:
+                try:
+                    res = s.loop.settle(s.proposal, s.drafts, logits, masks=s.masks)
+                except ConstraintStateError as e:
+                    s.error = e
+            if s.error is not None:  # its matcher failed: the sequence ends with the error
+                ended.append(s)
+                continue
             s.produced += len(res.tokens)
             st.drafted += res.info.drafted
             st.accepted += res.info.accepted
@@ -327,7 +317,7 @@ class BatchRunner:
         self._attribute(gen, filling, seconds, time.perf_counter() - t_step)
         return ended
 
-    def _attribute(self, gen: list[_Seq], filling: list[tuple[_Seq, int]], decode: float,
+    def _attribute(self, gen: list[BatchSeq], filling: list[tuple[BatchSeq, int]], decode: float,
                    step: float) -> None:
         """Each sequence's share of the step, in proportion to its rows: a prefilling
         one's share of the whole step is prompt time (``t_prompt``); a generating one's
@@ -342,7 +332,7 @@ class BatchRunner:
             s.stats.t_verify += decode * n / rows
             s.stats.t_batch += step * n / rows
 
-    def _adopt(self, s: _Seq) -> None:
+    def _adopt(self, s: BatchSeq) -> None:
         """Give prefilling ``s`` the longest prefix of its prompt that another sequence
         already holds in the pool (at least ``MIN_SHARED`` tokens more than it has)."""
         limit, best, donor = len(s.ids) - 1, s.prefilled, None
@@ -359,7 +349,7 @@ class BatchRunner:
         s.stats.prompt_tokens_processed -= saved
         self.stats.prompt_shared += saved
 
-    def _shares_with(self, s: _Seq, filling: list[tuple[_Seq, int]]) -> bool:
+    def _shares_with(self, s: BatchSeq, filling: list[tuple[BatchSeq, int]]) -> bool:
         """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
         that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
         for o, take in filling:
@@ -368,7 +358,7 @@ class BatchRunner:
                 return True
         return False
 
-    def _draft_lengths(self, gen: list[_Seq], room: int) -> list[int]:
+    def _draft_lengths(self, gen: list[BatchSeq], room: int) -> list[int]:
         """Draft lengths for the batch (``adaptive.batch_draft_lengths`` over each
         sequence's expected-tokens curve); a fixed policy drafts what it proposes. Either
         way they are cut to the ``room`` the decode has for drafts (``fit_drafts``)."""
@@ -378,25 +368,19 @@ class BatchRunner:
         curves = []
         for i, s in enumerate(gen):
             pol = s.loop.policy
+            # the grammar's forced tokens lead the proposal, drafted for free
+            forced = {"forced": s.proposal.forced} if getattr(s.proposal, "forced", 0) else {}
             if isinstance(pol, FixedPolicy):
-                lengths[i] = pol.choose(s.proposal.ids)
+                lengths[i] = pol.choose(s.proposal.ids, **forced)
                 curves.append(None)
             else:
                 curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len,
-                                                      s.proposal.after_break))
+                                                  s.proposal.after_break, **forced))
         lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)
         return lengths
 
-    def _result(self, seq: _Seq):
-        st = seq.stats
-        st.generated_tokens = len(seq.reply.ids)
-        now = time.perf_counter()  # wall times, as the request saw them
-        st.t_total, st.t_generate = now - seq.t_start, now - (seq.t_gen or now)
-        st.k_final = seq.loop.last_k
+    def _result(self, seq: BatchSeq):
         self.stats.sequences += 1
-        if seq.req.on_event is not None:
-            seq.req.on_event(Done(finish_reason=seq.reply.finish_reason, stats=st, text=seq.reply.text,
-                                  token_ids=tuple(seq.reply.ids)))
-        return Result(seq.reply.text, list(seq.reply.ids), seq.reply.finish_reason, st)
+        return seq.result()

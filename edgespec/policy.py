@@ -25,6 +25,11 @@ Both factors are learned online:
   The model drafter's features are the draft position and the draft model's own
   confidence (its top probability), which replaces a fixed cut-off.
 
+Under a constraint a proposal may start with ``forced`` tokens, the grammar's own (see
+``speculative.py``): they cost no drafting and are near-certain (``FORCED_RATE``; a single
+allowed token cannot be rejected), so they enter E(L) at that rate, are not learned from,
+and a fixed-length policy verifies them on top of its k.
+
 When nothing pays the round drafts nothing. Prompt lookup still learns then: its
 proposal is free, and the round's own token tells whether the first proposed id was
 right (likewise the id after a fully accepted draft), so it sees when the text starts
@@ -72,6 +77,10 @@ class _BetaBuckets:
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return rng.beta(self.acc, self.rej)
 
+
+# P(a forced token is accepted): only another tokenization of the same forced text,
+# which the grammar also allows, can beat it.
+FORCED_RATE = 0.98
 
 # Match-length buckets for prompt lookup: lengths 1..5 alone, then coarser.
 _MATCH_EDGES = (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 40)
@@ -269,38 +278,47 @@ class DraftPolicy:
         return j < self.l_max and nxt > self._best
 
     def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = ()) -> int:
-        """How many of the proposed ``ids`` to verify."""
-        if not ids or self._draws is None:
+               after_break: Sequence[bool] = (), forced: int = 0) -> int:
+        """How many of the proposed ``ids`` to verify (the first ``forced`` of them are
+        the grammar's forced tokens)."""
+        if not ids:
             return 0
+        if self._draws is None:  # the drafter was not asked this round: forced tokens only
+            n, _ = best_length([FORCED_RATE] * forced, self.cost)
+            return n
+        head = [FORCED_RATE] * forced
+        rest = len(ids) - forced
         if self.kind == "ngram":
-            rates = self.acc.rates(match_len, len(ids), self._draws, after_break)
+            brk = tuple(after_break[forced:])
+            rates = head + self.acc.rates(match_len, rest, self._draws, brk)
             n, _ = best_length(rates, self.cost)
-            if n:
-                means = self.acc.rates(match_len, len(ids), self.acc.beta.mean(), after_break)
-                if best_length(means, self.cost)[0] == 0:
+            if n > forced:
+                means = head + self.acc.rates(match_len, rest, self.acc.beta.mean(), brk)
+                if best_length(means, self.cost)[0] <= forced:
                     self.stats.explored_rounds += 1
         else:
-            if len(self._rates) < len(ids):  # a drafter that did not call keep_drafting
+            if len(self._rates) < rest:  # a drafter that did not call keep_drafting
+                self._conf = list(confidence[forced:])
                 self._rates = [float(self._draws[self.acc.bucket(j + 1, c)])
-                               for j, c in enumerate(confidence)]
-                self._conf = list(confidence)
+                               for j, c in enumerate(self._conf)]
             # the draft work is done whatever we verify: it is sunk
-            n, _ = best_length(self._rates[: len(ids)], self.cost, 0.0, sunk=self.gamma * len(ids))
-        if n:
+            n, _ = best_length(head + self._rates[:rest], self.cost, 0.0, sunk=self.gamma * rest)
+        if n > forced:
             self.stats.drafted_rounds += 1
         return n
 
     def expected_tokens(self, ids: Sequence[int], match_len: int = 0,
-                        after_break: Sequence[bool] = ()) -> list[float]:
+                        after_break: Sequence[bool] = (), forced: int = 0) -> list[float]:
         """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
         is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
-        Prompt lookup only: what a batch weighs against the batch's cost."""
-        curve = [1.0]
-        if not ids or self._draws is None or self.kind != "ngram":
-            return curve
-        p = 1.0
-        for a in self.acc.rates(match_len, len(ids), self._draws, after_break):
+        The first ``forced`` ids are the grammar's (``FORCED_RATE`` each); the rest
+        prompt lookup's. What a batch weighs against the batch's cost."""
+        curve, p = [1.0], 1.0
+        rates = [FORCED_RATE] * min(forced, len(ids))
+        rest = len(ids) - len(rates)
+        if rest > 0 and self._draws is not None and self.kind == "ngram":
+            rates += self.acc.rates(match_len, rest, self._draws, tuple(after_break[forced:]))
+        for a in rates:
             p *= a
             curve.append(curve[-1] + p)
         return curve
@@ -312,13 +330,21 @@ class DraftPolicy:
 
     def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
                 draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0,
-                next_ok: bool | None = None, after_break: Sequence[bool] = ()) -> None:
+                next_ok: bool | None = None, after_break: Sequence[bool] = (), forced: int = 0) -> None:
         """The round verified a batch of ``batch`` tokens (the last committed one and
         the drafts) in ``verify_seconds`` (target decode + acceptance test); of the
         ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``;
         ``next_ok`` and ``after_break`` as in ``MatchAcceptance.record``.
-        The drafter spent ``draft_seconds`` drafting ``drafted`` tokens."""
+        The drafter spent ``draft_seconds`` drafting ``drafted`` tokens. The first
+        ``forced`` tested tokens were the grammar's: acceptance is learned after them."""
         self.cost.observe(batch, verify_seconds)
+        if forced:
+            if accepted < forced:  # a forced token lost: the drafter's were never tested
+                tested = accepted = 0
+                next_ok = None
+            else:
+                tested, accepted = tested - forced, accepted - forced
+            after_break = tuple(after_break[forced:])
         if tested or next_ok is not None:
             if self.kind == "ngram":
                 self.acc.record(match_len, tested, accepted, next_ok, after_break)
@@ -356,9 +382,9 @@ class FixedPolicy:
         return j < self.k
 
     def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = ()) -> int:
-        n = min(len(ids), self.k)
-        if n:
+               after_break: Sequence[bool] = (), forced: int = 0) -> int:
+        n = min(len(ids), self.k + forced)
+        if n > forced:
             self.stats.drafted_rounds += 1
         return n
 

@@ -4,8 +4,8 @@ It consumes the event stream of ``Engine.stream()`` (``Token`` / ``Round`` / ``D
 ``edgespec.events``) and knows nothing of models, drafters or caches.
 
 On a terminal it runs a Rich ``Live`` region: tokens the target accepted from the
-drafter are green, tokens the target produced itself are in the terminal's default
-colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
+drafter are green, tokens the grammar forced (structured output) cyan, tokens the
+target produced itself are in the terminal's default colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
 through where it was proposed (between the accepted drafts and the target's correction).
 Completed lines are printed above the live region, which holds only the line being
 written and a status line (acceptance rate, mean accepted length, current k, tokens/s,
@@ -14,34 +14,12 @@ estimated speedup). After each reply a one-line summary goes to stderr.
 Anywhere else (a pipe, a file, ``TERM=dumb``) the text goes to the output as plain
 characters, flushed per token, and the summary to stderr; no escape codes.
 
-**The speedup estimate.** A round in which the drafter proposed nothing is exactly one
-step of plain decoding: one target decode of one token. Its wall time, measured between
-consecutive ``Round`` events, is the plain step time ``t1`` on this machine, at this
-context length, including the same per-step Python overhead as a plain run. (Only rounds
-of the ``none`` and ``ngram`` drafters count: a draft model that proposed nothing may
-still have spent a decode finding that out, which would inflate ``t1``.) Plain
-decoding makes one token per ``t1``, so the speedup of what we are watching is
-``tokens_per_second * t1`` (``t1`` = the median of the last plain rounds seen in this
-``Readout``'s lifetime: a chat reply with ``/draft off``, n-gram rounds that found no
-match, ...). Without any plain round to measure, we show an upper bound instead: a round
-costs at least one target step, so the speedup is at most the tokens committed per
-round (``≤ 2.4×``). It is labelled as a bound because on compute-bound machines (CPU)
-verifying k tokens costs several steps and the true speedup can be below 1.
-
-When nothing or almost nothing was drafted (fewer than ``MIN_DRAFTING`` of the rounds),
-the run was plain decoding, and the estimate would only measure its own error (the
-mean round against the median plain step: a few percent, either way): the readout says
-so instead of printing a ratio.
-
-**k.** What the status line and the summary show as k is the length actually drafted
-(the mean over the rounds that drafted), with the bound the policy or ``--k`` allows.
+The speedup estimate and the drafting figures in words are ``edgespec.speedup``'s.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import IO, Iterable
 
@@ -51,6 +29,7 @@ from rich.style import Style
 from rich.text import Text
 
 from edgespec.events import Done, Round, Stats, Token
+from edgespec.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, num as _num
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""
@@ -58,72 +37,9 @@ STYLE_TARGET = Style()
 """Tokens the target produced itself (bonus tokens and corrections): the default colour."""
 STYLE_REJECTED = Style(color="red", strike=True, dim=True)
 """Draft tokens the target rejected (only with show_rejected; never part of the answer)."""
+STYLE_FORCED = Style(color="cyan")
+"""Tokens the grammar forced (structured output), drafted for free and accepted."""
 STYLE_STATUS = Style(dim=True)
-
-PLAIN_STEP_DRAFTERS = ("none", "ngram")
-"""Drafters whose empty rounds cost exactly one plain step (no draft model decode)."""
-MIN_DRAFTING = 0.05
-"""Below this share of rounds that drafted, a run is plain decoding: no speedup ratio."""
-
-
-class SpeedupEstimate:
-    """Plain-step timing seen so far, and the speedup estimate built on it (see module doc)."""
-
-    def __init__(self, window: int = 64, min_samples: int = 3):
-        self._plain: deque[float] = deque(maxlen=window)
-        self.min_samples = min_samples
-
-    def add_plain_round(self, seconds: float) -> None:
-        if seconds > 0:
-            self._plain.append(seconds)
-
-    @property
-    def t_plain(self) -> float | None:
-        """Median wall time of one plain decoding step, or None if not measured yet."""
-        if len(self._plain) < self.min_samples:
-            return None
-        return statistics.median(self._plain)
-
-    def speedup(self, tokens_per_second: float, tokens_per_round: float) -> tuple[float, bool] | None:
-        """``(value, measured)``: an estimate (measured=True) or an upper bound (False)."""
-        t1 = self.t_plain
-        if t1 is not None and tokens_per_second > 0:
-            return tokens_per_second * t1, True
-        if tokens_per_round > 0:
-            return tokens_per_round, False
-        return None
-
-    def format(self, tokens_per_second: float, tokens_per_round: float, drafting: float = 1.0) -> str:
-        """The estimate in words; empty below ``MIN_DRAFTING`` (``drafting``: the share of
-        rounds that drafted), where the run was plain decoding."""
-        if drafting < MIN_DRAFTING:
-            return ""
-        s = self.speedup(tokens_per_second, tokens_per_round)
-        if s is None:
-            return ""
-        value, measured = s
-        return f"~{value:.2f}× vs plain" if measured else f"≤{value:.1f}× vs plain"
-
-
-def _num(n: int) -> str:
-    return f"{n:,}"
-
-
-def drafting_parts(rounds: int, drafting: int, drafted: int, accepted: int, bound: int,
-                   live: bool = False) -> list[str]:
-    """How much was drafted, for the summary (or, ``live``, the shorter status line): the
-    acceptance and the length actually drafted (k: the mean over the rounds that
-    drafted, and the bound), or that nothing or almost nothing was."""
-    if not drafted:
-        return ["nothing drafted yet" if live else "nothing drafted: plain decoding"]
-    mean, per_round = drafted / max(drafting, 1), accepted / max(rounds, 1)
-    parts = [f"accepted {accepted / drafted:.0%}", f"{per_round:.2f}/round", f"k {mean:.1f} (≤{bound})"] \
-        if live else [f"accepted {accepted}/{drafted} ({accepted / drafted:.0%})",
-                      f"{per_round:.2f} accepted/round", f"k {mean:.1f} avg (≤{bound})"]
-    if drafting < MIN_DRAFTING * rounds:
-        parts.append(f"drafted in {drafting} of {_num(rounds)} rounds" + ("" if live else ": about plain decoding"))
-    return parts
-
 
 def k_label(adaptive: bool, k: int, k_max: int) -> str:
     """An engine's draft length setting: the policy's bound, or the fixed k."""
@@ -138,6 +54,7 @@ class _Counters:
     drafting: int = 0  # rounds that drafted
     drafted: int = 0
     accepted: int = 0
+    forced: int = 0
     tokens: int = 0
     k: int = 0
     drafter: str = ""
@@ -165,6 +82,7 @@ class Readout:
         *,
         err_console: Console | None = None,
         show_rejected: bool = False,
+        show_forced: bool = False,
         live: bool | None = None,
         refresh_per_second: float = 15.0,
     ):
@@ -174,6 +92,7 @@ class Readout:
             live = self.console.is_terminal and not self.console.is_dumb_terminal
         self.live = live
         self.show_rejected = show_rejected
+        self.show_forced = show_forced
         self.refresh_interval = 1.0 / refresh_per_second
         self.speed = SpeedupEstimate()
 
@@ -181,6 +100,7 @@ class Readout:
         parts: list[str | tuple[str, Style]] = [
             ("drafted & accepted", STYLE_DRAFT),
             "  ",
+            *((("forced by the grammar", STYLE_FORCED), "  ") if self.show_forced else ()),
             ("target's own", STYLE_TARGET),
         ]
         if self.show_rejected:
@@ -216,8 +136,11 @@ class Readout:
         if stats.t_generate > 0:
             parts.append(f"{stats.tokens_per_second:.1f} tok/s")
         if stats.drafter != "none":
-            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted,
-                                    stats.k_final)
+            # forced tokens are drafted for free: counted apart from the drafter's own
+            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted - stats.forced,
+                                    stats.accepted - stats.forced_accepted, stats.k_final)
+            if stats.forced:
+                parts.append(f"forced {stats.forced_accepted}")
             speed = self.speedup_text(stats)
             if speed:
                 parts.append(speed)
@@ -294,7 +217,7 @@ class Reply:
             if event.id >= 0:  # id -1: text released at the end, not a token
                 self._state.tokens += 1
             if not self._buffer_rounds:
-                self._emit([(event.text, STYLE_DRAFT if event.from_draft else STYLE_TARGET)])
+                self._emit([(event.text, _style(event))])
             else:
                 if self._round_tokens and self._round_tokens[0].round != event.round:
                     self._flush_round(None)
@@ -323,7 +246,9 @@ class Reply:
         s.rounds += 1
         s.drafting += r.drafted > 0
         s.drafted += r.drafted
-        s.accepted += r.accepted
+        s.accepted += r.accepted - min(r.forced, r.accepted)
+        s.drafted -= r.forced
+        s.forced += min(r.forced, r.accepted)
         s.k = r.k
         s.drafter = r.drafter
 
@@ -341,7 +266,7 @@ class Reply:
                 # under a strike-through, so it becomes a visible mark.
                 pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
                 rejected = ""
-            pieces.append((tok.text, STYLE_DRAFT if tok.from_draft else STYLE_TARGET))
+            pieces.append((tok.text, _style(tok)))
         if rejected:
             pieces.append((rejected.replace("\n", "↵"), STYLE_REJECTED))
         self._emit(pieces)
@@ -394,6 +319,8 @@ class Reply:
         drafting = bool(s.drafter and s.drafter != "none")
         if drafting:
             parts += [s.drafter, *drafting_parts(s.rounds, s.drafting, s.drafted, s.accepted, s.k, live=True)]
+            if s.forced:
+                parts.append(f"forced {s.forced}")
         else:
             parts.append("plain decoding")
         parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")
@@ -426,7 +353,14 @@ class Reply:
         err.print(Text(line, style=STYLE_STATUS), soft_wrap=True)
 
 
+def _style(tok: Token) -> Style:
+    if tok.forced:
+        return STYLE_FORCED
+    return STYLE_DRAFT if tok.from_draft else STYLE_TARGET
+
+
 __all__ = [
+    "STYLE_FORCED",
     "Readout",
     "Reply",
     "STYLE_DRAFT",

@@ -40,13 +40,14 @@ class Reply:
         """The events of one round (a ``speculative.RoundResult``): its tokens up to
         wherever the reply ends, then the round record."""
         events: list[Event] = []
-        for tok, fd in zip(res.tokens, res.from_draft):
+        n_forced = res.info.forced  # the round's first accepted drafts were the grammar's
+        for j, (tok, fd) in enumerate(zip(res.tokens, res.from_draft)):
             if self.model.is_eog(tok):
                 self.finish_reason, self.done = "stop", True
                 break
             self.ids.append(tok)
             piece, hit = self.text_out.push(self.detok.push(tok), check=len(self.ids) >= self.min_tokens)
-            events.append(Token(id=tok, text=piece, from_draft=fd, round=res.info.index))
+            events.append(Token(id=tok, text=piece, from_draft=fd, round=res.info.index, forced=fd and j < n_forced))
             if hit:
                 self.finish_reason, self.done = "stop", True
                 break

@@ -20,6 +20,18 @@ accepting n drafts the cache keeps ``x_last, d_1..d_n`` and the rest is removed 
 ``llama_memory_seq_rm``; the round's new last token (the correction or bonus) is, again,
 not yet decoded. So after every round ``target.pos_max() == len(committed) - 2``.
 
+Under a constraint (``matcher``, see ``edgespec.constraints``) every distribution is
+the MASKED one, renormalised: p' = probs(mask_i(logits_i)) at verify row i, where mask_i is
+the grammar state after committed + d_1..d_(i-1); a model drafter samples its drafts from
+its own masked q' (drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
+their grammar-valid prefix before verification, and the tokens the grammar forces
+(``compute_ff_tokens``) lead the draft at no drafting cost: a fixed proposal, accepted
+iff the target's masked sample is that token (certain when it is the only one allowed).
+The output is therefore distributed exactly as masked sampling from the target; under
+greedy it is token for token the constrained run with no drafter (given batch-invariant
+kernels). The matcher moves with the KV cache: after every round it has consumed exactly
+the tokens committed after the prompt (asserted in ``settle``).
+
 This module knows nothing about text, stop strings or the screen: it yields token ids
 with their ``from_draft`` flag and a ``Round`` record per round.
 """
@@ -33,6 +45,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import sampling
+from .constraints import Matcher, apply_mask
 from .drafters import Drafter
 from .events import Round, Stats
 from .llama import Context
@@ -63,37 +76,65 @@ class SpeculativeLoop:
     eog_ids: Sequence[int] = ()  # banned under params.ignore_eos / min_tokens
     rounds: int = 0
     last_k: int = 0  # the draft-length bound of the last round
+    matcher: Matcher | None = None  # the constraint's state (None: free generation)
     n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
 
     def __post_init__(self) -> None:
         if self.n_prompt < 0:
-            self.n_prompt = len(self.committed)
+            self.n_prompt = len(self.committed)  # the matcher consumes what follows
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
         proposal = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
-        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break)
+        forced = {"forced": proposal.forced} if proposal.forced else {}  # (policies without it stay valid)
+        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break,
+                               **forced)
         drafts = self.drafts(proposal, n)
+        masks = self.masks(drafts)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         t1 = time.perf_counter()
         rows = self.target.decode([self.committed[-1], *drafts], rows=range(len(drafts) + 1))
-        return self.settle(proposal, drafts, rows, verify_start=t1)
+        return self.settle(proposal, drafts, rows, verify_start=t1, masks=masks)
 
     def propose(self, budget: int):
         """The drafter's proposal for this round, within the room the context and one
-        verify batch leave (a round commits at most ``budget`` >= 1 tokens)."""
-        target, policy = self.target, self.policy
+        verify batch leave (a round commits at most ``budget`` >= 1 tokens). Under a
+        constraint it starts with the forced tokens and keeps only its valid prefix."""
+        target, policy, m = self.target, self.policy, self.matcher
         L = len(self.committed)
         # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
-        l_max = policy.limit(min(budget - 1, target.n_ctx - L, target.n_batch - 1))
+        room = min(budget - 1, target.n_ctx - L, target.n_batch - 1)
+        forced = m.forced()[: max(room, 0)] if m is not None and self.drafter.name != "none" else []
+        l_max = policy.limit(room - len(forced))
         t0 = time.perf_counter()
-        proposal = self.drafter.propose(self.committed, l_max, policy.keep_drafting) if l_max > 0 else _EMPTY
+        proposal = _EMPTY
+        if l_max > 0:
+            base = m.consumed if m is not None else 0
+            if m is not None:
+                m.consume(forced)  # the drafter drafts after the forced tokens, masked
+            try:
+                guide = {"guide": m} if m is not None else {}  # (drafters without one stay valid)
+                proposal = self.drafter.propose(self.committed + forced if forced else self.committed,
+                                                l_max, policy.keep_drafting, **guide)
+                if len(proposal.ids) > l_max:
+                    proposal = _Cut(proposal, l_max)
+                if m is not None and proposal.q is None and proposal.ids:
+                    ok = m.validate(proposal.ids)  # prompt lookup: its grammar-valid prefix
+                    proposal = _Cut(proposal, ok) if ok < len(proposal.ids) else proposal
+            finally:
+                if m is not None:
+                    m.rollback(m.consumed - base)
         self._draft_seconds = time.perf_counter() - t0
         self.stats.t_draft += self._draft_seconds
-        if len(proposal.ids) > l_max:
-            proposal = _Cut(proposal, l_max)
-        return proposal
+        return _Forced(forced, proposal) if forced else proposal
+
+    def masks(self, drafts: Sequence[int]) -> list | None:
+        """The grammar's mask for each verify row (None without a constraint): row i is
+        the state after the drafts before i. The matcher is left where it was."""
+        if self.matcher is None:
+            return None
+        return self.matcher.masks(drafts, self.is_eog)
 
     def drafts(self, proposal, n: int) -> list[int]:
         """The first ``n`` proposed ids, cut at the first id the target lacks: a draft
@@ -104,26 +145,33 @@ class SpeculativeLoop:
         return drafts if self._cut is None else drafts[: self._cut]
 
     def settle(self, proposal, drafts: list[int], rows: np.ndarray,
-               verify_start: float | None = None) -> RoundResult:
+               verify_start: float | None = None, masks: list | None = None) -> RoundResult:
         """Accept or reject ``drafts`` against the target's logit ``rows`` (x_last and
         each draft: len(drafts) + 1 rows), roll the sequence back past the first
         rejection, commit, and let the policy learn. ``verify_start`` is when this round's
-        own decode began (None when it shared a batch: the batch is timed by its owner)."""
+        own decode began (None when it shared a batch: the batch is timed by its owner).
+        ``masks``: the rows' grammar masks (``masks()``), computed here when not given."""
         target, committed, params, policy = self.target, self.committed, self.params, self.policy
         L = len(committed)
         q, cut = proposal.q, self._cut
+        if masks is None and self.matcher is not None:
+            masks = self.masks(drafts)
+        mask = (lambda i: None) if masks is None else masks.__getitem__
+        n_forced = min(proposal.forced, len(drafts))
         self.last_k = policy.bound
         batch = len(drafts) + 1
         out: list[int] = []
         from_draft: list[bool] = []
         n_acc = 0
         for i, d in enumerate(drafts):
+            # p' at row i: the target's logits, penalised, masked by the grammar state
+            # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
             if params.greedy:
-                x = int(np.argmax(self._logits(rows[i], out)))
+                x = int(np.argmax(apply_mask(mask(i), self._logits(rows[i], out))))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(self._logits(rows[i], out), params)
-                if q is None:
+                p = sampling.probs_from_logits(apply_mask(mask(i), self._logits(rows[i], out)), params)
+                if q is None or q[i] is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
                 else:
@@ -145,10 +193,10 @@ class SpeculativeLoop:
                 break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = self._logits(rows[len(drafts)], out)
+            last = apply_mask(mask(len(drafts)), self._logits(rows[len(drafts)], out))
             if params.greedy:
                 out.append(int(np.argmax(last)))
-            elif cut is not None and q is not None:
+            elif cut is not None and q is not None and q[cut] is not None:
                 # the cut draft, sampled from q, is rejected for sure (p(d) = 0), so the
                 # token comes from the residual max(0, p - q) as for any rejection
                 p = sampling.probs_from_logits(last, params)
@@ -161,6 +209,11 @@ class SpeculativeLoop:
         target.rollback(L + n_acc)
         self.drafter.accepted(n_acc)
         committed.extend(out)
+        if self.matcher is not None:
+            # the grammar moves with the KV cache: it has consumed exactly what is committed
+            self.matcher.consume(out)
+            assert self.matcher.consumed == len(committed) - self.n_prompt, "matcher out of step with the KV cache"
+            self.stats.t_mask = self.matcher.t_mask
         # A fixed proposal's first unverified id, when every draft was kept, is judged
         # for free: the round's own next token is what verifying it would have tested.
         next_ok = None
@@ -169,8 +222,9 @@ class SpeculativeLoop:
             next_ok = out[-1] == proposal.ids[n_acc]
         policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
                        verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
-                       draft_seconds=self._draft_seconds, drafted=len(proposal.ids),
-                       match_len=proposal.match_len, next_ok=next_ok, after_break=proposal.after_break)
+                       draft_seconds=self._draft_seconds, drafted=len(proposal.ids) - proposal.forced,
+                       match_len=proposal.match_len, next_ok=next_ok, after_break=proposal.after_break,
+                       **({"forced": n_forced} if n_forced else {}))
 
         st = self.stats
         self.rounds += 1
@@ -179,6 +233,8 @@ class SpeculativeLoop:
         st.accepted += n_acc
         st.rejected += len(drafts) - n_acc
         st.from_draft_tokens += n_acc
+        st.forced += n_forced
+        st.forced_accepted += min(n_acc, n_forced)
         for j in range(len(drafts)):
             if j >= len(st.drafted_by_position):
                 st.drafted_by_position.append(0)
@@ -193,6 +249,7 @@ class SpeculativeLoop:
             k=policy.bound,
             drafter=self.drafter.name,
             rejected_ids=tuple(drafts[n_acc:]),
+            forced=n_forced,
         )
         return RoundResult(out, from_draft, info)
 
@@ -222,17 +279,33 @@ class SpeculativeLoop:
             yield res
 
 
-_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": (), "after_break": ()})()
+_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": (), "after_break": (), "forced": 0})()
 
 
 class _Cut:
     """A proposal seen only up to ``n`` ids (a drafter may offer more than asked)."""
+
+    forced = 0
 
     def __init__(self, proposal, n: int) -> None:
         self.ids = list(proposal.ids[:n])
         self.q, self.match_len = proposal.q, proposal.match_len
         self.confidence = tuple(proposal.confidence[:n])
         self.after_break = tuple(proposal.after_break[:n])
+
+
+class _Forced:
+    """The grammar's forced tokens followed by the drafter's proposal: a fixed proposal
+    for the forced part (their rows of ``q`` are None), near-certain for the policy."""
+
+    def __init__(self, forced: list[int], proposal) -> None:
+        f = len(forced)
+        self.forced = f
+        self.ids = [*forced, *proposal.ids]
+        self.q = None if proposal.q is None else [*([None] * f), *proposal.q]
+        self.match_len = proposal.match_len
+        self.confidence = (*([1.0] * f), *proposal.confidence)
+        self.after_break = (*([False] * f), *proposal.after_break) if proposal.after_break else ()
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:

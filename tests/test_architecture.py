@@ -126,6 +126,17 @@ def test_llama_cpp_is_imported_only_behind_the_llama_door():
     assert where == ["edgespec.llama.backend"]
 
 
+def test_llguidance_is_imported_only_behind_the_constraints_door():
+    where = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "llguidance" or n.startswith("llguidance.") for n in names):
+                where.add(name)
+    assert where and all(n.startswith("edgespec.constraints.") for n in where), where
+
+
 def test_no_module_is_over_450_lines():
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules().items()}
     assert {n: s for n, s in sizes.items() if s > MAX_MODULE_LINES} == {}

@@ -293,7 +293,7 @@ def test_prompt_longer_than_the_context_is_400(client, stream):
     ({"messages": "hello"}, "messages", "Input should be a valid"),
     ({"messages": MESSAGES, "stream": "yes"}, "stream", "valid boolean"),
     ({"messages": MESSAGES, "logprobs": True}, "logprobs", "not supported"),
-    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools", "not supported"),
+    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools.0.function", "required"),
     ({"messages": MESSAGES, "seed": -2}, "seed", "greater than or equal to -1"),
 ])
 def test_wrong_fields_are_400_naming_the_field(client, body, param, words):

@@ -45,8 +45,7 @@ OTHERS = ["min_tokens"]
 ASKING = {
     "n": 2, "best_of": 2, "logprobs": True, "top_logprobs": 3, "n_probs": 5, "post_sampling_probs": True,
     "echo": True, "suffix": "x", "functions": [{"name": "f"}], "function_call": "auto",
-    "response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}],
-    "tool_choice": "none", "json_schema": {"type": "object"}, "grammar": 'root ::= "a"', "typical_p": 0.5,
+    "grammar_lazy": True, "grammar_triggers": [{"type": "word", "value": "<tool_call>"}], "typical_p": 0.5,
     "dynatemp_range": 0.5, "mirostat": 2, "dry_multiplier": 0.8, "xtc_probability": 0.5, "top_n_sigma": 1.0,
     "adaptive_target": 0.5, "min_keep": 5, "samplers": ["top_k"], "n_indent": 4, "t_max_predict_ms": 100,
     "t_max_prompt_ms": 100, "n_cmpl": 2, "lora": [{"id": 0, "scale": 1.0}], "response_fields": ["content"],
@@ -54,12 +53,11 @@ ASKING = {
     "add_generation_prompt": False, "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"], "web_search_options": {"search_context_size": "low"},
     "reasoning_budget_tokens": 100, "thinking_budget_tokens": 100,
-    "parallel_tool_calls": True,  # only with tools (inert without)
 }
 # values clients send as defaults: accepted
-INERT = {"n": 1, "logprobs": False, "top_logprobs": None, "response_format": {"type": "text"}, "typical_p": 1.0,
+INERT = {"n": 1, "logprobs": False, "top_logprobs": None, "grammar_lazy": False, "typical_p": 1.0,
          "mirostat": 0, "top_n_sigma": -1, "add_generation_prompt": True, "modalities": ["text"],
-         "parallel_tool_calls": False, "tools": [], "function_call": "none", "dry_multiplier": 0.0}
+         "function_call": "none", "dry_multiplier": 0.0}
 MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
 PROMPT = "the quick brown fox"
 
@@ -107,9 +105,6 @@ def test_refused_fields_are_400_naming_the_field_and_their_defaults_pass(client,
     assert f.name in ASKING, f"no test value for the refused field {f.name}"
     for endpoint in sorted(f.where):
         extra = {f.name: ASKING[f.name]}
-        if f.name == "parallel_tool_calls":
-            assert post(client, endpoint, extra).status_code == 200  # nothing to do without tools
-            continue
         resp = post(client, endpoint, extra)
         assert resp.status_code == 400, (f.name, resp.text)
         err = resp.json()["error"]

@@ -327,6 +327,7 @@ def make_tiny_model(
     repeat_suppression: float = 2.0,
     attn_gain: float = 1.0,
     n_vocab: int | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a tiny ``llama`` GGUF (F32) to ``path`` and return the path.
 
@@ -346,7 +347,8 @@ def make_tiny_model(
     but the model can emit them) with random embedding and output rows drawn after all
     other weights, so every other weight is the same as without them: a 328-token
     ``base`` model is a 320-token one plus 8 ids (vocabulary sizes that differ, as
-    Qwen2.5-7B's 152,064 and 0.5B's 151,936 do).
+    Qwen2.5-7B's 152,064 and 0.5B's 151,936 do). ``chat_template`` replaces the
+    vocabulary's own template (a model whose template renders tools, for example).
     """
     import gguf  # test-only dependency
 
@@ -426,8 +428,8 @@ def make_tiny_model(
     w.add_pad_token_id(v.pad_id)
     w.add_add_bos_token(v.add_bos)
     w.add_add_eos_token(False)
-    if v.chat_template:
-        w.add_chat_template(v.chat_template)
+    if chat_template or v.chat_template:
+        w.add_chat_template(chat_template or v.chat_template)
     for key, (arr, _) in tensors.items():
         w.add_tensor(key, np.ascontiguousarray(arr, dtype=np.float32))
     w.write_header_to_file()

@@ -36,6 +36,7 @@ from edgespec.cli.common import (
     read_prompt,
 )
 from edgespec.batch import BatchObserver
+from edgespec.cli.structured import GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, response_format_from_options
 from edgespec.errors import EdgespecError, InputError
 
 
@@ -71,8 +72,13 @@ def generate(
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Use the prompt as is, without the chat template.")] = False,
     json_output: Annotated[
-        bool, typer.Option("--json", help='Print one JSON object: {"text","token_ids","finish_reason","stats"}.')
+        bool, typer.Option("--json", help='Print one JSON object: {"text","token_ids","finish_reason","stats"} '
+                                          '(with a constraint also "structured_complete" and "parsed").')
     ] = False,
+    schema: SchemaOpt = None,
+    grammar: GrammarOpt = None,
+    regex: RegexOpt = None,
+    lenient_schema: LenientOpt = False,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     rpc: RpcOpt = None,
@@ -124,6 +130,8 @@ def generate(
         stop=tuple(stop or ()),
     )
     with cli_errors():
+        response_format, spec = response_format_from_options(schema, grammar, regex, lenient_schema)
+        _warn(spec, quiet)
         if input_file is not None or output_file is not None:
             if prompt is not None or prompt_file is not None:
                 raise InputError("a batch (--input) takes its prompts from the file; drop the prompt argument")
@@ -131,6 +139,10 @@ def generate(
                 raise InputError("a batch needs both --input FILE.jsonl and --output FILE.jsonl")
             if json_output:
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
+            if response_format is not None:
+                if lenient_schema:
+                    raise InputError("--lenient-schema is for one prompt; a batch takes strict schemas")
+                options["response_format"] = response_format
             _run_batch(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
                 parallel=parse_parallel(parallel),
@@ -144,14 +156,13 @@ def generate(
                       rpc=rpc, tensor_split=tensor_split)
         engine = load_engine(p, quiet=quiet, verbose=verbose)
         try:
+            if spec is not None:
+                from edgespec.constraints import bind
+
+                options["constraint"] = bind(spec, engine.target_model)
             if json_output:
                 result = engine.generate(text, raw=raw, **options)
-                payload = {
-                    "text": result.text,
-                    "token_ids": list(result.token_ids),
-                    "finish_reason": result.finish_reason,
-                    "stats": result.stats.to_dict(),
-                }
+                payload = result.to_dict()
                 sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
                 sys.stdout.flush()
             else:
@@ -160,13 +171,20 @@ def generate(
             engine.close()
 
 
+def _warn(spec: Any, quiet: bool) -> None:
+    """What lenient mode relaxed, said on stderr (a schema is never relaxed silently)."""
+    for w in (spec.warnings if spec is not None else ()):
+        if not quiet:
+            err_console().print(Text(f"warning: the constraint is relaxed: {w}", style="yellow"))
+
+
 def _run_single(engine: Any, text: str, options: dict, *, raw: bool, show_rejected: bool, quiet: bool) -> None:
     from edgespec.readout import Readout
 
     err = err_console()
     if quiet:
         err.quiet = True
-    readout = Readout(err_console=err, show_rejected=show_rejected)
+    readout = Readout(err_console=err, show_rejected=show_rejected, show_forced="constraint" in options)
     if engine.drafter_name != "none":
         readout.print_legend()
     try:

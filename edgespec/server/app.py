@@ -18,17 +18,14 @@ that is not allowed (docs/server-safety.md).
 
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
 validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
-the one table of the fields honoured, refused and ignored), and becomes a
-``worker.Job``. The handler waits for the worker's first word: ``Failed`` (the engine
-refused the prompt: too long for the context, a bad value) is a 400 before any byte of
-the response is sent, even for a streamed request; ``Started`` means tokens follow.
-The response objects are ``responses``'. A streamed response is server-sent events,
-one chunk per piece of text, ending with
-``data: [DONE]``; each chunk's choice carries ``from_draft`` (the piece came from an
-accepted draft) and the chunk an ``x_edgespec`` object with the running drafted /
-accepted counts, for the chat page — extra fields that OpenAI clients ignore. The last
-chunk (with ``finish_reason``) carries llama-server's ``timings`` object; with
-``stream_options.include_usage`` a final chunk with empty ``choices`` carries ``usage``.
+the one table of the fields honoured, refused and ignored), its structure compiled off
+the event loop (``structured``: ``response_format`` and tools; a 400 naming the field
+when a schema, grammar or tool does not compile), and it becomes a ``worker.Job``. The
+handler waits for the worker's first word: ``Failed`` (the engine refused the prompt:
+too long for the context, a bad value) is a 400 before any byte of the response is
+sent, even for a streamed request; ``Started`` means tokens follow. The answer, whole or
+as server-sent events ending with ``data: [DONE]``, is built by ``responses.ReplyBody``
+(tool calls, the structure's completeness, ``timings``, ``usage``).
 
 **Hanging up.** A task watches the connection for ``http.disconnect`` while the request
 waits in the queue and while it generates; when the client goes away it cancels the job,
@@ -66,6 +63,7 @@ from .guard import Guard, check_origins
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
+from .structured import Structure, plan_chat, plan_completion
 from .worker import Failed, Job, QueueFull, Started, Worker, WorkerDied
 
 log = logging.getLogger("edgespec.server")
@@ -196,11 +194,14 @@ def create_app(
     def tokenize_text(text: str) -> list[int]:
         return engine.tokenize(text, add_special=False, parse_special=False)
 
-    async def run(request: Request, req: ChatRequest | CompletionRequest, prompt: Any, *, chat: bool) -> Response:
+    async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
+                  chat: bool) -> Response:
         options = options_for(req)
         if not chat:
             options["raw"] = True
-        job = Job(prompt=prompt, options=options)
+        if structure.constraint is not None:
+            options["constraint"] = structure.constraint
+        job = Job(prompt=structure.prompt, options=options)
         try:
             worker.submit(job)
         except QueueFull as e:
@@ -218,7 +219,7 @@ def create_app(
             watcher.cancel()
             raise
         assert isinstance(first, Started)
-        reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait)
+        reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
         if req.stream:
             return StreamingResponse(sse(reply, job, watcher, worker.next_event),
                                      media_type="text/event-stream",
@@ -289,13 +290,13 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         check_key(request)
         req = parse(ChatRequest, await read_body(request))
-        return await run(request, req, [m.to_engine() for m in req.messages], chat=True)
+        return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         check_key(request)
         req = parse(CompletionRequest, await read_body(request))
-        return await run(request, req, req.engine_prompt(), chat=False)
+        return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
     return app
 

@@ -17,8 +17,7 @@ Fields in no table are ignored too, as OpenAI-compatible servers do (clients add
 extras); docs/server-safety.md prints the table.
 
 ``group="structured"`` marks the structured-output fields (``response_format``,
-``tools`` ...): refused until the structured-output work honours them; it flips their
-status here and declares them in ``schema``.
+``tools`` ...; ``edgespec.server.structured`` compiles them).
 """
 
 from __future__ import annotations
@@ -44,15 +43,6 @@ def _equals(*inert: Any) -> Callable[[Any, Mapping[str, Any]], bool]:
     """Inert: null or one of ``inert`` (a bool never stands for a number, nor the reverse)."""
     return lambda value, body: value is None or any(
         value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
-
-
-def _no_tools(value: Any, body: Mapping[str, Any]) -> bool:
-    # parallel_tool_calls without tools asks for nothing
-    return not body.get("tools")
-
-
-def _text_format(value: Any, body: Mapping[str, Any]) -> bool:
-    return value is None or value == {"type": "text"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +87,16 @@ FIELDS: tuple[KnownField, ...] = (
     _f("stream", HONOURED, "server-sent events"),
     _f("stream_options", HONOURED, "include_usage adds a usage chunk"),
     _f("return_tokens", HONOURED, "adds the generated token ids (llama-server)"),
+    _f("response_format", HONOURED, "text, json_object, json_schema; edgespec's regex and grammar (Lark or GBNF)",
+       group=S),
+    _f("json_schema", HONOURED, "llama-server's bare JSON Schema: as response_format json_schema", group=S),
+    _f("grammar", HONOURED, "llama-server's GBNF (or a Lark) grammar: as response_format grammar", group=S),
+    _f("lenient_schema", HONOURED, "edgespec: schema keywords the constraint engine lacks are relaxed, "
+       "not refused", group=S),
+    _f("tools", HONOURED, "function tools, in the model's own tool-call format (Hermes tool_call blocks)", CHAT,
+       group=S),
+    _f("tool_choice", HONOURED, "none, auto, required or a named function", CHAT, group=S),
+    _f("parallel_tool_calls", HONOURED, "false: at most one call per answer", CHAT, group=S),
     # -- refused unless they ask for nothing ---------------------------------------------
     _f("n", REFUSED, "one choice per request (n: 1 is accepted)", inert=_one),
     _f("best_of", REFUSED, "one choice per request (best_of: 1 is accepted)", COMPLETIONS, inert=_one),
@@ -106,15 +106,9 @@ FIELDS: tuple[KnownField, ...] = (
     _f("post_sampling_probs", REFUSED, "token probabilities are not returned"),
     _f("echo", REFUSED, "the prompt is not echoed", COMPLETIONS),
     _f("suffix", REFUSED, "fill-in-the-middle is not supported", COMPLETIONS),
-    _f("functions", REFUSED, "function calling is not supported", CHAT),
-    _f("function_call", REFUSED, "function calling is not supported", CHAT, inert=_equals("none")),
-    _f("response_format", REFUSED, "structured output is not supported yet", inert=_text_format, group=S),
-    _f("tools", REFUSED, "tool calling is not supported yet", CHAT, group=S),
-    _f("tool_choice", REFUSED, "there are no tools to choose from", CHAT,
-       inert=lambda v, b: v is None or bool(b.get("tools")), group=S),  # with tools, "tools" is the refusal
-    _f("parallel_tool_calls", REFUSED, "tool calling is not supported yet", CHAT, inert=_no_tools, group=S),
-    _f("json_schema", REFUSED, "constrained generation is not supported yet", group=S),
-    _f("grammar", REFUSED, "constrained generation is not supported yet", group=S),
+    _f("functions", REFUSED, "the legacy function calling is not supported: use tools", CHAT),
+    _f("function_call", REFUSED, "the legacy function calling is not supported: use tool_choice", CHAT,
+       inert=_equals("none")),
     _f("typical_p", REFUSED, "locally typical sampling is not implemented", inert=_equals(1.0)),
     _f("dynatemp_range", REFUSED, "dynamic temperature is not implemented"),
     _f("mirostat", REFUSED, "mirostat sampling is not implemented"),
@@ -131,6 +125,10 @@ FIELDS: tuple[KnownField, ...] = (
     _f("n_cmpl", REFUSED, "one choice per request", inert=_one),
     _f("lora", REFUSED, "LoRA adapters are not supported"),
     _f("response_fields", REFUSED, "responses always have their full shape"),
+    _f("grammar_lazy", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",
+       inert=_equals(False), group=S),
+    _f("grammar_triggers", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",
+       group=S),
     _f("chat_template_kwargs", REFUSED, "the chat template takes no extra arguments", CHAT),
     _f("continue_final_message", REFUSED, "the template always opens a new assistant turn", CHAT),
     _f("add_generation_prompt", REFUSED, "the template always opens a new assistant turn", CHAT,
@@ -180,9 +178,7 @@ FIELDS: tuple[KnownField, ...] = (
     _f("dry_sequence_breakers", IGNORED, "acts only with dry_multiplier, which is refused"),
     _f("xtc_threshold", IGNORED, "acts only with xtc_probability, which is refused"),
     _f("adaptive_decay", IGNORED, "acts only with adaptive_target, which is refused"),
-    _f("grammar_lazy", IGNORED, "acts only with grammar, which is refused", group=S),
-    _f("grammar_triggers", IGNORED, "acts only with grammar, which is refused", group=S),
-    _f("preserved_tokens", IGNORED, "acts only with grammar, which is refused", group=S),
+    _f("preserved_tokens", IGNORED, "special tokens come back as text where the model writes them", group=S),
 )
 
 BY_NAME: dict[str, KnownField] = {f.name: f for f in FIELDS}

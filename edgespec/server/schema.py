@@ -7,6 +7,13 @@ ones (OpenAI's, and llama-server's ``top_k``, ``min_p``, ``repeat_penalty``,
 ``repeat_last_n``, ``n_predict``, ``ignore_eos``, ``logit_bias``, ``return_tokens``),
 and ``refusal()`` checks the rest against the table.
 
+Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
+``json_schema``, and edgespec's ``regex`` / ``grammar``), llama-server's top-level
+``json_schema`` and ``grammar`` (GBNF), edgespec's ``lenient_schema``, and on chat
+``tools`` / ``tool_choice`` / ``parallel_tool_calls``. Their shapes are checked here;
+whether a schema or grammar compiles is ``edgespec.server.structured``'s question (still
+a 400 before any model work).
+
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
 (``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
 turns pydantic's report into one message naming the field.
@@ -18,7 +25,7 @@ import json
 import math
 from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .fields import refused_field
 
@@ -49,10 +56,38 @@ class TextPart(BaseModel):
     text: str
 
 
+# OpenAI's rule for function names; it also keeps them safe to write into a grammar
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    """A tool call an assistant message made (sent back in the next request)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[TextPart]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    name: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _calls_from_assistant(self) -> "Message":
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message can carry tool_calls")
+        return self
 
     def to_engine(self) -> dict:
         if self.content is None:
@@ -62,7 +97,40 @@ class Message(BaseModel):
         else:
             text = "".join(p.text for p in self.content)
         # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        out: dict = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.role == "tool":
+            out.update({k: v for k, v in (("tool_call_id", self.tool_call_id), ("name", self.name)) if v})
+        return out
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: ChosenFunction
+
+
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "grammar")
 
 
 class StreamOptions(BaseModel):
@@ -97,6 +165,35 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     return_tokens: bool = False
+    response_format: Optional[dict[str, Any]] = None
+    json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
+    grammar: Optional[str] = None                 # llama-server: a GBNF grammar
+    lenient_schema: bool = False  # edgespec: relax schema keywords the constraint engine lacks
+
+    @field_validator("response_format")
+    @classmethod
+    def _known_format(cls, v: dict | None) -> dict | None:
+        if v is not None and v.get("type") not in RESPONSE_FORMATS:
+            raise ValueError(f"type must be one of {', '.join(RESPONSE_FORMATS)} (got {v.get('type')!r})")
+        return v
+
+    def constraint_format(self) -> tuple[dict | None, str]:
+        """The structure asked for, in ``response_format``'s shape, and the field that
+        asked for it (for a 400's ``param``); ``(None, "")`` for free text."""
+        given = [(name, getattr(self, name)) for name in ("response_format", "json_schema", "grammar")
+                 if getattr(self, name) is not None]
+        given = [(n, v) for n, v in given if not (n == "response_format" and v.get("type") == "text")]
+        if len(given) > 1:
+            raise ApiError(400, f"give one of response_format, json_schema and grammar, not "
+                                f"{' and '.join(n for n, _ in given)}", param=given[1][0])
+        if not given:
+            return None, ""
+        name, value = given[0]
+        if name == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": value}}, name
+        if name == "grammar":
+            return {"type": "grammar", "grammar": value}, name
+        return value, name
 
     @field_validator("n_predict")
     @classmethod
@@ -185,6 +282,45 @@ class ChatRequest(_Request):
     endpoint: ClassVar[str] = "chat"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
+    parallel_tool_calls: Optional[bool] = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError as e:
+                raise ValueError("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}} "
+                                 f"({describe_validation_error(e)[0]})") from None
+        raise ValueError(f"tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {v!r})")
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_tools(cls, v: list[Tool] | None) -> list[Tool] | None:
+        names = [t.function.name for t in v or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two tools are named {twice[0]!r}: tool names must be distinct")
+        return v
+
+    def tool_mode(self) -> str:
+        """``"none"``, ``"auto"``, ``"required"`` or the name of the function to call."""
+        choice = self.tool_choice
+        if not self.tools:
+            if choice not in (None, "none"):
+                raise ApiError(400, "tool_choice needs tools: this request gives none", param="tool_choice")
+            return "none"
+        if isinstance(choice, NamedToolChoice):
+            if choice.function.name not in {t.function.name for t in self.tools}:
+                raise ApiError(400, f"tool_choice names {choice.function.name!r}, which is not one of the tools",
+                               param="tool_choice")
+            return choice.function.name
+        return choice or "auto"
 
     def limit(self) -> int | None:
         if self.n_predict is not None:

@@ -308,7 +308,9 @@ class Worker:
                     continue
                 for o in outcomes:
                     self._active.discard(o.key)
-                    if o.cancelled:
+                    if o.error is not None:  # its grammar matcher failed: it alone ends
+                        o.key.post(Failed(o.error))
+                    elif o.cancelled:
                         self.metrics.count_cancelled(started=True)
         finally:
             runner.close()
