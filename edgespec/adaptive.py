@@ -37,6 +37,7 @@ the figures) or models.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -57,8 +58,10 @@ class VerifyCost:
     """c(n): cost of decoding n tokens in one batch, relative to one token.
 
     Given at a few batch sizes; in between it is interpolated linearly, beyond the last
-    point it grows with the slope of the last two points (batches only get more
-    compute-bound), and c(1) is 1 by definition.
+    point it grows with the steeper of the last two points' slope and the mean slope
+    from c(1) (batches only get more compute-bound: a dip at the last point, as the
+    repacked GEMM tiles give at 16 on a CPU, must not extrapolate into a falling, and
+    then negative, cost), and c(1) is 1 by definition.
     """
 
     n: tuple[int, ...]
@@ -79,7 +82,7 @@ class VerifyCost:
         if n >= xs[-1]:
             if len(xs) == 1:
                 return ys[-1]
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), (ys[-1] - ys[0]) / (xs[-1] - xs[0]), 0.0)
             return ys[-1] + slope * (n - xs[-1])
         i = bisect_left(xs, n)
         if xs[i] == n:
@@ -207,32 +210,84 @@ def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_
 
 
 def batch_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
-                        cost: Callable[[int], float]) -> list[int]:
+                        cost: Callable[[int], float], *, max_rows: int | None = None) -> list[int]:
     """Draft lengths for one decode of several sequences. ``curves[i][n]`` is sequence
     i's expected committed tokens if it drafts n (None: its length is fixed in
     ``lengths``); a decode of T rows costs ``cost(T)``. Starting from ``lengths``, take
     the one longer draft that most raises expected tokens per unit of the batch's cost,
-    while any does. Each pick scans every sequence's curve once."""
+    while any does and the batch stays within ``max_rows`` rows (None: no bound).
+
+    Lengthening some draft by d rows costs the same whichever sequence it is, so the
+    best such move is the sequence whose curve gains most over its next d positions: a
+    heap of those marginal gains per d (a sequence's entries renewed when its length
+    changes, stale ones dropped as they surface) makes each pick cost D heap tops for
+    drafts up to D long, instead of a scan of every sequence's curve. The picks, ties
+    included (the lowest sequence, then the shortest move), are those of that scan
+    (tests/test_adaptive.py checks it against the scan on random curves)."""
     lengths = list(lengths)
     rows = len(curves) + sum(lengths)
     gain = float(len(curves))
     best = gain / cost(rows)
+    span = max((len(c) for c in curves if c), default=1)  # moves of d = 1 .. span - 1 rows
+    heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(span)]
+    version = [0] * len(curves)
+
+    def offer(i: int, add: Callable = heapq.heappush) -> None:  # i's moves from its length
+        c, n0 = curves[i], lengths[i]
+        for d in range(1, len(c) - n0):
+            add(heaps[d], (c[n0] - c[n0 + d], i, version[i]))
+
+    for i, curve in enumerate(curves):
+        if curve:
+            offer(i, list.append)
+    for h in heaps:
+        heapq.heapify(h)
     while True:
-        pick = None
-        for i, curve in enumerate(curves):
-            if not curve:
+        pick, top = None, best
+        reach = span - 1 if max_rows is None else min(span - 1, max_rows - rows)
+        for d in range(1, reach + 1):
+            h = heaps[d]
+            while h and h[0][2] != version[h[0][1]]:
+                heapq.heappop(h)
+            if not h:
                 continue
-            base = curve[lengths[i]]
-            for n in range(lengths[i] + 1, len(curve)):
-                r = (gain + curve[n] - base) / cost(rows + n - lengths[i])
-                if r > best:
-                    best, pick = r, (i, n)
+            i = h[0][1]
+            c, n0 = curves[i], lengths[i]
+            r = (gain + c[n0 + d] - c[n0]) / cost(rows + d)
+            if r > top or (pick is not None and r == top and i < pick[0]):
+                top, pick = r, (i, d)
         if pick is None:
             return lengths
-        i, n = pick
-        gain += curves[i][n] - curves[i][lengths[i]]
-        rows += n - lengths[i]
-        lengths[i] = n
+        i, d = pick
+        best = top
+        gain += curves[i][lengths[i] + d] - curves[i][lengths[i]]
+        rows += d
+        lengths[i] += d
+        version[i] += 1
+        offer(i)
+
+
+def fit_drafts(lengths: Sequence[int], room: int) -> list[int]:
+    """Draft lengths cut to sum to at most ``room`` (the rows one decode has left for
+    drafts): the longest are cut first, down to a common cap, and what room the cap
+    leaves goes one row each to the first of them. Lengths that fit come back as they are."""
+    out, room = list(lengths), max(0, room)
+    if sum(out) <= room:
+        return out
+    lo, hi = 0, max(out)
+    while lo < hi:  # the largest cap whose cut lengths fit
+        mid = (lo + hi + 1) // 2
+        if sum(min(n, mid) for n in out) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    left = room - sum(min(n, lo) for n in out)
+    for i, n in enumerate(out):
+        out[i] = min(n, lo)
+        if n > lo and left > 0:
+            out[i] += 1
+            left -= 1
+    return out
 
 
 def over_network(c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float,

@@ -80,6 +80,10 @@ class Stats:
     t_generate: float = 0.0         # wall seconds from first round to the end
     t_total: float = 0.0            # wall seconds including the prompt
     t_mask: float = 0.0             # seconds computing grammar masks and forced tokens
+    # A sequence of a parallel batch shares each decode with others: its t_prompt and
+    # t_verify are its share of the steps (in proportion to its rows), and t_batch its
+    # share of the steps it generated in (decode and the Python around it); 0 alone.
+    t_batch: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -100,14 +104,24 @@ class Stats:
         return self.generated_tokens / self.t_generate if self.t_generate > 0 else 0.0
 
     @property
+    def drafting_rounds(self) -> int:
+        """Rounds that verified at least one drafted token."""
+        return self.drafted_by_position[0] if self.drafted_by_position else 0
+
+    @property
+    def t_rounds(self) -> float:
+        """Time of this generation's rounds: its wall time, or in a batch its share."""
+        return self.t_batch or self.t_generate
+
+    @property
     def t_other(self) -> float:
-        """Wall time of the rounds spent outside llama_decode (Python, sampling, ...)."""
-        return max(0.0, self.t_generate - self.t_verify - self.t_decode_draft)
+        """Time of the rounds spent outside llama_decode (Python, sampling, ...)."""
+        return max(0.0, self.t_rounds - self.t_verify - self.t_decode_draft)
 
     @property
     def overhead_fraction(self) -> float:
         """Share of round time spent outside llama_decode: the Python overhead."""
-        return self.t_other / self.t_generate if self.t_generate > 0 else 0.0
+        return self.t_other / self.t_rounds if self.t_rounds > 0 else 0.0
 
     @property
     def acceptance_by_position(self) -> list[float]:

@@ -3,9 +3,11 @@
 An input file has one JSON object per line: an ``id`` (string or integer), exactly one of
 ``prompt`` (a string) or ``messages`` (a list of ``{"role", "content"}``), and optional
 per-line generation settings (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
-``min_p``, ``seed``, ``stop``, ``raw``). The sampling settings are checked by
-``SamplingParams.validate``, the very check the engine runs, so a line the engine would
-refuse is refused here, before the batch starts. Every bad line (not UTF-8, not JSON,
+``min_p``, ``seed``, ``stop``, ``raw``, and ``response_format`` in OpenAI's shape for
+structured output). The sampling settings are checked by ``SamplingParams.validate`` and
+a ``response_format`` is compiled by ``constraints.grammar_spec`` (strict: a schema
+keyword the constraint engine lacks is an error), the very checks the engine runs, so a
+line the engine would refuse is refused here, before the batch starts. Every bad line (not UTF-8, not JSON,
 a bad value) is reported with its line number and skipped; nothing is dropped silently.
 Knows nothing of engines or output files (``batch``).
 """
@@ -18,11 +20,13 @@ import stat
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable
 
-from edgespec.errors import InputError
+from edgespec.constraints import grammar_spec
+from edgespec.errors import ConstraintError, InputError
 from edgespec.sampling import SamplingOptionError, SamplingParams
 
 
-GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw")
+GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw",
+                   "response_format")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "seed")  # checked by SamplingParams
 ALLOWED_KEYS = frozenset(("id", "prompt", "messages") + GENERATION_KEYS)
 
@@ -126,6 +130,8 @@ def _validate(obj: Any) -> Job:
         elif name == "raw":
             if not isinstance(value, bool):
                 raise ValueError("'raw' must be true or false")
+        elif name == "response_format":
+            _check_response_format(value)
         elif name == "stop":
             if isinstance(value, str):
                 value = [value]
@@ -144,6 +150,25 @@ def _validate(obj: Any) -> Job:
     if "raw" in options and not has_prompt:
         raise ValueError("'raw' applies to 'prompt' only (messages always use the chat template)")
     return Job(line=0, id=job_id, prompt=prompt, options=options)
+
+
+_checked_formats: dict[str, str | None] = {}  # a batch's lines usually share one schema
+
+
+def _check_response_format(value: Any) -> None:
+    """Compile a line's ``response_format`` (without a model) or say why not, once per
+    distinct value."""
+    key = json.dumps(value, sort_keys=True)
+    if key not in _checked_formats:
+        try:
+            grammar_spec(value)
+            _checked_formats[key] = None
+        except ConstraintError as e:
+            _checked_formats[key] = f"'{e.param}': {e}"
+        if len(_checked_formats) > 256:
+            _checked_formats.pop(next(iter(_checked_formats)))
+    if _checked_formats[key] is not None:
+        raise ValueError(_checked_formats[key])
 
 
 def _json_text(value: Any) -> str:

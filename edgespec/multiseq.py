@@ -17,7 +17,16 @@ many rows per decode, a draft row costs real compute on a CPU, so the lengths ar
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
 batch's own timings (``policy.OnlineCost``), each sequence's acceptance learned from its
-own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU.
+own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
+the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
+A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
+
+Structured output: a request may carry a ``response_format`` (or a compiled
+``constraint``) like a single generation; its sequence then has its own grammar matcher
+that moves with its own cache (``batchseq``), its forced tokens and grammar-valid
+prompt-lookup drafts enter the batch's choice of draft lengths like any others, and the
+masks of all the constrained rows of a step are computed together, in one parallel call
+(``constraints.batch_masks``), before the decode.
 
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
 others shared its batches (tests/test_multiseq.py checks it against solo runs).
@@ -30,17 +39,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from . import sampling
-from .adaptive import batch_draft_lengths
-from .drafters import NgramDrafter, NoDrafter
-from .errors import ContextOverflowError, EdgespecError, InputError
-from .events import Done, Result, Stats
-from .llama import MultiContext
+from .adaptive import batch_draft_lengths, fit_drafts
+from .batchseq import BatchSeq, step_masks
+from .errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
+from .llama import MultiContext, max_parallel_sequences
 from .llama.context import common_prefix_len
 from .costs import OnlineCost
 from .policy import DraftPolicy, FixedPolicy
-from .reply import Reply
-from .speculative import SpeculativeLoop
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
 # step stays a few single-token steps long, large enough to fill the matmuls.
@@ -54,7 +59,9 @@ _COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond
 @dataclass
 class Request:
     """One prompt of a batch: ``key`` comes back with its outcome; ``options`` are the
-    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...)."""
+    keyword arguments ``Engine.stream`` takes (max_tokens, temperature, stop, ...),
+    ``response_format`` or a compiled ``constraint`` included (structured output: the
+    sequence gets its own matcher)."""
 
     key: Any
     prompt: Any
@@ -88,6 +95,7 @@ class BatchStats:
     drafted: int = 0
     accepted: int = 0
     t_decode: float = 0.0
+    t_steps: float = 0.0        # wall time of the steps (decode and the Python around it)
     running_sum: int = 0        # running sequences, summed over steps
     t_start: float = field(default_factory=time.perf_counter)
 
@@ -104,33 +112,11 @@ class BatchStats:
         return self.running_sum / self.steps if self.steps else 0.0
 
 
-class _Seq:
-    """One running sequence: its slot, its round machinery and its reply."""
-
-    def __init__(self, req: Request, slot: int, ids: list[int], params, max_tokens: int,
-                 stops: list[str], reserve: int, runner: "BatchRunner") -> None:
-        self.req, self.slot, self.ids, self.reserve = req, slot, ids, reserve
-        self.t_start = time.perf_counter()
-        self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
-        self.stats = Stats(drafter=runner.drafter_name, prompt_tokens=len(ids),
-                           prompt_tokens_processed=len(ids))
-        rng = sampling.make_rng(params.seed)
-        drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.engine.is_break) \
-            if runner.drafter_name == "ngram" else NoDrafter()
-        drafter.begin(ids, params, rng)
-        self.loop = SpeculativeLoop(
-            target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
-            params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
-            n_vocab=runner.engine.target_model.n_vocab, is_eog=runner.engine.target_model.is_eog)
-        self.budget = min(max_tokens, reserve - len(ids))
-        self.produced = 0
-        self.reply = Reply(runner.engine.target_model, stops, max_tokens)
-        self.proposal = None
-        self.drafts: list[int] = []
-
-    @property
-    def prefilling(self) -> bool:
-        return self.prefilled < len(self.ids) - 1
+def check_sequence_limit(n_parallel: int) -> None:
+    """Refuse more sequences than one llama.cpp context holds (it fails giving no reason)."""
+    if n_parallel > (limit := max_parallel_sequences()):
+        raise InputError(f"--parallel {n_parallel} is more sequences than llama.cpp holds in one "
+                         f"context ({limit}); lower --parallel")
 
 
 class BatchRunner:
@@ -150,6 +136,7 @@ class BatchRunner:
             raise InputError(f"--parallel must be at least 1 (got {n_parallel})")
         if chunk < 1:
             raise InputError(f"the prefill chunk must be at least 1 token (got {chunk})")
+        check_sequence_limit(n_parallel)
         self.engine = engine
         name = draft if draft is not None else engine.drafter_name
         self.drafter_name = name if name in ("none", "ngram") else "none"
@@ -164,7 +151,7 @@ class BatchRunner:
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
-        self._running: list[_Seq] = []
+        self._running: list[BatchSeq] = []
 
     def close(self) -> None:
         self.ctx.close()
@@ -179,16 +166,14 @@ class BatchRunner:
         return pol
 
     # -- admission ----------------------------------------------------------------------
-    def _prepare(self, req: Request, slot: int) -> _Seq:
+    def _prepare(self, req: Request, slot: int) -> BatchSeq:
         if req.prepared is None:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
         ids, params, max_tokens, stops, constraint = req.prepared
-        if constraint is not None:  # never run a structured request unconstrained
-            raise InputError("response_format is not supported in batches yet; run it alone")
         if len(ids) >= self.n_ctx_seq:
             raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
                                        f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
-        return _Seq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self)
+        return BatchSeq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self, constraint)
 
     @property
     def has_room(self) -> bool:
@@ -219,10 +204,11 @@ class BatchRunner:
         if self._running:
             for seq in self._step(self._running):
                 self._release(seq)
-                done.append(Outcome(seq.req.key, result=self._result(seq)))
+                done.append(Outcome(seq.req.key, error=seq.error) if seq.error is not None
+                            else Outcome(seq.req.key, result=self._result(seq)))
         return done
 
-    def _release(self, seq: _Seq) -> None:
+    def _release(self, seq: BatchSeq) -> None:
         self._running.remove(seq)
         self.ctx.free(seq.slot)
         heapq.heappush(self._free, seq.slot)
@@ -252,20 +238,31 @@ class BatchRunner:
             self.release_all()
 
     # -- one step -------------------------------------------------------------------------
-    def _step(self, running: list[_Seq]) -> list[_Seq]:
+    def _step(self, running: list[BatchSeq]) -> list[BatchSeq]:
         """One decode for every running sequence; the sequences that ended."""
+        t_step = time.perf_counter()
         for s in running:
             if s.prefilling:
                 self._adopt(s)
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
-            s.proposal = s.loop.propose(s.budget - s.produced)
-        lengths = self._draft_lengths(gen)
+            s.t_gen = t_step if s.t_gen is None else s.t_gen
+            try:  # under a constraint: forced tokens first, drafts cut to the grammar
+                s.proposal = s.loop.propose(s.budget - s.produced)
+            except ConstraintStateError as e:
+                s.error = e
+        failed = [s for s in gen if s.error is not None]
+        gen = [s for s in gen if s.error is None]
+        # the drafts share what one decode holds with a verify row per sequence and a
+        # prefill chunk of the prompts waiting
+        waiting = sum(len(s.ids) - 1 - s.prefilled for s in running if s.prefilling)
+        lengths = self._draft_lengths(gen, self.ctx.n_batch - len(gen) - min(waiting, self.chunk))
         parts, room = [], self.ctx.n_batch
         for s, n in zip(gen, lengths):
             s.drafts = s.loop.drafts(s.proposal, n)
             parts.append((s.slot, [s.loop.committed[-1], *s.drafts], range(len(s.drafts) + 1)))
             room -= len(s.drafts) + 1
+        step_masks(gen, self.engine.target_model.is_eog)  # every constrained row, in one call
         room = min(room, self.chunk)
         filling = []
         for s in running:
@@ -274,6 +271,8 @@ class BatchRunner:
                 parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
                 filling.append((s, take))
                 room -= take
+        if not parts:  # every generating sequence's matcher failed, nothing to prefill
+            return failed
         # in slot order: with one KV stream per sequence (exact kernels) llama.cpp splits
         # a batch into micro-batches over consecutive sequence ids
         order = sorted(range(len(parts)), key=lambda i: parts[i][0])
@@ -293,9 +292,16 @@ class BatchRunner:
         for s, take in filling:
             s.prefilled += take
             st.prompt_tokens += take
-        ended = []
+        ended = failed
         for s, logits in zip(gen, outs):
-            res = s.loop.settle(s.proposal, s.drafts, logits)
+            if s.error is None:
+                try:
+                    res = s.loop.settle(s.proposal, s.drafts, logits, masks=s.masks)
+                except ConstraintStateError as e:
+                    s.error = e
+            if s.error is not None:  # its matcher failed: the sequence ends with the error
+                ended.append(s)
+                continue
             s.produced += len(res.tokens)
             st.drafted += res.info.drafted
             st.accepted += res.info.accepted
@@ -308,9 +314,25 @@ class BatchRunner:
             if s.req.on_event is not None:
                 for ev in events:
                     s.req.on_event(ev)
+        self._attribute(gen, filling, seconds, time.perf_counter() - t_step)
         return ended
 
-    def _adopt(self, s: _Seq) -> None:
+    def _attribute(self, gen: list[BatchSeq], filling: list[tuple[BatchSeq, int]], decode: float,
+                   step: float) -> None:
+        """Each sequence's share of the step, in proportion to its rows: a prefilling
+        one's share of the whole step is prompt time (``t_prompt``); a generating one's
+        share of the decode is verify time (``t_verify``) and its share of the whole step
+        its round time in the batch (``t_batch``, which holds the Python overhead too)."""
+        self.stats.t_steps += step
+        rows = sum(len(s.drafts) + 1 for s in gen) + sum(take for _, take in filling)
+        for s, take in filling:
+            s.stats.t_prompt += step * take / rows
+        for s in gen:
+            n = len(s.drafts) + 1
+            s.stats.t_verify += decode * n / rows
+            s.stats.t_batch += step * n / rows
+
+    def _adopt(self, s: BatchSeq) -> None:
         """Give prefilling ``s`` the longest prefix of its prompt that another sequence
         already holds in the pool (at least ``MIN_SHARED`` tokens more than it has)."""
         limit, best, donor = len(s.ids) - 1, s.prefilled, None
@@ -327,7 +349,7 @@ class BatchRunner:
         s.stats.prompt_tokens_processed -= saved
         self.stats.prompt_shared += saved
 
-    def _shares_with(self, s: _Seq, filling: list[tuple[_Seq, int]]) -> bool:
+    def _shares_with(self, s: BatchSeq, filling: list[tuple[BatchSeq, int]]) -> bool:
         """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
         that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
         for o, take in filling:
@@ -336,115 +358,29 @@ class BatchRunner:
                 return True
         return False
 
-    def _draft_lengths(self, gen: list[_Seq]) -> list[int]:
+    def _draft_lengths(self, gen: list[BatchSeq], room: int) -> list[int]:
         """Draft lengths for the batch (``adaptive.batch_draft_lengths`` over each
-        sequence's expected-tokens curve); a fixed policy drafts what it proposes."""
+        sequence's expected-tokens curve); a fixed policy drafts what it proposes. Either
+        way they are cut to the ``room`` the decode has for drafts (``fit_drafts``)."""
         lengths = [0] * len(gen)
         if self.drafter_name == "none":
             return lengths
         curves = []
         for i, s in enumerate(gen):
             pol = s.loop.policy
+            # the grammar's forced tokens lead the proposal, drafted for free
+            forced = {"forced": s.proposal.forced} if getattr(s.proposal, "forced", 0) else {}
             if isinstance(pol, FixedPolicy):
-                lengths[i] = pol.choose(s.proposal.ids)
+                lengths[i] = pol.choose(s.proposal.ids, **forced)
                 curves.append(None)
             else:
                 curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len,
-                                                      s.proposal.after_break))
-        lengths = batch_draft_lengths(curves, lengths, self.cost)
+                                                  s.proposal.after_break, **forced))
+        lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)
         return lengths
 
-    def _result(self, seq: _Seq):
-        st = seq.stats
-        st.generated_tokens = len(seq.reply.ids)
-        st.t_total = st.t_generate = time.perf_counter() - seq.t_start
-        st.k_final = seq.loop.last_k
+    def _result(self, seq: BatchSeq):
         self.stats.sequences += 1
-        if seq.req.on_event is not None:
-            seq.req.on_event(Done(finish_reason=seq.reply.finish_reason, stats=st, text=seq.reply.text,
-                                  token_ids=tuple(seq.reply.ids)))
-        return Result(seq.reply.text, list(seq.reply.ids), seq.reply.finish_reason, st)
-
-
-class BatchRun:
-    """``Engine.generate_many``'s answer: iterate it for ``Outcome``s in the order the
-    requests finish. Before iterating, ``n_parallel`` says how many sequences share each
-    decode and why (``parallel_reason``); while and after, ``stats`` has the throughput.
-
-    ``parallel="auto"`` picks N from the batch cost C(N) (the profile's or the prior's),
-    the number of requests and the memory the KV cache of N sequences needs
-    (``adaptive.choose_parallel``). Every request is checked and tokenized first: one
-    that cannot run (empty, too long, bad settings) comes back at once as an error.
-    """
-
-    def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
-                 chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
-        from .adaptive import choose_parallel
-        from .detect import LocalProbe
-
-        self.engine = engine
-        self.failed: list[Outcome] = []
-        self.requests: list[Request] = []
-        for req in requests:
-            try:
-                req.prepared = engine.prepare(req.prompt, **req.options)
-                self.requests.append(req)
-            except EdgespecError as e:
-                self.failed.append(Outcome(req.key, error=e))
-        # Each sequence reserves room for its prompt, its reply and one verify batch.
-        need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
-        self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
-        per_seq = self.n_ctx_seq * engine.target_model.kv_bytes_per_token
-        available = LocalProbe().memory()[1] or 4 << 30  # unknown: assume a small machine
-        self.max_by_memory = max(1, int(available * 0.5 // max(per_seq, 1)))
-        if parallel == "auto":
-            self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
-                                              self.max_by_memory)
-            self.parallel_reason = (
-                f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "
-                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})")
-        else:
-            if not isinstance(parallel, int) or parallel < 1:
-                raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
-            self.n_parallel = max(1, min(parallel, len(self.requests) or 1))
-            self.parallel_reason = f"{self.n_parallel} sequences per decode (asked for {parallel})"
-        self._chunk, self._draft = chunk, draft
-        asked = draft if draft is not None else engine.drafter_name
-        self.drafter_note = {
-            "none": "",
-            "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
-        }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
-        self.runner: BatchRunner | None = None
-        self.stats = BatchStats()
-
-    def summary(self) -> str:
-        """What the run did, in one line: throughput, sequences per decode, drafting."""
-        st = self.stats
-        line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
-                f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
-        if st.prompt_shared:
-            line += f"; {st.prompt_shared} prompt tokens shared, not recomputed"
-        if st.drafted:
-            line += f"; prompt lookup drafted {st.drafted}, accepted {st.accepted}"
-        elif self.runner is not None and self.runner.drafter_name == "ngram":
-            line += "; prompt lookup drafted nothing (it did not pay in this batch)"
-        return line
-
-    @property
-    def kv_bytes(self) -> int:
-        """The KV pool the run allocates (all sequences' reserved room)."""
-        return self.n_parallel * self.n_ctx_seq * self.engine.target_model.kv_bytes_per_token
-
-    def __iter__(self) -> Iterator[Outcome]:
-        yield from self.failed
-        if not self.requests:
-            return
-        self.runner = BatchRunner(self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq,
-                                  chunk=self._chunk, draft=self._draft)
-        self.stats = self.runner.stats
-        try:
-            yield from self.runner.run(self.requests)
-        finally:
-            self.runner.close()
+        return seq.result()

@@ -309,15 +309,17 @@ class DraftPolicy:
         return n
 
     def expected_tokens(self, ids: Sequence[int], match_len: int = 0,
-                        after_break: Sequence[bool] = ()) -> list[float]:
+                        after_break: Sequence[bool] = (), forced: int = 0) -> list[float]:
         """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
         is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
-        Prompt lookup only: what a batch weighs against the batch's cost."""
-        curve = [1.0]
-        if not ids or self._draws is None or self.kind != "ngram":
-            return curve
-        p = 1.0
-        for a in self.acc.rates(match_len, len(ids), self._draws, after_break):
+        The first ``forced`` ids are the grammar's (``FORCED_RATE`` each); the rest
+        prompt lookup's. What a batch weighs against the batch's cost."""
+        curve, p = [1.0], 1.0
+        rates = [FORCED_RATE] * min(forced, len(ids))
+        rest = len(ids) - len(rates)
+        if rest > 0 and self._draws is not None and self.kind == "ngram":
+            rates += self.acc.rates(match_len, rest, self._draws, tuple(after_break[forced:]))
+        for a in rates:
             p *= a
             curve.append(curve[-1] + p)
         return curve

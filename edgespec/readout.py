@@ -14,26 +14,12 @@ estimated speedup). After each reply a one-line summary goes to stderr.
 Anywhere else (a pipe, a file, ``TERM=dumb``) the text goes to the output as plain
 characters, flushed per token, and the summary to stderr; no escape codes.
 
-**The speedup estimate.** A round in which the drafter proposed nothing is exactly one
-step of plain decoding: one target decode of one token. Its wall time, measured between
-consecutive ``Round`` events, is the plain step time ``t1`` on this machine, at this
-context length, including the same per-step Python overhead as a plain run. (Only rounds
-of the ``none`` and ``ngram`` drafters count: a draft model that proposed nothing may
-still have spent a decode finding that out, which would inflate ``t1``.) Plain
-decoding makes one token per ``t1``, so the speedup of what we are watching is
-``tokens_per_second * t1`` (``t1`` = the median of the last plain rounds seen in this
-``Readout``'s lifetime: a chat reply with ``/draft off``, n-gram rounds that found no
-match, ...). Without any plain round to measure, we show an upper bound instead: a round
-costs at least one target step, so the speedup is at most the tokens committed per
-round (``≤ 2.4×``). It is labelled as a bound because on compute-bound machines (CPU)
-verifying k tokens costs several steps and the true speedup can be below 1.
+The speedup estimate and the drafting figures in words are ``edgespec.speedup``'s.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import IO, Iterable
 
@@ -43,6 +29,7 @@ from rich.style import Style
 from rich.text import Text
 
 from edgespec.events import Done, Round, Stats, Token
+from edgespec.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, num as _num
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""
@@ -54,47 +41,9 @@ STYLE_FORCED = Style(color="cyan")
 """Tokens the grammar forced (structured output), drafted for free and accepted."""
 STYLE_STATUS = Style(dim=True)
 
-PLAIN_STEP_DRAFTERS = ("none", "ngram")
-"""Drafters whose empty rounds cost exactly one plain step (no draft model decode)."""
-
-
-class SpeedupEstimate:
-    """Plain-step timing seen so far, and the speedup estimate built on it (see module doc)."""
-
-    def __init__(self, window: int = 64, min_samples: int = 3):
-        self._plain: deque[float] = deque(maxlen=window)
-        self.min_samples = min_samples
-
-    def add_plain_round(self, seconds: float) -> None:
-        if seconds > 0:
-            self._plain.append(seconds)
-
-    @property
-    def t_plain(self) -> float | None:
-        """Median wall time of one plain decoding step, or None if not measured yet."""
-        if len(self._plain) < self.min_samples:
-            return None
-        return statistics.median(self._plain)
-
-    def speedup(self, tokens_per_second: float, tokens_per_round: float) -> tuple[float, bool] | None:
-        """``(value, measured)``: an estimate (measured=True) or an upper bound (False)."""
-        t1 = self.t_plain
-        if t1 is not None and tokens_per_second > 0:
-            return tokens_per_second * t1, True
-        if tokens_per_round > 0:
-            return tokens_per_round, False
-        return None
-
-    def format(self, tokens_per_second: float, tokens_per_round: float) -> str:
-        s = self.speedup(tokens_per_second, tokens_per_round)
-        if s is None:
-            return ""
-        value, measured = s
-        return f"~{value:.2f}× vs plain" if measured else f"≤{value:.1f}× vs plain"
-
-
-def _num(n: int) -> str:
-    return f"{n:,}"
+def k_label(adaptive: bool, k: int, k_max: int) -> str:
+    """An engine's draft length setting: the policy's bound, or the fixed k."""
+    return f"k auto (≤{k_max})" if adaptive else f"k {k}"
 
 
 @dataclass
@@ -102,6 +51,7 @@ class _Counters:
     """Running counters of the reply being shown (for the status line)."""
 
     rounds: int = 0
+    drafting: int = 0  # rounds that drafted
     drafted: int = 0
     accepted: int = 0
     forced: int = 0
@@ -173,23 +123,25 @@ class Readout:
                 r.feed(event)
         return r
 
+    def speedup_text(self, stats: Stats) -> str:
+        """The speedup estimate of a finished reply ("" where there is none to give)."""
+        share = stats.drafting_rounds / stats.rounds if stats.rounds else 0.0
+        return self.speed.format(stats.tokens_per_second, stats.tokens_per_round, share)
+
+    k_label = staticmethod(k_label)
+
     def summary(self, stats: Stats, finish_reason: str) -> str:
         """One line about a finished reply."""
         parts = [stats.drafter, f"{_num(stats.generated_tokens)} tokens"]
         if stats.t_generate > 0:
             parts.append(f"{stats.tokens_per_second:.1f} tok/s")
         if stats.drafter != "none":
-            if stats.drafted:
-                own, kept = stats.drafted - stats.forced, stats.accepted - stats.forced_accepted
-                if own:
-                    parts.append(f"accepted {kept}/{own} ({kept / own:.0%})")
-                if stats.forced:
-                    parts.append(f"forced {stats.forced_accepted}")
-            else:
-                parts.append("nothing drafted")
-            parts.append(f"{stats.mean_accepted_length:.2f} accepted/round")
-            parts.append(f"k {stats.k_final}")
-            speed = self.speed.format(stats.tokens_per_second, stats.tokens_per_round)
+            # forced tokens are drafted for free: counted apart from the drafter's own
+            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted - stats.forced,
+                                    stats.accepted - stats.forced_accepted, stats.k_final)
+            if stats.forced:
+                parts.append(f"forced {stats.forced_accepted}")
+            speed = self.speedup_text(stats)
             if speed:
                 parts.append(speed)
         parts.append(f"prompt {_num(stats.prompt_tokens_processed)} new of {_num(stats.prompt_tokens)}")
@@ -292,6 +244,7 @@ class Reply:
             s.tokens_at_first_round = s.tokens
         s.t_last_round = now
         s.rounds += 1
+        s.drafting += r.drafted > 0
         s.drafted += r.drafted
         s.accepted += r.accepted - min(r.forced, r.accepted)
         s.drafted -= r.forced
@@ -363,21 +316,16 @@ class Reply:
             return Text("▍ reading the prompt…", style=STYLE_STATUS)
         tps = s.tokens_per_second(now)
         parts = []
-        if s.drafter and s.drafter != "none":
-            rate = s.accepted / s.drafted if s.drafted else 0.0
-            parts += [
-                f"{s.drafter}",
-                f"accepted {rate:.0%}",
-                f"{s.accepted / s.rounds:.2f}/round",
-                f"k {s.k}",
-            ]
+        drafting = bool(s.drafter and s.drafter != "none")
+        if drafting:
+            parts += [s.drafter, *drafting_parts(s.rounds, s.drafting, s.drafted, s.accepted, s.k, live=True)]
             if s.forced:
                 parts.append(f"forced {s.forced}")
         else:
             parts.append("plain decoding")
         parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")
-        if s.drafter and s.drafter != "none":
-            speed = self.readout.speed.format(tps, s.tokens / s.rounds)
+        if drafting:
+            speed = self.readout.speed.format(tps, s.tokens / s.rounds, s.drafting / s.rounds)
             if speed:
                 parts.append(speed)
         return Text("▍ " + " · ".join(parts), style=STYLE_STATUS)
@@ -419,4 +367,6 @@ __all__ = [
     "STYLE_REJECTED",
     "STYLE_TARGET",
     "SpeedupEstimate",
+    "drafting_parts",
+    "k_label",
 ]

@@ -40,7 +40,7 @@ with their ``from_draft`` flag and a ``Round`` record per round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -74,13 +74,15 @@ class SpeculativeLoop:
     stats: Stats
     n_vocab: int
     is_eog: Callable[[int], bool] = lambda t: False
+    eog_ids: Sequence[int] = ()  # banned under params.ignore_eos / min_tokens
     rounds: int = 0
     last_k: int = 0  # the draft-length bound of the last round
     matcher: Matcher | None = None  # the constraint's state (None: free generation)
-    n_prompt: int = field(init=False, default=0)
+    n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
 
     def __post_init__(self) -> None:
-        self.n_prompt = len(self.committed)  # the matcher consumes what follows
+        if self.n_prompt < 0:
+            self.n_prompt = len(self.committed)  # the matcher consumes what follows
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
@@ -179,15 +181,14 @@ class SpeculativeLoop:
         out: list[int] = []
         from_draft: list[bool] = []
         n_acc = 0
-        history = committed  # for penalties: p_i conditions on committed + d_1..d_i
         for i, d in enumerate(drafts):
             # p' at row i: the target's logits, penalised, masked by the grammar state
             # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
             if params.greedy:
-                x = int(np.argmax(apply_mask(mask(i), _penalized(rows[i], history, out, params))))
+                x = int(np.argmax(apply_mask(mask(i), self._logits(rows[i], out))))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(apply_mask(mask(i), _penalized(rows[i], history, out, params)), params)
+                p = sampling.probs_from_logits(apply_mask(mask(i), self._logits(rows[i], out)), params)
                 if q is None or q[i] is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
@@ -210,7 +211,7 @@ class SpeculativeLoop:
                 break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = apply_mask(mask(len(drafts)), _penalized(rows[len(drafts)], history, out, params))
+            last = apply_mask(mask(len(drafts)), self._logits(rows[len(drafts)], out))
             if params.greedy:
                 out.append(int(np.argmax(last)))
             elif cut is not None and q is not None and q[cut] is not None:
@@ -269,6 +270,20 @@ class SpeculativeLoop:
             forced=n_forced,
         )
         return RoundResult(out, from_draft, info)
+
+    def _logits(self, row: np.ndarray, out: Sequence[int]) -> np.ndarray:
+        """The target's row for the position after committed + ``out`` (this round's
+        tokens so far), as plain decoding would sample it: logit bias, then penalties,
+        then the end-of-generation ban (``ignore_eos``, or fewer than ``min_tokens``
+        generated before this position)."""
+        params = self.params
+        if params.logit_bias:
+            row = sampling.apply_logit_bias(row, params.logit_bias)
+        row = _penalized(row, self.committed, out, params)
+        generated = len(self.committed) - self.n_prompt + len(out)
+        if params.ignore_eos or generated < params.min_tokens:
+            row = sampling.ban(row, self.eog_ids)
+        return row
 
     def run(self, max_new: int) -> Iterator[RoundResult]:
         """Rounds until ``max_new`` tokens are committed or the context is full.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgespec import adaptive
 from edgespec.adaptive import DrafterOption, VerifyCost
@@ -32,6 +34,18 @@ def test_verify_cost_interpolates_and_extrapolates():
     assert CPU_2CORE(7) == pytest.approx(4.75)  # the last slope continues
     assert GPU(3) == pytest.approx(1.07)
     assert GPU(32) == pytest.approx(1.5 + 16 * (0.28 / 8))
+
+
+def test_verify_cost_past_a_dip_at_its_last_point_still_grows():
+    """The CPU prior dips at 16 (repacked tiles): extrapolating the last slope made c(32)
+    negative, and `--k 600` was 'predicted -0.01x'. Past the last point c grows at least
+    with the mean slope from c(1), and is never below the last point."""
+    from edgespec.costs import CPU_VERIFY_PRIOR as c
+
+    mean = (c(16) - 1.0) / 15
+    assert c(17) == pytest.approx(c(16) + mean)
+    assert all(c(n + 1) > c(n) > 0 for n in range(16, 700))
+    assert adaptive.speedup(0.7, 600, c, 0.0, 0.3) > 0
 
 
 def test_verify_cost_rejects_bad_tables():
@@ -138,3 +152,68 @@ def test_batch_draft_lengths_follow_the_cost_of_the_whole_batch():
     alone = adaptive.batch_draft_lengths([decaying], [0], line)[0]
     crowded = adaptive.batch_draft_lengths([decaying] * 8, [0] * 8, line)
     assert alone == 2 and crowded == [0] * 8
+
+
+def _scan():
+    """The scan batch_draft_lengths replaced (issue 22), kept in benchmarks/draft_lengths.py."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "draft_lengths.py"
+    spec = importlib.util.spec_from_file_location("draft_lengths_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.scan_draft_lengths
+
+
+# Curve steps in eighths and costs in 64ths: every sum and difference is exact in
+# floating point, so the two algorithms compare the very same numbers and must agree
+# pick for pick, ties included (lowest sequence, then shortest move); coarse steps and
+# flat costs make ties common.
+_steps = st.lists(st.integers(0, 8).map(lambda x: x / 8), min_size=0, max_size=15)
+_curve = st.one_of(st.none(), _steps.map(lambda xs: [1.0 + sum(xs[:n]) for n in range(len(xs) + 1)]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(curves=st.lists(_curve, min_size=1, max_size=12), fixed=st.lists(st.integers(0, 6), min_size=12, max_size=12),
+       base=st.integers(16, 128), slope=st.integers(0, 16), dip=st.integers(0, 15), every=st.integers(2, 16))
+def test_batch_draft_lengths_pick_what_the_old_scan_picks(curves, fixed, base, slope, dip, every):
+    # a CPU-like cost: a fixed part, a part per row, and cheaper tiles every few rows
+    def cost(t: int) -> float:
+        return (base + slope * t - (dip if t % every == 0 else 0)) / 64
+
+    start = [0 if c is not None else fixed[i] for i, c in enumerate(curves)]
+    free = adaptive.batch_draft_lengths(curves, start, cost)
+    assert free == _scan()(curves, start, cost)
+    # a bound on the rows is kept, and one the free choice keeps changes nothing
+    rows = len(curves) + sum(free)
+    assert adaptive.batch_draft_lengths(curves, start, cost, max_rows=rows) == free
+    low = len(curves) + sum(start) + (rows - len(curves) - sum(start)) // 2
+    assert len(curves) + sum(adaptive.batch_draft_lengths(curves, start, cost, max_rows=low)) <= low
+
+
+def test_batch_draft_lengths_break_ties_as_the_scan_did():
+    # one row for sequence 0 or two for sequence 1 gain the same at the same cost, and
+    # after either the other no longer pays: the lower sequence wins
+    curves = [[1.0, 1.5], [1.0, 1.0, 1.5]]
+    step = lambda t: 1.0 if t <= 4 else 10.0  # noqa: E731
+    assert adaptive.batch_draft_lengths(curves, [0, 0], step) == _scan()(curves, [0, 0], step) == [1, 0]
+    # one sequence, one row or two for the same gain: the shorter move wins
+    flat = [[1.0, 1.5, 1.5]]
+    assert adaptive.batch_draft_lengths(flat, [0], step) == _scan()(flat, [0], step) == [1]
+
+
+def test_batch_draft_lengths_stay_within_max_rows():
+    sure = [1.0 + 0.95 * j for j in range(16)]
+    cheap = lambda t: 1.0 + 0.01 * t  # noqa: E731 - every sequence would draft 15
+    assert adaptive.batch_draft_lengths([sure] * 4, [0] * 4, cheap) == [15] * 4
+    got = adaptive.batch_draft_lengths([sure] * 4, [0] * 4, cheap, max_rows=4 + 20)
+    assert sum(got) <= 20 and max(got) == 15  # the best moves that fit, not an even cut
+
+
+def test_fit_drafts_cuts_the_longest_first():
+    assert adaptive.fit_drafts([3, 500, 400], 510) == [3, 254, 253]
+    assert adaptive.fit_drafts([3, 4], 10) == [3, 4]  # they fit: unchanged
+    assert adaptive.fit_drafts([600, 600], 510) == [255, 255]
+    assert adaptive.fit_drafts([5, 5, 5], 0) == [0, 0, 0]
+    assert sum(adaptive.fit_drafts([7, 1, 9, 9, 2], 13)) == 13

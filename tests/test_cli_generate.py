@@ -189,3 +189,27 @@ def test_batch_parallel_must_be_a_positive_number_or_auto(run, tiny_target, tmp_
             "--parallel", value)
     assert r.exit_code == 2 and "--parallel must be a positive number or 'auto'" in r.stderr
     assert not (tmp_path / "o.jsonl").exists() or (tmp_path / "o.jsonl").read_text() == ""
+
+
+def test_batch_parallel_beyond_llama_cpp_s_limit_is_refused_with_exit_2(run, tiny_target, tmp_path):
+    # issue 22 item 7: 300 sequences failed creating the context, as a corrupt model (exit 3)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(f'{{"id": {i}, "prompt": "fox {i}", "max_tokens": 2}}\n' for i in range(300)))
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
+            "--parallel", "300")
+    assert r.exit_code == 2, r.output
+    assert "--parallel 300 is more sequences than llama.cpp holds in one context (256)" in r.stderr
+
+
+def test_batch_parallel_whose_kv_cache_does_not_fit_is_refused_with_exit_2(run, tiny_target, tmp_path,
+                                                                           monkeypatch):
+    # an explicit N skipped the memory check that auto makes
+    from edgespec.detect import LocalProbe
+
+    monkeypatch.setattr(LocalProbe, "memory", lambda self: (1 << 30, 64 << 10))  # half: 2 x 64 tokens
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(f'{{"id": {i}, "prompt": "fox {i}", "max_tokens": 2}}\n' for i in range(8)))
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
+            "--parallel", "8")
+    assert r.exit_code == 2, r.output
+    assert "--parallel 8 needs" in r.stderr and "KV cache" in r.stderr and "lower --parallel" in r.stderr

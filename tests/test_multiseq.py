@@ -19,7 +19,8 @@ from edgespec import Engine
 from edgespec.adaptive import VerifyCost, choose_parallel
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.llama import Model, MultiContext
-from edgespec.multiseq import BatchRun, Request
+from edgespec.batchrun import BatchRun
+from edgespec.multiseq import Request
 from tiny_models import make_tiny_model
 
 WORDS = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex".split()
@@ -157,6 +158,58 @@ def test_a_fixed_k_drafts_inside_the_batch(tiny_target):
         e.set_drafter(None)
         for r in reqs:
             assert out[r.key].result.token_ids == solo(e, r).token_ids
+
+
+def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
+    # issue 22 item 2: a 400-character text written twice, --k 600, two sequences: the
+    # second copy is proposed whole by both at once (730 rows for a batch of 512), which
+    # crashed with "tokens do not fit one batch"; now the drafts are cut to fit
+    import random
+
+    rng = random.Random(0)
+    text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz     ") for _ in range(400))
+    reqs = [Request(i, text + text, {"max_tokens": 400, "raw": True}) for i in range(2)]
+    with Engine(tiny_target, draft="ngram", k=600, adaptive_k=False, n_ctx=2048, exact=True,
+                n_threads=1) as e:
+        batch = BatchRun(e, reqs, parallel=2)
+        sizes = []
+        real = MultiContext.decode
+
+        def decode(self, parts):
+            sizes.append(sum(len(toks) for _, toks, _ in parts))
+            return real(self, parts)
+
+        MultiContext.decode = decode
+        try:
+            out = {o.key: o for o in batch}
+        finally:
+            MultiContext.decode = real
+        n_batch = batch.runner.ctx.n_batch
+        assert max(sizes) <= n_batch < 2 * 300  # both proposed a copy of the text
+        assert max(sizes) > n_batch // 2  # cut to fit, not dropped
+        e.set_drafter(None)
+        for r in reqs:
+            assert out[r.key].error is None
+            assert out[r.key].result.token_ids == solo(e, r).token_ids
+
+
+def test_each_sequence_gets_its_share_of_every_step(tiny_target):
+    # issue 22 item 8: per-result times were t_prompt 0, t_verify 0, overhead 1.0
+    reqs = [Request(i, prompt(i, 4 + 20 * i) + " " + prompt(i, 6), {"max_tokens": 12 + 6 * i, "raw": True})
+            for i in range(3)]
+    with Engine(tiny_target, draft="ngram", k=4, adaptive_k=False, n_ctx=512, n_threads=1) as e:
+        batch = BatchRun(e, reqs, parallel=3, chunk=16)
+        results = [o.result for o in batch]
+    assert batch.stats.prompt_shared == 0
+    for r in results:
+        st = r.stats
+        assert st.t_prompt > 0 and st.t_verify > 0 and st.t_batch > st.t_verify
+        assert 0 < st.overhead_fraction < 1
+        assert st.to_dict()["t_prompt"] > 0
+        assert 0 < st.t_generate <= st.t_total
+    # the shares add up to the steps' measured time, the decode shares to the decode
+    assert sum(r.stats.t_prompt + r.stats.t_batch for r in results) == pytest.approx(batch.stats.t_steps)
+    assert sum(r.stats.t_verify for r in results) < batch.stats.t_decode <= batch.stats.t_steps
 
 
 def test_a_request_that_cannot_run_comes_back_as_its_error(exact_engine):

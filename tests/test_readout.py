@@ -202,3 +202,53 @@ def test_empty_rounds_of_a_draft_model_are_not_taken_as_plain_steps():
     events, _ = fake_stream([([], "x", "")] * 6, drafter="model")
     readout.show(events)
     assert readout.speed.t_plain is None
+
+
+def _stats(rounds: int, drafting: int, drafted: int, accepted: int, tokens: int, seconds: float) -> Stats:
+    st = Stats(drafter="ngram", rounds=rounds, drafted=drafted, accepted=accepted, generated_tokens=tokens,
+               t_generate=seconds, k_final=15, prompt_tokens=10, prompt_tokens_processed=10)
+    st.drafted_by_position = [drafting] if drafting else []
+    return st
+
+
+def test_nothing_drafted_is_plain_decoding_not_a_loss():
+    # issue 22 item 12: "nothing drafted · ~0.92× vs plain" on the README's quick start:
+    # the mean round against the median plain step measured only the estimate's error
+    readout = Readout(Console(file=io.StringIO()), err_console=Console(file=io.StringIO()))
+    for t in (0.07, 0.07, 0.07):
+        readout.speed.add_plain_round(t)
+    line = readout.summary(_stats(127, 0, 0, 0, 127, 127 * 0.076), "length")
+    assert "nothing drafted: plain decoding" in line and "×" not in line
+    # almost nothing (2 of 127 rounds): said so, and no ratio either
+    line = readout.summary(_stats(127, 2, 6, 3, 130, 130 * 0.076), "length")
+    assert "drafted in 2 of 127 rounds: about plain decoding" in line and "×" not in line
+    # where drafting ran, the estimate and the length actually drafted (k) are shown
+    line = readout.summary(_stats(100, 40, 160, 120, 220, 100 * 0.08), "stop")
+    assert "~1.93× vs plain" in line and "k 4.0 avg (≤15)" in line and "rounds" not in line
+
+
+def test_the_status_line_shows_the_length_drafted_and_no_ratio_without_drafts(monkeypatch):
+    import edgespec.readout as ro
+
+    clock = iter(i * 0.1 for i in range(1000))
+    monkeypatch.setattr(ro.time, "perf_counter", lambda: next(clock))
+    readout = Readout(tty_console(), err_console=Console(file=io.StringIO()))
+    for t in (0.1, 0.1, 0.1):
+        readout.speed.add_plain_round(t)
+    events, _ = fake_stream([([], "x", "")] * 6, k=15)
+    with readout.reply() as reply:
+        for ev in events[:-1]:
+            reply.feed(ev)
+        status = reply._status().plain
+    assert "nothing drafted yet" in status and "×" not in status
+    events, _ = fake_stream([(["a", "b"], "c", "d e")] * 4, k=15)
+    with readout.reply() as reply:
+        for ev in events[:-1]:
+            reply.feed(ev)
+        status = reply._status().plain
+    assert "k 4.0 (≤15)" in status and "× vs plain" in status
+
+
+def test_k_label_names_the_policy_s_bound_or_the_fixed_k():
+    assert Readout.k_label(True, 1, 15) == "k auto (≤15)"
+    assert Readout.k_label(False, 4, 15) == "k 4"

@@ -12,6 +12,7 @@ the KV cache. It knows nothing about speculation, sampling or text on screen; th
   ``grammar_spec`` fails fast on a bad schema, regex or grammar).
 - ``tokenizer``: llguidance's tokenizer over a model's vocabulary, cached per model.
 - ``matcher``: ``Constraint`` and ``Matcher``.
+- ``batch``: the masks of a batch step's rows, all sequences in one parallel call.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..llama import Model
 from .formats import (JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, lark_json,
                       regex_grammar)
 from .matcher import Constraint, Matcher, allowed_array, apply_mask
+from .batch import batch_masks
 from .tokenizer import tokenizer_for
 
 
@@ -56,6 +58,7 @@ __all__ = [
     "Matcher",
     "allowed_array",
     "apply_mask",
+    "batch_masks",
     "bind",
     "compile_constraint",
     "compile_lark",

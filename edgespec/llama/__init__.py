@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from .backend import (
     LLAMA_CPP_PYTHON_VERSION,
+    LLAMA_MAX_SEQ,
     default_threads,
+    max_parallel_sequences,
     set_verbose,
     supports_gpu_offload,
     system_info,
@@ -42,6 +44,7 @@ from .vocab import (
 __all__ = [
     "FAST_KERNELS",
     "LLAMA_CPP_PYTHON_VERSION",
+    "LLAMA_MAX_SEQ",
     "VOCAB_CHECK_START_TOKEN_ID",
     "VOCAB_MAX_SIZE_DIFFERENCE",
     "Context",
@@ -54,6 +57,7 @@ __all__ = [
     "check_vocab_files",
     "common_prefix_len",
     "default_threads",
+    "max_parallel_sequences",
     "set_verbose",
     "supports_gpu_offload",
     "system_info",

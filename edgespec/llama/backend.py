@@ -88,6 +88,21 @@ def supports_gpu_offload() -> bool:
     return bool(_llama.llama_supports_gpu_offload())
 
 
+LLAMA_MAX_SEQ = 256
+"""llama.cpp's compile-time limit on sequences per context (``LLAMA_MAX_SEQ`` in its
+``llama-cparams.h``), when the build does not say (``max_parallel_sequences``)."""
+
+
+def max_parallel_sequences() -> int:
+    """The most sequences one llama.cpp context can hold (``llama_max_parallel_sequences``;
+    a context asked for more fails without a reason in the log)."""
+    fn = getattr(_llama, "llama_max_parallel_sequences", None)
+    try:
+        return int(fn()) if fn is not None else LLAMA_MAX_SEQ
+    except Exception:  # noqa: BLE001 - a build without the symbol
+        return LLAMA_MAX_SEQ
+
+
 def system_info() -> str:
     _ensure_backend()
     return _llama.llama_print_system_info().decode("utf-8", errors="replace").strip()

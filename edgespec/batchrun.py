@@ -1,0 +1,149 @@
+"""A batch job over many sequences per decode, and how many sequences one may hold.
+
+``BatchRun`` is ``Engine.generate_many`` / ``run_many``'s answer (``generate --input``):
+it checks and tokenizes every request first, chooses N (``parallel="auto"``: from the
+batch cost C(N), the request count and the KV memory) or checks the N asked for, and
+runs them through a ``multiseq.BatchRunner``. ``check_parallel`` is the one check of N:
+llama.cpp's limit on sequences per context and the memory their KV cache takes; ``serve
+--parallel`` asks it too, before its runner is built.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator
+
+from .adaptive import choose_parallel
+from .detect import LocalProbe
+from .errors import EdgespecError, InputError
+from .llama import max_parallel_sequences
+from .multiseq import DEFAULT_CHUNK, BatchRunner, BatchStats, Outcome, Request, check_sequence_limit
+
+KV_SHARE = 0.5  # of the free memory, what a batch's KV cache may take
+UNKNOWN_MEMORY = 4 << 30  # free memory assumed by "auto" where it cannot be read
+
+
+def kv_room(engine: Any, n_ctx_seq: int, available: int | None = None) -> int:
+    """How many sequences of ``n_ctx_seq`` tokens have their KV cache fit in
+    ``KV_SHARE`` of the free memory (``available`` bytes; None: read it now). At least 1."""
+    if available is None:
+        available = LocalProbe().memory()[1] or UNKNOWN_MEMORY
+    per_seq = n_ctx_seq * engine.target_model.kv_bytes_per_token
+    return max(1, int(available * KV_SHARE // max(per_seq, 1)))
+
+
+def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
+    """Refuse (``InputError``, exit 2) ``n_parallel`` sequences of ``n_ctx_seq`` tokens
+    each that one llama.cpp context cannot hold, or whose KV cache does not fit in
+    ``KV_SHARE`` of the free memory (not checked where the free memory is unknown)."""
+    check_sequence_limit(n_parallel)
+    available = LocalProbe().memory()[1]
+    if not available:
+        return
+    room = kv_room(engine, n_ctx_seq, available)
+    if n_parallel > room:
+        need = n_parallel * n_ctx_seq * engine.target_model.kv_bytes_per_token
+        raise InputError(
+            f"--parallel {n_parallel} needs {_size(need)} of KV cache ({n_parallel} sequences "
+            f"of {n_ctx_seq:,} tokens) but {KV_SHARE:.0%} of the free memory "
+            f"({_size(available * KV_SHARE)}) holds {room}; lower --parallel "
+            "(or the context each sequence reserves: --n-ctx, max_tokens)")
+
+
+def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict:
+    """``options`` with its ``response_format`` replaced by the constraint compiled for
+    it, compiled once per distinct value within the batch (each sequence still gets its
+    own matcher from it)."""
+    rf = options.get("response_format")
+    if rf is None or "constraint" in options:
+        return options
+    from .constraints import compile_constraint
+
+    key = json.dumps(rf, sort_keys=True, default=str)
+    if key not in compiled:
+        compiled[key] = compile_constraint(rf, engine.target_model)
+    return {**{k: v for k, v in options.items() if k != "response_format"}, "constraint": compiled[key]}
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+class BatchRun:
+    """``Engine.generate_many``'s answer: iterate it for ``Outcome``s in the order the
+    requests finish. Before iterating, ``n_parallel`` says how many sequences share each
+    decode and why (``parallel_reason``); while and after, ``stats`` has the throughput.
+
+    ``parallel="auto"`` picks N from the batch cost C(N) (the profile's or the prior's),
+    the number of requests and the memory the KV cache of N sequences needs
+    (``adaptive.choose_parallel``). Every request is checked and tokenized first: one
+    that cannot run (empty, too long, bad settings) comes back at once as an error.
+    """
+
+    def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
+                 chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
+        self.engine = engine
+        self.failed: list[Outcome] = []
+        self.requests: list[Request] = []
+        compiled: dict[str, Any] = {}  # requests sharing a response_format share its constraint
+        for req in requests:
+            try:
+                req.prepared = engine.prepare(req.prompt, **_compiled_once(engine, req.options, compiled))
+                self.requests.append(req)
+            except EdgespecError as e:
+                self.failed.append(Outcome(req.key, error=e))
+        # Each sequence reserves room for its prompt, its reply and one verify batch.
+        need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
+        self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
+        self.max_by_memory = kv_room(engine, self.n_ctx_seq)
+        if parallel == "auto":
+            self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
+                                              min(self.max_by_memory, max_parallel_sequences()))
+            self.parallel_reason = (
+                f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "
+                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})")
+        else:
+            if not isinstance(parallel, int) or parallel < 1:
+                raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
+            check_sequence_limit(parallel)  # whatever the number of prompts
+            self.n_parallel = max(1, min(parallel, len(self.requests) or 1))
+            check_parallel(engine, self.n_parallel, self.n_ctx_seq)
+            self.parallel_reason = f"{self.n_parallel} sequences per decode (asked for {parallel})"
+        self._chunk, self._draft = chunk, draft
+        asked = draft if draft is not None else engine.drafter_name
+        self.drafter_note = {
+            "none": "",
+            "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
+        }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
+        self.runner: BatchRunner | None = None
+        self.stats = BatchStats()
+
+    def summary(self) -> str:
+        """What the run did, in one line: throughput, sequences per decode, drafting."""
+        st = self.stats
+        line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
+                f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
+        if st.prompt_shared:
+            line += f"; {st.prompt_shared} prompt tokens shared, not recomputed"
+        if st.drafted:
+            line += f"; prompt lookup drafted {st.drafted}, accepted {st.accepted}"
+        elif self.runner is not None and self.runner.drafter_name == "ngram":
+            line += "; prompt lookup drafted nothing (it did not pay in this batch)"
+        return line
+
+    @property
+    def kv_bytes(self) -> int:
+        """The KV pool the run allocates (all sequences' reserved room)."""
+        return self.n_parallel * self.n_ctx_seq * self.engine.target_model.kv_bytes_per_token
+
+    def __iter__(self) -> Iterator[Outcome]:
+        yield from self.failed
+        if not self.requests:
+            return
+        self.runner = BatchRunner(self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq,
+                                  chunk=self._chunk, draft=self._draft)
+        self.stats = self.runner.stats
+        try:
+            yield from self.runner.run(self.requests)
+        finally:
+            self.runner.close()
