@@ -29,6 +29,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from . import sampling
+from .constraints import mask_logits
 from .llama import Context, Model, common_prefix_len
 from .sampling import SamplingParams
 
@@ -351,9 +352,7 @@ def _masked(row: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
     n = row.shape[0]
     if allowed.shape[0] < n:
         allowed = np.concatenate([allowed, np.zeros(n - allowed.shape[0], dtype=bool)])
-    out = np.full_like(row, -np.inf)
-    np.copyto(out, row, where=allowed[:n])
-    return out
+    return mask_logits(row, allowed[:n])
 
 
 def _top_prob(row: np.ndarray, tok: int) -> float:

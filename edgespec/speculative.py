@@ -174,7 +174,7 @@ class SpeculativeLoop:
         q, cut = proposal.q, self._cut
         if masks is None and self.matcher is not None:
             masks = self.masks(drafts)
-        mask = (lambda i: None) if masks is None else masks.__getitem__
+        row = self._row_reader(rows, masks)
         n_forced = min(proposal.forced, len(drafts))
         self.last_k = policy.bound
         batch = len(drafts) + 1
@@ -185,10 +185,10 @@ class SpeculativeLoop:
             # p' at row i: the target's logits, penalised, masked by the grammar state
             # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
             if params.greedy:
-                x = int(np.argmax(apply_mask(mask(i), self._logits(rows[i], out))))
+                x = int(np.argmax(row(i, out)))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(apply_mask(mask(i), self._logits(rows[i], out)), params)
+                p = sampling.probs_from_logits(row(i, out), params)
                 if q is None or q[i] is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
@@ -211,7 +211,7 @@ class SpeculativeLoop:
                 break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = apply_mask(mask(len(drafts)), self._logits(rows[len(drafts)], out))
+            last = row(len(drafts), out)
             if params.greedy:
                 out.append(int(np.argmax(last)))
             elif cut is not None and q is not None and q[cut] is not None:
@@ -270,6 +270,22 @@ class SpeculativeLoop:
             forced=n_forced,
         )
         return RoundResult(out, from_draft, info)
+
+    def _row_reader(self, rows: np.ndarray, masks: list | None):
+        """``row(i, out)``: verify row i as this round samples it, ``_logits`` then the
+        grammar's mask; the masking time counts in the matcher's ``t_mask``."""
+        if masks is None:
+            return lambda i, out: self._logits(rows[i], out)
+        m = self.matcher
+
+        def row(i: int, out: Sequence[int]) -> np.ndarray:
+            logits = self._logits(rows[i], out)
+            t0 = time.perf_counter()
+            masked = apply_mask(masks[i], logits)
+            m.t_mask += time.perf_counter() - t0
+            return masked
+
+        return row
 
     def _logits(self, row: np.ndarray, out: Sequence[int]) -> np.ndarray:
         """The target's row for the position after committed + ``out`` (this round's

@@ -228,3 +228,18 @@ def test_prompt_lookup_forgets_a_few_unkept_ids_without_rebuilding_its_index():
     fresh.begin(base + [1, 5], None, None)
     assert d._tokens == fresh._tokens and d._index == fresh._index
     assert d.lookup(base + [1, 5], 6) == fresh.lookup(base + [1, 5], 6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mask_logits_is_row_plus_zero_or_minus_infinity(dtype):
+    from edgespec.constraints import mask_logits
+
+    rng = np.random.default_rng(1)
+    row = rng.normal(size=1000).astype(dtype)
+    allowed = rng.random(1000) < 0.3
+    out = mask_logits(row, allowed)
+    assert out.dtype == row.dtype and out is not row
+    assert np.array_equal(out[allowed], row[allowed]) and np.isneginf(out[~allowed]).all()
+    bits = np.packbits(allowed, bitorder="little")
+    bits = np.concatenate([bits, np.zeros((-len(bits)) % 4, np.uint8)]).view(np.int32)
+    assert np.array_equal(apply_mask(bits, row), out)

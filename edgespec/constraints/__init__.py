@@ -21,7 +21,7 @@ from ..errors import ConstraintError, ConstraintStateError
 from ..llama import Model
 from .formats import (JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, lark_json,
                       regex_grammar)
-from .matcher import Constraint, Matcher, allowed_array, apply_mask
+from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits
 from .batch import batch_masks
 from .tokenizer import tokenizer_for
 
@@ -66,6 +66,7 @@ __all__ = [
     "json_schema_grammar",
     "lark_grammar",
     "lark_json",
+    "mask_logits",
     "regex_grammar",
     "tokenizer_for",
 ]

@@ -93,15 +93,32 @@ def allowed_array(bits: np.ndarray, n: int) -> np.ndarray:
     return np.unpackbits(bits.view(np.uint8), count=n, bitorder="little").view(bool)
 
 
+# -inf's bit pattern per float width: a forbidden token's penalty, built without branches
+_NEG_INF_BITS = {np.dtype(np.float32): (np.uint32, 0xFF800000), np.dtype(np.float64): (np.uint64, 0xFFF0000000000000)}
+
+
+def mask_logits(row: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``row`` + (0 where ``allowed``, -inf elsewhere), as a new array (the logits row from
+    llama.cpp is never written). ``allowed``: booleans or 0/1 bytes as long as the row.
+    The penalty is made from -inf's bit pattern: a boolean-indexed copy costs ~15x more
+    on a 152k vocabulary with a scattered mask (~1 ms against ~80 us per row)."""
+    spec = _NEG_INF_BITS.get(row.dtype)
+    if spec is None:
+        return np.where(allowed, row, -np.inf)
+    uint, neg_inf = spec
+    pen = (allowed.view(np.uint8) ^ 1).astype(uint)
+    pen *= uint(neg_inf)
+    out = pen.view(row.dtype)
+    out += row
+    return out
+
+
 def apply_mask(bits: np.ndarray | None, row: np.ndarray) -> np.ndarray:
     """``row`` (logits) with every token the mask forbids at -inf; a new array (the
     logits row from llama.cpp is never written). ``bits`` None: no constraint here."""
     if bits is None:
         return row
-    allowed = allowed_array(bits, row.shape[0])
-    out = np.full_like(row, -np.inf)
-    np.copyto(out, row, where=allowed)
-    return out
+    return mask_logits(row, np.unpackbits(bits.view(np.uint8), count=row.shape[0], bitorder="little"))
 
 
 class Matcher:
