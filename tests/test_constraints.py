@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgespec.constraints import (
     Matcher, allowed_array, apply_mask, compile_constraint, compile_lark, grammar_spec, tokenizer_for)
@@ -243,3 +245,20 @@ def test_mask_logits_is_row_plus_zero_or_minus_infinity(dtype):
     bits = np.packbits(allowed, bitorder="little")
     bits = np.concatenate([bits, np.zeros((-len(bits)) % 4, np.uint8)]).view(np.int32)
     assert np.array_equal(apply_mask(bits, row), out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40), st.lists(st.integers(0, 4), max_size=12)), min_size=1, max_size=12))
+def test_prompt_lookup_index_after_any_history_equals_a_fresh_one(steps):
+    """Whatever the drafter saw before (extensions, a few ids taken back, a new text),
+    its index is the one a fresh drafter builds from the current tokens."""
+    from edgespec.drafters import NgramDrafter
+
+    d = NgramDrafter()
+    tokens: list[int] = []
+    for back, new in steps:
+        tokens = tokens[: max(0, len(tokens) - back)] + new
+        d.lookup(tokens, 4)
+        fresh = NgramDrafter()
+        fresh.begin(tokens, None, None)
+        assert d._tokens == fresh._tokens and d._index == fresh._index
