@@ -58,8 +58,10 @@ class VerifyCost:
     """c(n): cost of decoding n tokens in one batch, relative to one token.
 
     Given at a few batch sizes; in between it is interpolated linearly, beyond the last
-    point it grows with the slope of the last two points (batches only get more
-    compute-bound), and c(1) is 1 by definition.
+    point it grows with the steeper of the last two points' slope and the mean slope
+    from c(1) (batches only get more compute-bound: a dip at the last point, as the
+    repacked GEMM tiles give at 16 on a CPU, must not extrapolate into a falling, and
+    then negative, cost), and c(1) is 1 by definition.
     """
 
     n: tuple[int, ...]
@@ -80,7 +82,7 @@ class VerifyCost:
         if n >= xs[-1]:
             if len(xs) == 1:
                 return ys[-1]
-            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), (ys[-1] - ys[0]) / (xs[-1] - xs[0]), 0.0)
             return ys[-1] + slope * (n - xs[-1])
         i = bisect_left(xs, n)
         if xs[i] == n:

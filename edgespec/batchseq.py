@@ -51,11 +51,11 @@ class BatchSeq:
         self.loop = SpeculativeLoop(
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
-            n_vocab=model.n_vocab, is_eog=model.is_eog,
+            n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else (),
             matcher=constraint.matcher() if constraint is not None else None)
         self.budget = min(max_tokens, reserve - len(ids))
         self.produced = 0
-        self.reply = Reply(model, stops, max_tokens)
+        self.reply = Reply(model, stops, max_tokens, params.min_tokens)
         self.proposal = None
         self.drafts: list[int] = []
         self.masks: list | None = None  # this step's verify-row masks (under a constraint)

@@ -292,5 +292,5 @@ def machine_facts(machine: Machine) -> dict[str, Any]:
         ) or "-",
         "gpu offload in llama.cpp": {True: "yes", False: "no", None: "unknown"}[machine.gpu_offload],
         "RPC backend in llama.cpp": {True: "yes (--rpc, edgespec rpc-server)", None: "unknown",
-                                     False: 'no (rebuild with CMAKE_ARGS="-DGGML_RPC=on", see the README)'}[machine.rpc],
+                                     False: 'no (rebuild with CMAKE_ARGS="-DGGML_RPC=on", see docs/scale-out.md)'}[machine.rpc],
     }

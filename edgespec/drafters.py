@@ -29,6 +29,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from . import sampling
+from .constraints import mask_logits
 from .llama import Context, Model, common_prefix_len
 from .sampling import SamplingParams
 
@@ -140,9 +141,13 @@ class NgramDrafter:
         if have > len(tokens) or (have and self._tokens[have - 1] != tokens[have - 1]) or (
             have and common_prefix_len(self._tokens, tokens[:have]) != have
         ):
-            self._tokens = []
-            self._index = {}
-            have = 0
+            keep = common_prefix_len(self._tokens, tokens)
+            if have - keep <= 32:  # a few drafted ids the target did not keep (grammar drafts)
+                self._truncate(keep)
+            else:
+                self._tokens = []
+                self._index = {}
+            have = len(self._tokens)
         toks = self._tokens
         index = self._index
         for t in tokens[have:]:
@@ -155,6 +160,21 @@ class NgramDrafter:
                 if start < 0:
                     break
                 index.setdefault(tuple(toks[start : end - 1]), []).append(end - 1)
+
+    def _truncate(self, keep: int) -> None:
+        """Forget the tokens from ``keep`` on: the index entries each registered (its
+        n-grams' continuation, the last entry of their lists) go, newest first."""
+        toks, index = self._tokens, self._index
+        for p in range(len(toks) - 1, keep - 1, -1):
+            for n in range(self.n_min, self.n_max + 1):
+                if p - n < 0:
+                    break
+                key = tuple(toks[p - n:p])
+                positions = index[key]
+                positions.pop()
+                if not positions:
+                    del index[key]
+            toks.pop()
 
     def begin(self, tokens, params, rng) -> None:
         self._sync(tokens)
@@ -332,9 +352,7 @@ def _masked(row: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
     n = row.shape[0]
     if allowed.shape[0] < n:
         allowed = np.concatenate([allowed, np.zeros(n - allowed.shape[0], dtype=bool)])
-    out = np.full_like(row, -np.inf)
-    np.copyto(out, row, where=allowed[:n])
-    return out
+    return mask_logits(row, allowed[:n])
 
 
 def _top_prob(row: np.ndarray, tok: int) -> float:

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
 
-from . import generation
+from . import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
 from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
 from .errors import ContextOverflowError, InputError
@@ -344,12 +344,9 @@ class Engine:
         return [int(t) for t in items]
 
     def _tokenize_rendered(self, text: str) -> list[int]:
-        # The template usually writes the BOS text itself when the model wants one;
-        # let the tokenizer add it only if the template did not.
-        bos_text = self.target_model.token_text(self.target_model.bos) if self.target_model.bos >= 0 else ""
-        add = self.target_model.add_bos and not (bos_text and text.startswith(bos_text))
-        ids = self.tokenize(text, add_special=add)
-        return ids
+        from .chat_template import tokenize_rendered
+
+        return tokenize_rendered(self.target_model, text)
 
     # -- generation ---------------------------------------------------------------
     def stream(self, prompt: PromptLike, **options) -> Iterator[Event]:
@@ -357,51 +354,34 @@ class Engine:
 
         Options (all keyword): ``max_tokens`` (256), ``temperature`` (0: greedy),
         ``top_k``, ``top_p``, ``min_p``, ``repeat_penalty``, ``frequency_penalty``,
-        ``presence_penalty``, ``seed``, ``stop`` (a string or several), ``raw`` (no chat
-        template for a text prompt), ``response_format`` (OpenAI's shapes plus regex and
-        grammar, see ``edgespec.constraints``) or ``constraint`` (one already compiled
-        for this engine's target): structured output, the events' ``Done`` then says
-        whether the structure is complete and holds the parsed JSON. The prompt is
-        checked before any work: one that
+        ``presence_penalty``, ``penalty_last_n``, ``seed``, ``logit_bias``,
+        ``ignore_eos``, ``min_tokens`` (``SamplingParams``), ``stop`` (a string or
+        several), ``raw`` (no chat template for a text prompt), ``response_format``
+        (OpenAI's shapes plus regex and grammar, see ``edgespec.constraints``) or
+        ``constraint`` (one already compiled for this engine's target): structured
+        output, the events' ``Done`` then says whether the structure is complete and
+        holds the parsed JSON. The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
         """
         return generation.run(self, *self.prepare(prompt, **options))
 
-    def prepare(
-        self,
-        prompt: PromptLike,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repeat_penalty: float = 1.0,
-        frequency_penalty: float = 0.0,
-        presence_penalty: float = 0.0,
-        seed: int | None = None,
-        stop: Sequence[str] | str = (),
-        raw: bool = False,
-        response_format: dict | None = None,
-        constraint: Constraint | None = None,
-    ) -> Prepared:
-        """A generation request checked and tokenized: (prompt ids, sampling
-        parameters, max_tokens, stop strings, constraint or None). Raises on anything
-        invalid (``ConstraintError`` for a response_format that does not compile)."""
+    def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
+                raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
+                **sampling_options) -> Prepared:
+        """A generation request checked and tokenized: (prompt ids, sampling parameters,
+        max_tokens, stop strings, constraint or None). ``sampling_options`` are
+        ``SamplingParams``' fields (``sampling.params_from``). Raises on anything invalid
+        (``ConstraintError`` for a response_format that does not compile)."""
         if constraint is not None and response_format is not None:
             raise InputError("pass response_format or a compiled constraint, not both")
         if constraint is None:
             constraint = compile_constraint(response_format, self.target_model)
         elif constraint.tokenizer is not tokenizer_for(self.target_model):
             raise InputError("the constraint was compiled for another model than this engine's target")
-        params = SamplingParams(
-            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-            repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-            presence_penalty=presence_penalty, seed=seed,
-        )
-        params.validate()
+        params = sampling.params_from(sampling_options)
+        params.check_vocab(self.target_model.n_vocab)
         if max_tokens < 1:
             raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
         stops = [stop] if isinstance(stop, str) else [s for s in stop if s]

@@ -60,6 +60,10 @@ class CatalogError(EdgespecError):
     exit_code = 8
 
 
+class AmbiguousModelError(CatalogError):
+    """A model name that matches several models on this machine (the message lists them)."""
+
+
 class InputError(EdgespecError):
     """Bad user input: an unreadable prompt file, a malformed JSONL line, a bad option."""
 

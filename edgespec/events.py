@@ -67,7 +67,8 @@ class Stats:
     accepted: int = 0
     rejected: int = 0
     from_draft_tokens: int = 0      # committed tokens that came from accepted drafts
-    forced: int = 0                 # drafted tokens the grammar forced (in ``drafted`` too)
+    forced: int = 0                 # drafted by the grammar (in ``drafted`` too): its forced
+                                    # tokens and the likely tokens of the text it forces
     forced_accepted: int = 0        # of those, accepted (in ``accepted`` too)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)

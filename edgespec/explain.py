@@ -19,9 +19,11 @@ def explain(
     c_status: str,
     gamma_status: str,
     slowdown: float = 1.0,
+    label: str = "",
 ) -> tuple[str, list[str]]:
     """The automatic choice in one line, and the reasons behind it (one per drafter
-    weighed, and the exact kernels' cost)."""
+    weighed, and the exact kernels' cost). ``label`` names the draft model and where it
+    was found, for the line."""
     by = {d: (k, s) for d, k, s in choice.options}
     opts = {o.drafter: o for o in options}
     parts = []
@@ -38,7 +40,8 @@ def explain(
         head = ("ngram drafter (prompt lookup): it drafts only where the text copies its input, "
                 "so it can only help")
     else:
-        head = f"{choice.drafter} drafter, up to k={choice.k}: predicted {x(choice.speedup)}"
+        named = f" {label}" if choice.drafter == "model" and label else ""
+        head = f"{choice.drafter} drafter{named}, up to k={choice.k}: predicted {x(choice.speedup)}"
     if slowdown > 1.0 and choice.options:
         parts.append(
             f"--exact runs batch-invariant kernels, {slowdown:.2f}× slower per token here than "

@@ -51,8 +51,8 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
     loop = SpeculativeLoop(target=target, drafter=engine.drafter, committed=list(prompt_ids),
                            params=params, rng=rng, policy=policy, stats=stats,
                            n_vocab=engine.target_model.n_vocab, is_eog=engine.target_model.is_eog,
-                           matcher=matcher)
-    reply = Reply(engine.target_model, stops, max_tokens)
+                           eog_ids=engine.target_model.eog_ids if params.bans_eog else (), matcher=matcher)
+    reply = Reply(engine.target_model, stops, max_tokens, params.min_tokens)
     t_gen = time.perf_counter()
     verify_t0 = target.t_decode
     try:

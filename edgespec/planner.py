@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import adaptive, catalog
+from . import adaptive, catalog, pairing
 from .explain import explain as _explain
 from .explain import x as _x
 from .errors import ProfileError
@@ -149,25 +149,24 @@ def plan(
     """
     notes: list[str] = []
     prof, available = _load(profile, probe, notes)
-    if n_ctx is not None:
-        prof = replace(prof, n_ctx=n_ctx)
-    if n_gpu_layers is not None:
-        prof = replace(prof, n_gpu_layers=n_gpu_layers)
+    prof = replace(prof, **{key: v for key, v in (("n_ctx", n_ctx), ("n_gpu_layers", n_gpu_layers)) if v is not None})
     if k is not None and k < 0:
         raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
     ask = _Ask.of(draft, k)
     room = _Room.of(prof, available, offline, notes)
 
     # 1. the target and the draft model candidate
+    given = None
     if target is not None:
-        tgt, draft_model, pair_name = _given_target(target, prof, ask, room, notes)
+        given = _given_target(target, prof, ask, room, exact, notes)
+        tgt, draft_model, pair_name = target, given.draft, given.pair
     else:
         tgt, draft_model, pair_name = _choose_pair(prof, ask.mode, ask.draft, room.budget, room.headroom,
                                                    room.offline, notes)
     if ask.mode in ("model", "given") and draft_model is None:
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {tgt}; pass a path")
     # 2. the drafter and k
-    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact, notes if rpc else None)
+    costs = _costs(prof, pair_name, draft_model, tgt, ask.mode, exact, notes if rpc else None, given)
     choice, reason, headline = _choose_drafter(prof, ask, costs)
     choice, kk, s, reason, headline = _with_k(ask, choice, costs, reason, headline, notes)
 
@@ -240,28 +239,19 @@ class _Room:
         return cls(budget, int(prof.headroom_gb * GB), catalog.is_offline(offline))
 
 
-def _given_target(target: str, prof: Profile, ask: _Ask, room: _Room,
-                  notes: list[str]) -> tuple[str, str | None, str | None]:
-    """The target named on the command line, its draft model candidate and its pair."""
-    draft_model: str | None = None
-    if ask.mode == "given":
-        draft_model = ask.draft
-        p = catalog.find_pair(target, ask.draft)
-    else:
-        p = catalog.find_pair(target)
-        if p is not None:
-            draft_model = p.draft
-        else:
-            same = catalog.drafts_for(target)
-            draft_model = same[0].name if same else None
-            if draft_model is None and ask.mode in ("auto", "model"):
-                notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
-    with_draft = draft_model if ask.wants_model else None
+def _given_target(target: str, prof: Profile, ask: _Ask, room: _Room, exact: bool,
+                  notes: list[str]) -> pairing.ForTarget:
+    """The target named on the command line, its draft model candidate (every model on
+    this machine that can draft for it is weighed: ``pairing``) and its pair."""
+    slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
+    given = pairing.for_target(target, prof, ask.mode, ask.draft, budget=room.budget, headroom=room.headroom,
+                               slowdown=slow, notes=notes)
+    with_draft = given.draft if ask.wants_model else None
     fit = _fit(target, with_draft, prof, room.budget, room.headroom)
     if fit is not None:
         what = f"{target}" + (f" + {with_draft}" if with_draft else "")
         notes.append(f"{what}: {fit.describe()}" + ("" if fit.fits else " — may not fit"))
-    return target, draft_model, (p.name if p is not None else None)
+    return given
 
 
 @dataclass(frozen=True)
@@ -275,19 +265,27 @@ class _Costs:
     gamma_status: str
     slowdown: float
     gamma: float | None = None
+    label: str = ""  # the draft model's name and where it was found, for the plan line
+    suggestion: str = ""  # nothing on this machine drafts for the target: the catalog drafter to get
 
 
 def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str,
-           exact: bool = False, rpc_notes: list[str] | None = None) -> _Costs:
-    """The cost model's inputs; with ``rpc_notes`` (over RPC) the network's share added."""
+           exact: bool = False, rpc_notes: list[str] | None = None, given: pairing.ForTarget | None = None) -> _Costs:
+    """The cost model's inputs; with ``rpc_notes`` (over RPC) the network's share added.
+    ``given``: for a target named on the command line, the drafter found on this machine
+    (with its own α and γ) or the catalog drafter to get."""
+    local = given.chosen if given is not None else None
     pc = prof.pair_cost(pair_name)
     c_fig = pc.verify or prof.verify
     options: list[adaptive.DrafterOption] = []
     gamma_status = ""
     gamma = None
+    label = f"{local.name} ({local.source})" if local is not None else ""
     if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in prof.drafters)):
         alpha = (pc.alpha or prof.alpha_model).value
-        if pc.gamma is not None:
+        if local is not None:
+            alpha, gamma, gamma_status = local.alpha, local.gamma, local.gamma_status
+        elif pc.gamma is not None:
             gamma, gamma_status = pc.gamma.value, pc.gamma.status
         else:
             gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
@@ -299,7 +297,8 @@ def _costs(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: s
     # with --exact the target runs batch-invariant kernels, slower per token on a CPU
     # than the llama.cpp kernels plain decoding would otherwise run on
     slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
-    costs = _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma)
+    costs = _Costs(options, c_fig.cost, c_fig.status, gamma_status, slow, gamma, label,
+                   given.ranking.suggestion if given is not None else "")
     return costs if rpc_notes is None else _over_network(costs, prof, pair_name, tgt, rpc_notes)
 
 
@@ -313,13 +312,20 @@ def _choose_drafter(prof: Profile, ask: _Ask, costs: _Costs) -> tuple[adaptive.C
     if ask.mode == "auto":
         choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
                                  slowdown=slow)
-        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow)
+        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow,
+                               costs.label)
+        if costs.suggestion and choice.drafter != "model":
+            head += f"; nothing here can draft for this target: {costs.suggestion}"
         return choice, head + ("; " + "; ".join(parts) if parts else ""), head
     # the drafter was named on the command line: use it, say what it is predicted to do
     opt = costs.options[0]
     kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
                             slowdown=slow)
-    reason = f"{opt.drafter} drafter, k={kk}: as asked (--draft {ask.draft}); predicted {_x(s)}"
+    # without --k the drafting policy picks each round's length (up to the engine's bound),
+    # and a drafter whose policy cannot lose (prompt lookup) is predicted at least its floor
+    s = max(s, opt.floor / slow)
+    what = f"{opt.drafter} drafter" + (f" {costs.label}" if opt.drafter == "model" and costs.label else "")
+    reason = f"{what} as asked (--draft {ask.draft}); predicted {_x(s)}"
     if s < 1.0:
         reason += ", slower than plain decoding on this device"
     return adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), reason, reason

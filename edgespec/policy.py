@@ -78,8 +78,9 @@ class _BetaBuckets:
         return rng.beta(self.acc, self.rej)
 
 
-# P(a forced token is accepted): only another tokenization of the same forced text,
-# which the grammar also allows, can beat it.
+# P(a grammar-drafted token is accepted): a forced token can only lose to another
+# tokenization of the same forced text; the likely tokens of forced text (the rest of the
+# grammar's draft) lose more often, but a verify row costs little next to a round.
 FORCED_RATE = 0.98
 
 # Match-length buckets for prompt lookup: lengths 1..5 alone, then coarser.

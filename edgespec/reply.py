@@ -18,11 +18,14 @@ from .text import TextAssembler
 class Reply:
     """The text side of one generation: streaming detokenization, stop strings, the
     reasons to stop. ``push(round_result)`` returns the events that round produces;
-    ``done`` tells whether the reply has ended; ``finish()`` releases held-back text."""
+    ``done`` tells whether the reply has ended; ``finish()`` releases held-back text.
+    Stop strings count only from the ``min_tokens``-th token on (as vLLM's
+    ``min_tokens``; the sampler keeps end-of-generation tokens out until then)."""
 
-    def __init__(self, model: Model, stops: Sequence[str], max_tokens: int) -> None:
+    def __init__(self, model: Model, stops: Sequence[str], max_tokens: int, min_tokens: int = 0) -> None:
         self.model = model
         self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
         self.detok = Detokenizer(model)
         self.text_out = TextAssembler(stops)
         self.ids: list[int] = []
@@ -43,7 +46,7 @@ class Reply:
                 self.finish_reason, self.done = "stop", True
                 break
             self.ids.append(tok)
-            piece, hit = self.text_out.push(self.detok.push(tok))
+            piece, hit = self.text_out.push(self.detok.push(tok), check=len(self.ids) >= self.min_tokens)
             events.append(Token(id=tok, text=piece, from_draft=fd, round=res.info.index, forced=fd and j < n_forced))
             if hit:
                 self.finish_reason, self.done = "stop", True

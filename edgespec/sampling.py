@@ -26,8 +26,14 @@ Greedy (temperature 0) never needs probabilities: the loop takes ``argmax`` of t
 and returns the one-hot distribution on the first maximum, which is the limit of
 temperature -> 0 and makes rejection sampling degenerate to "accept iff equal".
 
-Not here: DRY, XTC, typical-p, mirostat, grammars, logit bias. Token ids in a penalty
-history must be valid indices into the logits row.
+Logit bias (``SamplingParams.logit_bias``) is added before the penalties, as llama.cpp's
+sampler chain does; a bias of ``-inf`` bans a token. ``ban`` sets given ids to ``-inf``
+(the loop bans the end-of-generation tokens for ``ignore_eos`` and ``min_tokens``).
+Banning keeps speculation lossless: the target's p gives a banned token probability 0,
+so a drafted one is always rejected.
+
+Not here: DRY, XTC, typical-p, mirostat, grammars. Token ids in a penalty history or a
+logit bias must be valid indices into the logits row.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ __all__ = [
     "SamplingOptionError",
     "SamplingParams",
     "apply_penalties",
+    "apply_logit_bias",
+    "ban",
     "probs_from_logits",
     "sample",
     "residual",
@@ -74,6 +82,11 @@ class SamplingParams:
     history, ``0`` = penalties off), a positive logit is divided by ``repeat_penalty``
     and a non-positive one multiplied by it, then ``count * frequency_penalty +
     presence_penalty`` is subtracted.
+
+    ``logit_bias``: (token id, bias) pairs added to the logits first (``-inf`` bans the
+    token; an id given twice gets both). ``ignore_eos``: the end-of-generation tokens are
+    never sampled; ``min_tokens``: not before that many tokens were generated (the
+    speculative loop applies both: it knows those tokens and each row's position).
     """
 
     temperature: float = 0.0  # 0 = greedy
@@ -85,10 +98,18 @@ class SamplingParams:
     presence_penalty: float = 0.0
     penalty_last_n: int = 64
     seed: int | None = None  # None = fresh OS entropy
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0  # end-of-generation tokens banned before this many tokens
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def bans_eog(self) -> bool:
+        """Whether end-of-generation tokens are banned at some position."""
+        return self.ignore_eos or self.min_tokens > 0
 
     @property
     def uses_penalties(self) -> bool:
@@ -140,6 +161,62 @@ class SamplingParams:
             )
         if self.seed is not None and integer("seed", self.seed) < 0:
             raise bad("seed", self.seed, "must be a non-negative integer or None")
+        if not isinstance(self.ignore_eos, bool):
+            raise bad("ignore_eos", self.ignore_eos, "must be true or false")
+        if integer("min_tokens", self.min_tokens) < 0:
+            raise bad("min_tokens", self.min_tokens, "must be >= 0")
+        for pair in self.logit_bias:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise bad("logit_bias", pair, "must be (token id, bias) pairs")
+            if integer("logit_bias", pair[0]) < 0:
+                raise bad("logit_bias", pair[0], "token ids must be >= 0")
+            bias = pair[1]
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or math.isnan(bias) or bias == math.inf:
+                raise bad("logit_bias", bias, "a bias must be a finite number or -inf (a ban)")
+
+    def check_vocab(self, n_vocab: int) -> None:
+        """Raise ``SamplingOptionError`` if a logit bias names a token outside ``0..n_vocab-1``."""
+        for tok, _ in self.logit_bias:
+            if tok >= n_vocab:
+                raise SamplingOptionError("logit_bias", tok, f"token ids must be below the vocabulary size {n_vocab}")
+
+
+def params_from(options: dict) -> SamplingParams:
+    """``SamplingParams`` from keyword options, checked (``validate``): an unknown name is
+    an ``InputError`` naming it; ``logit_bias`` may be a mapping {token id: bias} or
+    (id, bias) pairs."""
+    unknown = sorted(set(options) - set(SamplingParams.__dataclass_fields__))
+    if unknown:
+        raise InputError(f"unknown generation option{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
+    bias = options.get("logit_bias")
+    if bias is not None and not isinstance(bias, tuple):
+        try:
+            pairs = bias.items() if isinstance(bias, dict) else bias
+            options = {**options, "logit_bias": tuple((t, b) for t, b in pairs)}
+        except (TypeError, ValueError):
+            raise SamplingOptionError("logit_bias", bias, "must map token ids to biases") from None
+    params = SamplingParams(**{k: v for k, v in options.items() if v is not None or k == "seed"})
+    params.validate()
+    return params
+
+
+def apply_logit_bias(logits: np.ndarray, bias: Sequence[tuple[int, float]]) -> np.ndarray:
+    """``logits`` with each (id, bias) added (a copy; ``-inf`` bans the id)."""
+    out = np.array(logits, copy=True)
+    if bias:
+        ids = np.fromiter((t for t, _ in bias), dtype=np.int64, count=len(bias))
+        vals = np.fromiter((b for _, b in bias), dtype=np.float64, count=len(bias))
+        with np.errstate(invalid="ignore"):
+            np.add.at(out, ids, vals.astype(out.dtype))
+    return out
+
+
+def ban(logits: np.ndarray, ids: Sequence[int]) -> np.ndarray:
+    """``logits`` with ``ids`` set to ``-inf`` (a copy): those tokens cannot be chosen."""
+    out = np.array(logits, copy=True)
+    if len(ids):
+        out[np.asarray(ids, dtype=np.int64)] = -np.inf
+    return out
 
 
 def apply_penalties(

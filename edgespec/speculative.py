@@ -25,8 +25,9 @@ the MASKED one, renormalised: p' = probs(mask_i(logits_i)) at verify row i, wher
 the grammar state after committed + d_1..d_(i-1); a model drafter samples its drafts from
 its own masked q' (drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
 their grammar-valid prefix before verification, and the tokens the grammar forces
-(``compute_ff_tokens``) lead the draft at no drafting cost: a fixed proposal, accepted
-iff the target's masked sample is that token (certain when it is the only one allowed).
+(``compute_ff_tokens``), then the likely tokens of the text it forces beyond them, lead
+the draft at no drafting cost: a fixed proposal, accepted iff the target's masked sample
+is that token (certain when it is the only one allowed).
 The output is therefore distributed exactly as masked sampling from the target; under
 greedy it is token for token the constrained run with no drafter (given batch-invariant
 kernels). The matcher moves with the KV cache: after every round it has consumed exactly
@@ -39,7 +40,7 @@ with their ``from_draft`` flag and a ``Round`` record per round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -73,13 +74,15 @@ class SpeculativeLoop:
     stats: Stats
     n_vocab: int
     is_eog: Callable[[int], bool] = lambda t: False
+    eog_ids: Sequence[int] = ()  # banned under params.ignore_eos / min_tokens
     rounds: int = 0
     last_k: int = 0  # the draft-length bound of the last round
     matcher: Matcher | None = None  # the constraint's state (None: free generation)
-    n_prompt: int = field(init=False, default=0)
+    n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
 
     def __post_init__(self) -> None:
-        self.n_prompt = len(self.committed)  # the matcher consumes what follows
+        if self.n_prompt < 0:
+            self.n_prompt = len(self.committed)  # the matcher consumes what follows
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
@@ -103,7 +106,7 @@ class SpeculativeLoop:
         L = len(self.committed)
         # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
         room = min(budget - 1, target.n_ctx - L, target.n_batch - 1)
-        forced = m.forced()[: max(room, 0)] if m is not None and self.drafter.name != "none" else []
+        forced = self._grammar_draft(room) if m is not None and self.drafter.name != "none" else []
         l_max = policy.limit(room - len(forced))
         t0 = time.perf_counter()
         proposal = _EMPTY
@@ -126,6 +129,23 @@ class SpeculativeLoop:
         self._draft_seconds = time.perf_counter() - t0
         self.stats.t_draft += self._draft_seconds
         return _Forced(forced, proposal) if forced else proposal
+
+    def _grammar_draft(self, room: int) -> list[int]:
+        """What the grammar drafts by itself: the forced tokens, then the likely tokens of
+        the text it forces beyond them (``Matcher.likely``); a fixed proposal, verified
+        like any other, so a wrong guess costs a verify row and never the output."""
+        m = self.matcher
+        if room <= 0:
+            return []
+        forced = m.forced()[:room]
+        if len(forced) < room:
+            base = m.consumed
+            m.consume(forced)
+            try:
+                forced += m.likely()[: room - len(forced)]
+            finally:
+                m.rollback(m.consumed - base)
+        return forced
 
     def masks(self, drafts: Sequence[int]) -> list | None:
         """The grammar's mask for each verify row (None without a constraint): row i is
@@ -154,22 +174,21 @@ class SpeculativeLoop:
         q, cut = proposal.q, self._cut
         if masks is None and self.matcher is not None:
             masks = self.masks(drafts)
-        mask = (lambda i: None) if masks is None else masks.__getitem__
+        row = self._row_reader(rows, masks)
         n_forced = min(proposal.forced, len(drafts))
         self.last_k = policy.bound
         batch = len(drafts) + 1
         out: list[int] = []
         from_draft: list[bool] = []
         n_acc = 0
-        history = committed  # for penalties: p_i conditions on committed + d_1..d_i
         for i, d in enumerate(drafts):
             # p' at row i: the target's logits, penalised, masked by the grammar state
             # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
             if params.greedy:
-                x = int(np.argmax(apply_mask(mask(i), _penalized(rows[i], history, out, params))))
+                x = int(np.argmax(row(i, out)))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(apply_mask(mask(i), _penalized(rows[i], history, out, params)), params)
+                p = sampling.probs_from_logits(row(i, out), params)
                 if q is None or q[i] is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
@@ -192,7 +211,7 @@ class SpeculativeLoop:
                 break
         else:
             # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = apply_mask(mask(len(drafts)), _penalized(rows[len(drafts)], history, out, params))
+            last = row(len(drafts), out)
             if params.greedy:
                 out.append(int(np.argmax(last)))
             elif cut is not None and q is not None and q[cut] is not None:
@@ -251,6 +270,36 @@ class SpeculativeLoop:
             forced=n_forced,
         )
         return RoundResult(out, from_draft, info)
+
+    def _row_reader(self, rows: np.ndarray, masks: list | None):
+        """``row(i, out)``: verify row i as this round samples it, ``_logits`` then the
+        grammar's mask; the masking time counts in the matcher's ``t_mask``."""
+        if masks is None:
+            return lambda i, out: self._logits(rows[i], out)
+        m = self.matcher
+
+        def row(i: int, out: Sequence[int]) -> np.ndarray:
+            logits = self._logits(rows[i], out)
+            t0 = time.perf_counter()
+            masked = apply_mask(masks[i], logits)
+            m.t_mask += time.perf_counter() - t0
+            return masked
+
+        return row
+
+    def _logits(self, row: np.ndarray, out: Sequence[int]) -> np.ndarray:
+        """The target's row for the position after committed + ``out`` (this round's
+        tokens so far), as plain decoding would sample it: logit bias, then penalties,
+        then the end-of-generation ban (``ignore_eos``, or fewer than ``min_tokens``
+        generated before this position)."""
+        params = self.params
+        if params.logit_bias:
+            row = sampling.apply_logit_bias(row, params.logit_bias)
+        row = _penalized(row, self.committed, out, params)
+        generated = len(self.committed) - self.n_prompt + len(out)
+        if params.ignore_eos or generated < params.min_tokens:
+            row = sampling.ban(row, self.eog_ids)
+        return row
 
     def run(self, max_new: int) -> Iterator[RoundResult]:
         """Rounds until ``max_new`` tokens are committed or the context is full.

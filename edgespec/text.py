@@ -23,9 +23,16 @@ class TextAssembler:
         self._held = ""
         self.hit = False
 
-    def push(self, piece: str) -> tuple[str, bool]:
+    def push(self, piece: str, check: bool = True) -> tuple[str, bool]:
+        """Add ``piece``; the text that may be shown now, and whether a stop string
+        completed. ``check=False`` releases the piece without looking for stop strings
+        (a reply shorter than its ``min_tokens``)."""
         if self.hit:
             return "", True
+        if not check:
+            released, self._held = self._held + piece, ""
+            self.text += released
+            return released, False
         if not self.stops:
             self.text += piece
             return piece, False

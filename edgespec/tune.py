@@ -424,7 +424,12 @@ def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | N
             else:
                 skipped.append("the step-time model (overhead_ms, decode_gbs): the measured steps do not fit it")
     else:
-        skipped.append("target step time, c(n) per pair, α and γ of the model drafter: the models are "
-                       "not a catalog pair, so c(n) is saved for the device")
+        if model is not None and s.get("draft"):  # α (and γ here) per pair, for the next automatic choice
+            t, d = catalog.describe_file(s["target"]), catalog.describe_file(s["draft"])
+            catalog.measured.record(t, d, alpha=model.alpha, gamma=model.gamma, profile=profile, source=source,
+                                    when=when)
+        skipped.append("target step time and c(n) per pair: the models are not a catalog pair, so c(n) is "
+                       "saved for the device" + (" and α, γ for the pair in " + str(catalog.measured.store_path())
+                                                 if model is not None and s.get("draft") else ""))
     path = profiles.record_measurements(profile, pair=pair, source=source, when=when, extends=extends, **kwargs)
     return path, skipped

@@ -2,7 +2,8 @@
 wrappers that hold or slow a generation, and the loopback load test.
 
 ``LiveServer(app)`` runs uvicorn in a thread on a free 127.0.0.1 port (a real TCP
-server: clients can really hang up). ``sse_events(lines)`` turns the lines of a
+server: clients can really hang up); ``serve_process(args)`` runs ``edgespec serve`` as a
+user would, in a subprocess, until its ``/health`` answers. ``sse_events(lines)`` turns the lines of a
 ``text/event-stream`` body into the JSON objects of its ``data:`` fields, with the
 string ``"[DONE]"`` for the end marker. ``GatedEngine`` / ``SlowEngine`` wrap a real
 ``Engine``: the first waits on a gate before its first event (to fill the queue), the
@@ -14,9 +15,13 @@ hand: ``python tests/serve_support.py URL``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -55,6 +60,40 @@ class LiveServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+
+
+@contextlib.contextmanager
+def serve_process(args: list[str], *, start_timeout: float = 180) -> Iterator[str]:
+    """``edgespec serve ARGS --port P`` in a subprocess; yields its URL once ``/health``
+    answers 200, and checks on the way out that SIGTERM stops it cleanly."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", *args, "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + start_timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("edgespec serve did not come up:\n" + proc.communicate()[1])
+        time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, err
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[Any]:

@@ -36,6 +36,18 @@ def test_verify_cost_interpolates_and_extrapolates():
     assert GPU(32) == pytest.approx(1.5 + 16 * (0.28 / 8))
 
 
+def test_verify_cost_past_a_dip_at_its_last_point_still_grows():
+    """The CPU prior dips at 16 (repacked tiles): extrapolating the last slope made c(32)
+    negative, and `--k 600` was 'predicted -0.01x'. Past the last point c grows at least
+    with the mean slope from c(1), and is never below the last point."""
+    from edgespec.costs import CPU_VERIFY_PRIOR as c
+
+    mean = (c(16) - 1.0) / 15
+    assert c(17) == pytest.approx(c(16) + mean)
+    assert all(c(n + 1) > c(n) > 0 for n in range(16, 700))
+    assert adaptive.speedup(0.7, 600, c, 0.0, 0.3) > 0
+
+
 def test_verify_cost_rejects_bad_tables():
     with pytest.raises(ValueError):
         VerifyCost((4, 2), (1.1, 1.2))

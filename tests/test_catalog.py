@@ -453,11 +453,13 @@ def cli():
 def test_cli_models_list(cli):
     r = cli("models", "list")
     assert r.exit_code == 0, r.output
-    assert "qwen2.5-coder-1.5b-instruct-q4_k_m" in r.output and "llama-3.1-8b+3.2-1b" in r.output
+    assert "qwen2.5-coder-1.5b-instruct-q4_k_m" in r.output and "llama-3.2-1b-instruct-q4_k_m" in r.output
     d = json.loads(cli("models", "list", "--json").stdout)
     assert d["default_target"] == catalog.DEFAULT_TARGET and d["default_draft"] == catalog.DEFAULT_DRAFT
     assert {m["name"] for m in d["models"]} == {m.name for m in catalog.MODELS}
     assert any(p["name"] == catalog.DEFAULT_PAIR for p in d["pairs"])
+    rows = {m["name"]: m for m in d["models"]}  # a known-good pair's draft, in its target's row
+    assert "llama-3.2-1b-instruct-q4_k_m" in rows["llama-3.1-8b-instruct-q4_k_m"]["drafters"]
 
 
 def test_cli_models_pull_unknown_and_unavailable(cli, monkeypatch):

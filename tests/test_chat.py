@@ -235,3 +235,110 @@ def test_the_banner_and_stats_show_the_policy_s_bound_not_a_fixed_k(tmp_path, ti
         finish_with_ctrl_d(child)
     finally:
         child.close(force=True)
+
+
+def _message_of(tiny_target, n_ctx, low, high, system=None):
+    """A message whose prompt (with ``system``) is between ``low`` and ``high`` tokens."""
+    from edgespec import Engine
+
+    with Engine(tiny_target, draft=None, n_ctx=n_ctx, n_threads=1) as e:
+        for words in range(1, 400):
+            text = " ".join(["word"] * words)  # as the REPL sends it: stripped
+            msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+            if low <= len(e.prompt_tokens(msgs)) <= high:
+                return text
+    raise AssertionError("no message of that size")
+
+
+def test_a_system_prompt_too_long_is_refused_and_the_conversation_is_kept(tmp_path, tiny_target):
+    """Before: /system took a prompt longer than the context; the next turn dropped the
+    whole conversation and then failed anyway, blaming the user's message."""
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "20",
+                       "--n-ctx", "256")
+    saved = tmp_path / "conv.json"
+    try:
+        say(child, "hello world")
+        say(child, "the quick brown fox")
+        child.sendline("/system " + "word " * 400)
+        child.expect(r"error: the system prompt is [\d,]+ tokens: with 20 kept for a reply it does not fit the "
+                     r"context of 256 tokens")
+        child.expect_exact("there is still no system prompt")
+        child.expect_exact(PROMPT)
+        i = child.expect([SUMMARY, "dropped the"], timeout=60) if child.sendline("and the lazy dog") else None
+        assert i == 0, "history was dropped"
+        child.expect_exact(PROMPT)
+        child.sendline("/stats")
+        child.expect(r"conversation ([\d,]+) of 256 tokens")
+        assert int(child.match.group(1).replace(",", "")) > 0
+        child.expect_exact(PROMPT)
+        child.sendline(f"/save {saved}")
+        child.expect_exact("saved 6 messages")
+        child.expect_exact(PROMPT)
+
+        # a message that fits only without the history: refused, nothing dropped
+        child.sendline(_message_of(tiny_target, 256, 256 - 20 + 1, 255))
+        child.expect("even without the earlier conversation the context \\(256\\) would keep only")
+        child.expect_exact("the conversation is kept as it was")
+        child.expect_exact(PROMPT)
+        # one that does not fit at all: the same
+        child.sendline("word " * 200)
+        child.expect("so even without the earlier conversation no reply would fit")
+        child.expect_exact(PROMPT)
+        child.sendline(f"/save! {saved}")
+        child.expect_exact("saved 6 messages")
+        child.expect_exact(PROMPT)
+        messages = json.loads(saved.read_text())["messages"]
+        assert [m["content"] for m in messages[::2]] == ["hello world", "the quick brown fox", "and the lazy dog"]
+
+        # a system prompt that fits is taken; a later one too long keeps it
+        child.sendline("/system You answer briefly.")
+        child.expect_exact("system prompt set")
+        child.sendline("/system " + "word " * 400)
+        child.expect_exact("the system prompt stays as it was")
+        child.sendline("/system")
+        child.expect_exact("system prompt: 'You answer briefly.'")
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)
+
+
+def test_a_system_prompt_too_long_at_start_is_an_error(tmp_path, tiny_target):
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    r = subprocess.run(cli_command() + ["chat", "--target", str(tiny_target), "--n-ctx", "256", "-n", "20",
+                                        "--system", "word " * 400],
+                       input="hello\n", capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 5 and "Traceback" not in r.stderr, r.stderr
+    assert "error: the system prompt is" in r.stderr and "does not fit the context of 256 tokens" in r.stderr
+
+
+def test_save_refuses_an_existing_file_and_save_bang_replaces_it_whole(tmp_path, tiny_target):
+    """Before: /save overwrote an existing file without asking, in place."""
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "4")
+    out = tmp_path / "out"
+    out.mkdir()
+    saved = out / "conv.json"
+    saved.write_text("precious\n")
+    inode = saved.stat().st_ino
+    try:
+        say(child, "hello world")
+        child.sendline(f"/save {saved}")
+        child.expect_exact(f"exists; /save! {saved} replaces it")
+        child.expect_exact(PROMPT)
+        assert saved.read_text() == "precious\n"
+        child.sendline(f"/save {out}")
+        child.expect_exact("is a folder")
+        child.expect_exact(PROMPT)
+        child.sendline(f"/save! {saved}")
+        child.expect_exact("saved 2 messages")
+        child.expect_exact(PROMPT)
+        assert json.loads(saved.read_text())["messages"][0]["content"] == "hello world"
+        assert saved.stat().st_ino != inode  # written beside it and renamed over it, not rewritten in place
+        assert sorted(p.name for p in out.iterdir()) == ["conv.json"]  # no temporary file left
+        child.sendline(f"/save {out / 'new.json'}")  # a new file needs no !
+        child.expect_exact("saved 2 messages")
+        child.sendline(f"/save {tmp_path / 'no' / 'such' / 'dir.json'}")
+        child.expect_exact("cannot write")
+        child.expect_exact(PROMPT)
+        finish_with_ctrl_d(child)
+    finally:
+        child.close(force=True)

@@ -58,7 +58,7 @@ def test_an_explicit_choice_is_already_one_line(run, tiny_target):
     r = run("generate", "--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram",
             "--max-tokens", "4", "--raw", "hi")
     lines = plan_lines(r.stderr)
-    assert len(lines) == 1 and lines[0].startswith("edgespec: ngram drafter, k=") and "-v" not in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("edgespec: ngram drafter as asked") and "-v" not in lines[0]
 
 
 def test_profiles_detect_gives_the_full_reason(run):

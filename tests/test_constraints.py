@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgespec.constraints import (
     Matcher, allowed_array, apply_mask, compile_constraint, compile_lark, grammar_spec, tokenizer_for)
@@ -175,3 +177,88 @@ def test_a_matcher_needs_a_constraint_of_its_model(model):
     cj = compile_constraint({"type": "json_object"}, model)
     assert cj.outcome('{"a":1}', True) == (True, {"a": 1})
     assert cj.outcome('{"a":', False) == (False, None)
+
+
+def test_before_the_trigger_only_tokens_that_would_break_the_grammar_are_masked(model):
+    c = compile_lark('start: "th" /[0-9]+/', model, trigger="th")
+    m = c.matcher()
+    pieces = {t: model.token_to_bytes(t) for t in range(model.n_vocab)}
+    # at the start: only tokens holding the whole trigger with letters after it ("the")
+    allowed = allowed_array(m.fill_mask(), model.n_vocab)
+    tails = {t: b.split(b"th", 1)[1] for t, b in pieces.items() if b"th" in b}
+    within = {t for t, tail in tails.items() if tail and not tail.isdigit()}
+    assert within and set(np.flatnonzero(~allowed)) == within
+    m.consume(ids_of(model, "xt"))
+    allowed = allowed_array(m.fill_mask(), model.n_vocab)
+    h_plus = [t for t, b in pieces.items() if b.startswith(b"h") and len(b) > 1 and not b[1:].isdigit()]
+    assert h_plus, "the tiny vocabulary has a merge starting with 'h'"
+    assert not allowed[h_plus].any()  # 'th' + letters: the grammar wants digits
+    assert allowed[ids_of(model, "h")[0]] and allowed[ids_of(model, "q")[0]]
+    m.consume(ids_of(model, "h"))
+    assert m.active
+
+
+def test_lark_json_embeds_a_schema_in_the_compact_layout_and_keywords_are_checked(model):
+    from edgespec.constraints import lark_json
+
+    params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
+              "additionalProperties": False}
+    c = compile_lark('start: "<call>" ' + lark_json(params) + ' "</call>"', model)
+    m = c.matcher()
+    assert m.validate(ids_of(model, '<call>{"x":1}</call>')) == len(ids_of(model, '<call>{"x":1}</call>'))
+    assert m.validate(ids_of(model, '<call>{"x": 1}')) < len(ids_of(model, '<call>{"x": 1}'))
+    loose = compile_lark('start: "<call>" ' + lark_json(params, compact=False) + ' "</call>"', model).matcher()
+    assert loose.validate(ids_of(model, '<call>{"x": 1}')) == len(ids_of(model, '<call>{"x": 1}'))
+    unique = lark_json({"type": "array", "uniqueItems": True})
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        compile_lark("start: " + unique, model)
+    relaxed = "start: " + lark_json({"type": "array", "uniqueItems": True}, lenient=True)
+    with pytest.raises(ConstraintError, match="uniqueItems"):  # relaxed, but warned: refused
+        compile_lark(relaxed, model)
+    assert any("uniqueItems" in w for w in compile_lark(relaxed, model, lenient=True).warnings)
+
+
+def test_prompt_lookup_forgets_a_few_unkept_ids_without_rebuilding_its_index():
+    from edgespec.drafters import NgramDrafter
+
+    rng = np.random.default_rng(0)
+    base = [int(t) for t in rng.integers(0, 6, 200)]
+    d = NgramDrafter()
+    d.begin(base + [1, 2, 3, 4], None, None)      # the grammar's drafts in flight ...
+    d.lookup(base + [1, 5], 4)                     # ... and what was kept instead
+    fresh = NgramDrafter()
+    fresh.begin(base + [1, 5], None, None)
+    assert d._tokens == fresh._tokens and d._index == fresh._index
+    assert d.lookup(base + [1, 5], 6) == fresh.lookup(base + [1, 5], 6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mask_logits_is_row_plus_zero_or_minus_infinity(dtype):
+    from edgespec.constraints import mask_logits
+
+    rng = np.random.default_rng(1)
+    row = rng.normal(size=1000).astype(dtype)
+    allowed = rng.random(1000) < 0.3
+    out = mask_logits(row, allowed)
+    assert out.dtype == row.dtype and out is not row
+    assert np.array_equal(out[allowed], row[allowed]) and np.isneginf(out[~allowed]).all()
+    bits = np.packbits(allowed, bitorder="little")
+    bits = np.concatenate([bits, np.zeros((-len(bits)) % 4, np.uint8)]).view(np.int32)
+    assert np.array_equal(apply_mask(bits, row), out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 40), st.lists(st.integers(0, 4), max_size=12)), min_size=1, max_size=12))
+def test_prompt_lookup_index_after_any_history_equals_a_fresh_one(steps):
+    """Whatever the drafter saw before (extensions, a few ids taken back, a new text),
+    its index is the one a fresh drafter builds from the current tokens."""
+    from edgespec.drafters import NgramDrafter
+
+    d = NgramDrafter()
+    tokens: list[int] = []
+    for back, new in steps:
+        tokens = tokens[: max(0, len(tokens) - back)] + new
+        d.lookup(tokens, 4)
+        fresh = NgramDrafter()
+        fresh.begin(tokens, None, None)
+        assert d._tokens == fresh._tokens and d._index == fresh._index

@@ -3,15 +3,17 @@ loopback hold the tiny target's layers, the drafter stays local, and the faults 
 meets (nothing listening, not an RPC server, a server killed mid-batch) end in one line
 that names the endpoint, within a timeout, with every finished JSONL result kept.
 
-These need a llama.cpp built with ``-DGGML_RPC=on`` (what the README's install and CI
-build); on another build they skip and say so.
+These need a llama.cpp built with ``-DGGML_RPC=on`` (docs/scale-out.md says how; CI
+builds it); on another build they skip and say so.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -109,6 +111,17 @@ def test_an_endpoint_that_is_not_an_rpc_server(tiny_target):
     assert "not a llama.cpp RPC server" in r.stderr
 
 
+def test_one_server_named_twice_is_refused_at_once(servers, tiny_target):
+    """Before: llama.cpp connected twice to the one-client server and waited forever for
+    the second connection's hello."""
+    port = servers[0].port
+    r = _cli("generate", "--target", str(tiny_target), "--rpc", f"localhost:{port},127.0.0.1:{port}", "--raw",
+             "-n", "4", "-q", "hi", timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"localhost:{port} and 127.0.0.1:{port} are the same server" in r.stderr
+    assert rpc.probe(rpc.Endpoint("127.0.0.1", port), timeout=5)  # and the server is free again
+
+
 def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_target):
     jobs = tmp_path / "in.jsonl"
     out = tmp_path / "out.jsonl"
@@ -141,6 +154,66 @@ def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_t
     assert r.returncode == 0, r.stderr
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert sorted(ids) == sorted(f"p{i}" for i in range(40)) and ids[:len(done)] == done
+
+
+def test_a_frozen_server_ends_the_run_with_an_error_naming_it(tmp_path, tiny_target):
+    """llama.cpp's sockets have no timeout: before the watchdog, a server stopped with
+    SIGSTOP (frozen, its connection still open) hung generation forever."""
+    jobs = tmp_path / "in.jsonl"
+    out = tmp_path / "out.jsonl"
+    jobs.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n"
+                            for i in range(40)))
+    with RpcServer() as server:
+        cmd = [sys.executable, "-m", "edgespec", "generate", "--target", str(tiny_target), "--draft", "none", "--raw",
+               "--threads", "1", "--input", str(jobs), "--output", str(out), "-q", "--rpc", server.endpoint]
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, EDGESPEC_RPC_TIMEOUT="3"))
+        try:
+            deadline = time.monotonic() + 60
+            while (not out.exists() or out.read_text().count("\n") < 2) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            server.proc.send_signal(signal.SIGSTOP)
+            try:
+                stdout, stderr = child.communicate(timeout=60)
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        r = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
+        _assert_one_line_naming(r, server.endpoint)
+        assert "no answer for 3 s" in r.stderr and "EDGESPEC_RPC_TIMEOUT" in r.stderr, r.stderr
+    lines = out.read_text().splitlines()
+    assert 2 <= len(lines) < 40 and all(json.loads(line)["id"] for line in lines)  # every line whole
+
+
+def test_a_server_taken_after_the_check_ends_llama_cpps_handshake_with_an_error(tiny_target):
+    """The check's hello is answered, then the server is busy (another client took it):
+    llama.cpp's own handshake, which has no timeout, waited forever before the watchdog."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    conns = []
+
+    def first_hello_only():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conns.append(conn)  # kept open, never answered again
+            if len(conns) == 1:
+                conn.recv(33, socket.MSG_WAITALL)
+                conn.sendall(struct.pack("<Q", 28) + bytes([rpc.RPC_PROTO_MAJOR, 0, 0, 0]) + bytes(24))
+                conn.close()
+
+    threading.Thread(target=first_hello_only, daemon=True).start()
+    ep = f"127.0.0.1:{srv.getsockname()[1]}"
+    with srv:
+        r = _cli("generate", "--target", str(tiny_target), "--rpc", ep, "--raw", "-n", "4", "-q", "hi", timeout=60,
+                 env={"EDGESPEC_RPC_TIMEOUT": "2"})
+    _assert_one_line_naming(r, ep)
+    assert f"lost the RPC server {ep} while connecting to it (no answer for 2 s" in r.stderr, r.stderr
 
 
 def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():

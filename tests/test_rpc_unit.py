@@ -24,6 +24,32 @@ def test_parse_endpoints_keeps_order_and_refuses_bad_ones():
             rpc.parse_endpoints(bad)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("127.0.0.1:\u00b2", "the port must be a number from 1 to 65535"),  # "²".isdigit() is True
+    ("127.0.0.1:\u0665", "the port must be a number"),  # an Arabic-Indic five
+    ("127.0.0.1:50052:1", "has 2 colons where HOST:PORT has one"),
+    ("box:1:2:3", "has 3 colons"),
+    ("::1:50052", "is an IPv6 address"),
+    ("[::1]:50052", "is an IPv6 address"),
+    ("fe80::1:50052", "is an IPv6 address"),
+])
+def test_parse_endpoints_says_what_is_wrong(text, message):
+    with pytest.raises(InputError, match=message) as e:
+        rpc.parse_endpoints(text)
+    assert repr(text) in str(e.value)
+    if "colons" in message:
+        assert "IPv6 address" not in str(e.value).split(";")[0]
+
+
+def test_two_spellings_of_one_address_are_refused_naming_both():
+    with pytest.raises(InputError, match="localhost:50121 and 127.0.0.1:50121 are the same server") as e:
+        rpc.check_distinct(rpc.parse_endpoints("localhost:50121,127.0.0.1:50121"))
+    assert "127.0.0.1:50121)" in str(e.value)
+    rpc.check_distinct(rpc.parse_endpoints("localhost:50121,127.0.0.1:50122"))  # another port: another server
+    with pytest.raises(RpcError, match="no-such-host.invalid:5: cannot resolve"):
+        rpc.check_distinct([rpc.Endpoint("no-such-host.invalid", 5)])
+
+
 def _server(handler):
     """A TCP server on a free loopback port that runs ``handler(conn)`` per connection."""
     srv = socket.socket()
@@ -60,7 +86,10 @@ def test_probe_accepts_a_server_of_this_protocol():
 
 @pytest.mark.parametrize("handler, message", [
     (_hello_reply(rpc.RPC_PROTO_MAJOR - 1), "speaks protocol 6.0.0"),
-    (lambda c: c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"), "not a llama.cpp RPC server: it answered"),
+    (lambda c: c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"),
+     "not a llama.cpp RPC server: it answered 'HTTP/1.1 400 Bad Request' \\(an HTTP server\\)"),
+    (lambda c: c.sendall(b"SSH-2.0-OpenSSH_9.6\r\n"), "not a llama.cpp RPC server: it answered 'SSH-2.0-OpenSSH_9.6'"),
+    (lambda c: c.recv(100) and c.sendall(b"no\n"), "not a llama.cpp RPC server: it answered 'no'"),
     (lambda c: None, "hung up at the RPC hello"),
     (lambda c: time.sleep(3), "did not answer the RPC hello within 0.5 s"),
 ])
@@ -70,6 +99,71 @@ def test_probe_names_the_endpoint_and_what_it_found(handler, message):
         with pytest.raises(RpcError, match=message) as e:
             rpc.probe(ep, timeout=0.5)
     assert str(ep) in str(e.value)
+
+
+def test_an_http_server_that_waits_for_a_line_is_named_at_once():
+    """Python's http.server (like many) reads a request line and would wait for its end
+    forever; the hello's trailing line end makes it answer now, and the answer is named."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RpcError, match="is not a llama.cpp RPC server: it answered") as e:
+            rpc.probe(rpc.Endpoint("127.0.0.1", srv.server_address[1]), timeout=30)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert "did not answer" not in str(e.value)
+
+
+def _one_client_server(host="127.0.0.1"):
+    """Like llama.cpp's RPC server: answers the hello, then serves that client until it
+    hangs up before it accepts the next one."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, 0))
+    srv.listen(4)
+    served = []
+
+    def loop():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                if len(conn.recv(33, socket.MSG_WAITALL)) == 33:
+                    served.append(conn.getsockname()[0])
+                    conn.sendall(struct.pack("<Q", 28) + bytes([rpc.RPC_PROTO_MAJOR, 0, 0, 0]) + bytes(24))
+                    while conn.recv(100):
+                        pass
+
+    threading.Thread(target=loop, daemon=True).start()
+    return srv, srv.getsockname()[1], served
+
+
+def test_check_servers_finds_one_server_behind_two_addresses():
+    srv, port, served = _one_client_server("0.0.0.0")
+    other, other_port, _ = _one_client_server()
+    with srv, other:
+        eps = rpc.parse_endpoints(f"127.0.0.1:{port},127.0.0.1:{other_port},127.0.0.2:{port}")
+        with pytest.raises(InputError, match=f"127.0.0.1:{port} and 127.0.0.2:{port} are the same server"):
+            rpc.check_servers(eps, timeout=5)
+        # distinct servers pass, each asked once, and the server is free again afterwards
+        assert rpc.check_servers(eps[:2], timeout=5) == [f"{rpc.RPC_PROTO_MAJOR}.0.0"] * 2
+        assert rpc.probe(eps[2], timeout=5)
+    assert served.count("127.0.0.2") == 2
+
+
+def test_check_servers_reports_a_busy_server_as_busy():
+    srv, port, _ = _one_client_server()
+    with srv:
+        hog = socket.create_connection(("127.0.0.1", port))
+        hog.sendall(struct.pack("<BQ", 14, 24) + bytes(24))
+        hog.recv(36)
+        with hog, pytest.raises(RpcError, match="did not answer the RPC hello within 0.5 s"):
+            rpc.check_servers([rpc.Endpoint("127.0.0.1", port)], timeout=0.5)
 
 
 def test_probe_where_nothing_listens():
@@ -163,3 +257,52 @@ def test_planner_counts_the_network_and_passes_the_servers_on(tmp_path, monkeypa
     slow = plan("cpu-laptop", draft="model", rpc=["10.0.0.2:50052"])
     assert slow.verify_cost(8) < far.verify_cost(8) and slow.predicted_speedup > far.predicted_speedup
     assert any("40.00 ms of network per target decode (measured" in n for n in slow.notes)
+
+
+def test_the_watchdog_names_the_server_a_stuck_decode_waits_for(monkeypatch):
+    """A decode over RPC that outlasts the limit hands the on_server_lost handler an
+    error naming the endpoint: a dead one by what a fresh connection finds, a frozen one
+    (accepts, never answers) by elimination."""
+    monkeypatch.setenv(rpc.WATCHDOG_ENV, "0.5")
+    got: list = []
+    fired = threading.Event()
+    monkeypatch.setattr(rpc, "_handler", [lambda err: (got.append(err), fired.set())])
+    frozen, frozen_ep = _server(lambda c: time.sleep(5))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead_ep = rpc.Endpoint("127.0.0.1", s.getsockname()[1])
+    s.close()
+    with frozen:
+        dog = rpc._Watchdog()
+        with rpc.watch((frozen_ep,)):
+            pass  # the process's watchdog: a decode that ended in time
+        dog.arm((frozen_ep,))
+        dog.disarm()
+        assert not fired.wait(1.5)  # ... sets nothing off
+        dog.arm((frozen_ep, dead_ep))
+        assert fired.wait(30)
+        assert f"lost the RPC server {dead_ep} mid-generation (it no longer accepts connections" in str(got[0])
+        fired.clear()
+        rpc._Watchdog().arm((frozen_ep,))
+        assert fired.wait(30)
+    assert f"lost the RPC server {frozen_ep} mid-generation (no answer for 0.5 s: frozen" in str(got[1])
+    assert got[1].endpoint == str(frozen_ep) and rpc.WATCHDOG_ENV in str(got[1])
+
+
+def test_the_watchdog_waits_while_a_load_makes_progress(monkeypatch):
+    monkeypatch.setenv(rpc.WATCHDOG_ENV, "0.5")
+    fired = threading.Event()
+    got: list = []
+    monkeypatch.setattr(rpc, "_handler", [lambda err: (got.append(err), fired.set())])
+    frozen, ep = _server(lambda c: time.sleep(5))
+    with frozen:
+        dog = rpc._Watchdog()
+        dog.arm((ep,), during="while loading the model", learn=False)
+        for _ in range(8):  # 2 s of load, a tensor every 0.25 s
+            assert not fired.wait(0.25)
+            dog.touch()
+        dog.disarm()
+        assert dog.limit() == 0.5  # a load does not raise the decode limit
+        dog.arm((ep,), during="while loading the model", learn=False)
+        assert fired.wait(30)  # no progress: the silence is the server's
+    assert f"lost the RPC server {ep} while loading the model (no answer for 0.5 s" in str(got[0])

@@ -293,8 +293,8 @@ def test_prompt_longer_than_the_context_is_400(client, stream):
     ({"messages": "hello"}, "messages", "Input should be a valid"),
     ({"messages": MESSAGES, "stream": "yes"}, "stream", "valid boolean"),
     ({"messages": MESSAGES, "logprobs": True}, "logprobs", "not supported"),
-    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools", "not supported"),
-    ({"messages": MESSAGES, "seed": -1}, "seed", "greater than or equal to 0"),
+    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools.0.function", "required"),
+    ({"messages": MESSAGES, "seed": -2}, "seed", "greater than or equal to -1"),
 ])
 def test_wrong_fields_are_400_naming_the_field(client, body, param, words):
     resp = client.post("/v1/chat/completions", json=body)
@@ -305,7 +305,7 @@ def test_wrong_fields_are_400_naming_the_field(client, body, param, words):
 
 @pytest.mark.parametrize("body, words", [
     ({"prompt": ["a", "b"]}, "one prompt per request"),
-    ({"prompt": PROMPT, "echo": True}, "echo is not supported"),
+    ({"prompt": PROMPT, "echo": True}, "echo=true is not supported"),
     ({"max_tokens": 3}, "required"),
     ([1, 2, 3], "must be a JSON object"),
 ])

@@ -1,11 +1,15 @@
 """The chat page in a real headless browser: Debian's ``chromium`` driven by
 ``chromium-driver`` through selenium. It sends a message, waits for the streamed reply,
 and checks that the pieces from accepted drafts are the highlighted ones in the DOM.
+Then pages of another site (issue 22, item 4): served from a second loopback port under
+the name ``evil.test`` (mapped to 127.0.0.1 in the browser), they cannot use the server
+(not with a CORS request, not with a ``no-cors`` ``text/plain`` POST, not through DNS
+rebinding) unless ``--allow-origin`` names them.
 
 Skipped, with the reason, only where chromium or chromedriver is not installed
 (``apt-get install -y chromium chromium-driver``). The real-model test also leaves a
 screenshot: in its tmp_path, and at ``$EDGESPEC_SCREENSHOT`` when that is set (how the
-README's picture is made).
+picture in docs/server.md is made).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 
 pytestmark = pytest.mark.browser
+EVIL = "evil.test"
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -31,8 +36,7 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-@pytest.fixture()
-def browser(tmp_path):
+def _chromium(tmp_path, *extra: str):
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -43,10 +47,28 @@ def browser(tmp_path):
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-                "--window-size=1000,900", "--force-device-scale-factor=1"):
+                "--window-size=1000,900", "--force-device-scale-factor=1", *extra):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(30)
+    driver.set_script_timeout(60)
+    return driver
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    driver = _chromium(tmp_path)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture()
+def mapped_browser(tmp_path):
+    """A browser in which the name ``evil.test`` resolves to 127.0.0.1: a page of another
+    site served from this machine, and DNS rebinding, without a real DNS server."""
+    driver = _chromium(tmp_path, f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
     try:
         yield driver
     finally:
@@ -128,3 +150,113 @@ def test_chat_page_on_the_real_model_screenshot(browser, tmp_path):
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, target)
+
+
+# -- pages of another site -------------------------------------------------------------------
+
+CHAT = {"messages": [{"role": "user", "content": "hello world"}], "max_tokens": 6, "temperature": 0}
+FETCH_JS = """
+const [url, init, done] = arguments;
+fetch(url, init).then(r => r.text().then(t => done({status: r.status, type: r.type, text: t})))
+                .catch(e => done({error: String(e)}));
+"""
+
+
+class PageServer:
+    """A second loopback HTTP server: another site's page (a context manager)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"<!doctype html><html><body><h1>another site</h1></body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "PageServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def page_fetch(driver, url: str, *, no_cors: bool = False) -> dict:
+    """fetch() from the page now open in ``driver``: a JSON POST (a CORS request with a
+    preflight), or with ``no_cors`` a text/plain POST (no preflight, an opaque answer)."""
+    import json
+
+    init = {"method": "POST", "body": json.dumps(CHAT),
+            "headers": {"Content-Type": "text/plain" if no_cors else "application/json"}}
+    if no_cors:
+        init["mode"] = "no-cors"
+    return driver.execute_async_script(FETCH_JS, url, init)
+
+
+def generations(url: str) -> int:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return int(next(l.split()[1] for l in text.splitlines() if l.startswith("edgespec_generations_total ")))
+
+
+@pytest.fixture(scope="module")
+def plain_engine(tiny_target):
+    with Engine(tiny_target, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
+        yield e
+
+
+@needs_chromium
+def test_another_sites_page_cannot_use_the_server(mapped_browser, plain_engine):
+    with LiveServer(create_app(plain_engine, max_tokens=6)) as srv, PageServer() as site:
+        api = f"{srv.url}/v1/chat/completions"
+        mapped_browser.get(f"http://{EVIL}:{site.port}/")
+        assert "another site" in mapped_browser.page_source
+        before = generations(srv.url)
+        cors = page_fetch(mapped_browser, api)
+        assert "error" in cors and "Failed to fetch" in cors["error"]  # the preflight is refused
+        opaque = page_fetch(mapped_browser, api, no_cors=True)
+        assert opaque.get("type") == "opaque"  # the browser sent it...
+        assert generations(srv.url) == before  # ...and the server ran nothing
+        # a page of this machine on another port (a dev server) is a loopback origin: allowed
+        mapped_browser.get(f"http://localhost:{site.port}/")
+        local = page_fetch(mapped_browser, api)
+        assert local.get("status") == 200 and "choices" in local["text"]
+
+
+@needs_chromium
+def test_dns_rebinding_cannot_read_answers(mapped_browser, plain_engine):
+    """A page of evil.test whose name now resolves to 127.0.0.1 is same-origin with the
+    server's port: the Host check is what refuses it."""
+    with LiveServer(create_app(plain_engine, max_tokens=6)) as srv:
+        mapped_browser.get(f"http://{EVIL}:{srv.port}/")
+        assert "host_not_allowed" in mapped_browser.page_source
+        same_origin = page_fetch(mapped_browser, f"http://{EVIL}:{srv.port}/v1/chat/completions")
+        assert same_origin.get("status") == 403 and "host_not_allowed" in same_origin["text"]
+        assert generations(srv.url) == 0
+
+
+@needs_chromium
+def test_allow_origin_lets_that_sites_page_in(mapped_browser, plain_engine):
+    with PageServer() as site:
+        origin = f"http://{EVIL}:{site.port}"
+        with LiveServer(create_app(plain_engine, max_tokens=6, allow_origins=[origin])) as srv:
+            mapped_browser.get(origin + "/")
+            got = page_fetch(mapped_browser, f"{srv.url}/v1/chat/completions")
+            assert got.get("status") == 200, got
+            with Engine(plain_engine.target_path, draft=None, n_ctx=256, exact=True, n_threads=1) as ref:
+                want = ref.generate(CHAT["messages"], max_tokens=6).text
+            import json
+
+            assert json.loads(got["text"])["choices"][0]["message"]["content"] == want

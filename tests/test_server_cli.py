@@ -24,7 +24,8 @@ def test_help_lists_the_options():
     r = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
     for opt in ("--profile", "--target", "--draft", "--k", "--temperature", "--top-p", "--seed", "--max-tokens",
-                "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue"):
+                "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue",
+                "--allow-origin", "--parallel"):
         assert opt in r.stdout, opt
 
 
@@ -77,7 +78,8 @@ def test_serve_answers_and_stops_cleanly(tiny_target, tiny_same, sig):
         with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as ref:
             want = ref.generate(msgs, max_tokens=8)  # --max-tokens and --temperature are the defaults
         assert body["choices"][0]["message"]["content"] == want.text
-        assert httpx.get(f"{url}/health", timeout=5).json()["exact"] is True
+        assert httpx.get(f"{url}/health", headers=headers, timeout=5).json()["exact"] is True
+        assert httpx.get(f"{url}/health", timeout=5).json() == {"status": "ok"}  # liveness only without the key
         assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
         t0 = time.monotonic()
         proc.send_signal(sig)

@@ -90,3 +90,19 @@ def test_streaming_from_a_slot_and_a_hang_up_frees_it(engine, reference):
         text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks
                        if isinstance(c, dict) and c.get("choices"))
         assert text == reference.generate(msgs, max_tokens=8).text
+
+
+def test_timings_split_prompt_and_prediction_in_slots(engine):
+    """Issue 22, item 8: with --parallel, ``timings.prompt_ms`` is the wall time to the end
+    of the sequence's prefill (as llama-server reports a slot's), not 0, and
+    ``predicted_ms`` no longer counts the prefill."""
+    long = " ".join(QUESTIONS * 6)  # about 290 tokens: three prefill chunks
+    app = create_app(engine, max_tokens=6, parallel=2)
+    with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        t0 = time.perf_counter()
+        body = http.post("/v1/completions", json={"prompt": long, "temperature": 0}).json()
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+    t = body["timings"]
+    assert t["prompt_n"] > 128 and t["prompt_ms"] > 0 and t["prompt_per_second"] > 0
+    assert t["predicted_n"] == 6 and t["predicted_ms"] > 0
+    assert t["prompt_ms"] + t["predicted_ms"] <= elapsed_ms

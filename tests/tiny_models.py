@@ -327,6 +327,7 @@ def make_tiny_model(
     repeat_suppression: float = 2.0,
     attn_gain: float = 1.0,
     n_vocab: int | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a tiny ``llama`` GGUF (F32) to ``path`` and return the path.
 
@@ -346,7 +347,8 @@ def make_tiny_model(
     but the model can emit them) with random embedding and output rows drawn after all
     other weights, so every other weight is the same as without them: a 328-token
     ``base`` model is a 320-token one plus 8 ids (vocabulary sizes that differ, as
-    Qwen2.5-7B's 152,064 and 0.5B's 151,936 do).
+    Qwen2.5-7B's 152,064 and 0.5B's 151,936 do). ``chat_template`` replaces the
+    vocabulary's own template (a model whose template renders tools, for example).
     """
     import gguf  # test-only dependency
 
@@ -426,8 +428,8 @@ def make_tiny_model(
     w.add_pad_token_id(v.pad_id)
     w.add_add_bos_token(v.add_bos)
     w.add_add_eos_token(False)
-    if v.chat_template:
-        w.add_chat_template(v.chat_template)
+    if chat_template or v.chat_template:
+        w.add_chat_template(chat_template or v.chat_template)
     for key, (arr, _) in tensors.items():
         w.add_tensor(key, np.ascontiguousarray(arr, dtype=np.float32))
     w.write_header_to_file()
@@ -453,3 +455,63 @@ def write_random_bytes(dst: str | Path, n: int = 4096, seed: int = 0) -> Path:
     dst = Path(dst)
     dst.write_bytes(data)
     return dst
+
+
+def make_header_model(
+    path: str | Path,
+    *,
+    vocab: str = "base",
+    name: str = "edgespec-tiny-header",
+    kind: str = "model",
+    n_floats: int = 256,
+    n_parts: int = 1,
+    basename: str | None = None,
+    pre: str | None = None,
+    tokens: list[str] | None = None,
+) -> list[Path]:
+    """A GGUF that only has to be *read*, not run: a tiny vocabulary's tokenizer metadata
+    and ``n_floats`` F32 weights per part (which sets the file size, for size ratios).
+    ``kind``: "model", "mmproj" (general.type mmproj, arch clip) or "lora" (general.type
+    adapter). ``n_parts`` > 1 writes a split model (``name-00001-of-0000N.gguf`` next to
+    ``path``). ``tokens`` replaces the vocabulary's token list (a large fake vocabulary).
+    Returns the files written."""
+    import gguf
+
+    v = build_vocab(vocab)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arch = "clip" if kind == "mmproj" else "llama"
+    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=1 if n_parts > 1 else 0)
+    w.add_name(name)
+    if basename:
+        w.add_basename(basename)
+    if kind == "mmproj":
+        w.add_type("mmproj")
+    elif kind == "lora":
+        w.add_type("adapter")
+        w.add_string("adapter.type", "lora")
+    w.add_context_length(2048)
+    w.add_block_count(1)
+    w.add_embedding_length(64)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    toks = list(tokens) if tokens is not None else list(v.tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre or v.pre)
+    w.add_token_list(toks)
+    w.add_bos_token_id(v.bos_id)
+    w.add_eos_token_id(v.eos_id)
+    w.add_add_bos_token(v.add_bos)
+    w.add_add_eos_token(False)
+    if v.chat_template:
+        w.add_chat_template(v.chat_template)
+    for i in range(max(1, n_parts)):
+        w.add_tensor(f"blk.{i}.weight", np.zeros(n_floats, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if n_parts > 1:
+        return sorted(path.parent.glob(f"{path.stem}-*-of-*.gguf"))
+    return [path]

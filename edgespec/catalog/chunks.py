@@ -16,6 +16,16 @@ from .table import CatalogModel, PyPISource
 MiB = 1 << 20
 
 
+def cache_dir() -> Path:
+    """Where PyPI-carried models are assembled (created on first use)."""
+    env = os.environ.get("EDGESPEC_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "edgespec" / "models"
+
+
 def pypi_parts(src: PyPISource) -> tuple[list[Path], list[str]]:
     """The data files of the installed chunk packages, in order, and the names of the
     packages that are not installed (or not at the expected version)."""

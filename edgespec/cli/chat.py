@@ -6,22 +6,21 @@ each reply says how many prompt tokens were processed). Ctrl-C during a reply st
 reply (the engine leaves its caches consistent) and keeps the session; Ctrl-C at the
 prompt clears the line being typed, as in the Python REPL and ``ollama run``; Ctrl-D or
 ``/quit`` leaves. When the conversation outgrows the context, the oldest exchanges
-are dropped (and said so) so that a reply still fits; ``/reset`` starts over.
+are dropped (and said so) so that a reply still fits; ``/reset`` starts over. Nothing is
+dropped for a message that would not fit even then, and a system prompt that leaves no
+room for a message and a reply is refused when it is set. The slash commands are in
+``chat_commands``.
 
 This module knows the engine through its public API only, and the terminal through
 ``input()`` (with readline when available) and the readout.
 """
 
-import json
-import os
 import sys
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
@@ -32,26 +31,12 @@ from edgespec.cli.common import (
     err_console,
     load_engine,
     make_plan,
-    normalize_draft,
     out_console,
+    store_name,
 )
+from edgespec.cli.chat_commands import SlashCommands, _name
 from edgespec.cli.chat_input import History
 from edgespec.errors import ContextOverflowError, EdgespecError
-
-HELP = """\
-commands:
-  /help             this list
-  /stats            per-turn statistics of this conversation
-  /reset            forget the conversation (keeps the system prompt)
-  /k N | auto       draft exactly N tokens every round, or let the policy choose
-  /draft off|ngram|model|PATH   switch the drafter (model = the loaded draft model)
-  /system [TEXT|off]  show, set or remove the system prompt
-  /save FILE        save the conversation as JSON
-  /quit             leave (also Ctrl-D; Ctrl-C at the prompt clears the line)
-a line that is just \"\"\" starts a multi-line message; another \"\"\" ends it.
-Ctrl-C during a reply stops the reply and keeps the conversation."""
-
-
 
 @dataclass
 class TurnRecord:
@@ -70,8 +55,9 @@ class TurnRecord:
     finish_reason: str
 
 
-class ChatSession:
-    """One conversation: messages, the engine, the readout, and the slash commands."""
+class ChatSession(SlashCommands):
+    """One conversation: messages, the engine, the readout, and the slash commands
+    (``chat_commands.SlashCommands``)."""
 
     def __init__(
         self,
@@ -90,6 +76,8 @@ class ChatSession:
         self.console = console or out_console()
         self.err = err or err_console()
         self.readout = Readout(self.console, err_console=self.err, show_rejected=show_rejected)
+        if system:
+            self.check_system_fits(system)
         self.system = system
         self.messages: list[dict[str, str]] = self._fresh_messages()
         self.turns: list[TurnRecord] = []
@@ -154,7 +142,8 @@ class ChatSession:
 
     def _banner(self) -> None:
         e = self.engine
-        target = _name(getattr(e, "target_path", None)) or "target"
+        plan = getattr(e, "plan", None)
+        target = store_name(getattr(plan, "target", None)) or _name(getattr(e, "target_path", None)) or "target"
         drafter = e.drafter_name
         if drafter == "model":
             drafter = f"model ({_name(getattr(e, 'draft_path', None))})"
@@ -178,7 +167,8 @@ class ChatSession:
             self.messages.pop()
             self._error(str(e))
             if isinstance(e, ContextOverflowError):
-                self.err.print(Text("(the message alone does not fit; shorten it, or restart with a larger --n-ctx)"))
+                self.err.print(Text("(the message does not fit with room for a reply: shorten it, /reset, or "
+                                    "restart with a larger --n-ctx; the conversation is kept as it was)"))
             return
         reply = self.readout.reply()
         try:
@@ -230,16 +220,41 @@ class ChatSession:
                 style="yellow",
             ))
 
+    def _room(self) -> int:
+        """Tokens kept free for a reply: max_tokens, capped at a quarter of the context so
+        a long max_tokens does not wipe the conversation."""
+        return min(int(self.options.get("max_tokens", 256)), self.engine.n_ctx // 4)
+
+    def check_system_fits(self, system: str) -> None:
+        """A ``ContextOverflowError`` if ``system`` leaves no room for a message and a
+        reply: with it, the REPL would drop the whole conversation and still fail."""
+        n_ctx, room = self.engine.n_ctx, self._room()
+        n = len(self.engine.prompt_tokens([{"role": "system", "content": system}, {"role": "user", "content": ""}]))
+        if n + room > n_ctx:
+            raise ContextOverflowError(
+                f"the system prompt is {n:,} tokens: with {room:,} kept for a reply it does not fit the "
+                f"context of {n_ctx:,} tokens; shorten it, or restart with a larger --n-ctx")
+
     def _fit_context(self) -> None:
         """Drop the oldest exchanges until the prompt leaves room for a reply.
 
-        The room kept is max_tokens, capped at a quarter of the context so a long
-        max_tokens does not wipe the conversation. Dropping changes the prompt's prefix,
-        so the next turn re-reads the remaining history once.
+        First checks that dropping can help: when the system prompt and the new message
+        alone leave no room to generate, nothing is dropped and a ContextOverflowError
+        says so. Dropping changes the prompt's prefix, so the next turn re-reads the
+        remaining history once.
         """
-        n_ctx = self.engine.n_ctx
-        room = min(int(self.options.get("max_tokens", 256)), n_ctx // 4)
+        n_ctx, room = self.engine.n_ctx, self._room()
         first = 1 if self.messages and self.messages[0]["role"] == "system" else 0
+        least = len(self.engine.prompt_tokens(self.messages[:first] + self.messages[-1:]))
+        what = f"this message{' with the system prompt' if first else ''} is {least:,} tokens"
+        if least >= n_ctx:
+            raise ContextOverflowError(
+                f"{what}; the context holds {n_ctx:,}, so even without the earlier conversation no reply would fit")
+        if least + room > n_ctx and len(self.messages) - first > 1:
+            raise ContextOverflowError(
+                f"{what}; even without the earlier conversation the context ({n_ctx:,}) would keep only "
+                f"{n_ctx - least:,} of the {room:,} tokens a reply gets, so the conversation is not dropped for "
+                "it (/reset and send it again for a short reply)")
         dropped = 0
         while True:
             n = len(self.engine.prompt_tokens(self.messages))
@@ -256,142 +271,6 @@ class ChatSession:
                 style="yellow",
             ))
 
-    # -- slash commands ------------------------------------------------------------------
-
-    def command(self, line: str) -> bool:
-        """Run one slash command; False means leave."""
-        name, _, arg = line[1:].partition(" ")
-        name, arg = name.lower(), arg.strip()
-        if name in ("quit", "exit", "q"):
-            return False
-        handler = {
-            "help": self._cmd_help,
-            "?": self._cmd_help,
-            "stats": self._cmd_stats,
-            "reset": self._cmd_reset,
-            "k": self._cmd_k,
-            "draft": self._cmd_draft,
-            "system": self._cmd_system,
-            "save": self._cmd_save,
-        }.get(name)
-        if handler is None:
-            self._error(f"unknown command /{name}; /help lists them")
-            return True
-        try:
-            handler(arg)
-        except EdgespecError as e:
-            self._error(str(e))
-        return True
-
-    def _cmd_help(self, arg: str) -> None:
-        self.console.print(Text(HELP))
-
-    def _cmd_stats(self, arg: str) -> None:
-        e = self.engine
-        used = len(e.prompt_tokens(self.messages)) if len(self.messages) > (1 if self.system else 0) else 0
-        drafter, k = e.drafter_name, self.readout.k_label(e.adaptive_k, e.k, e.k_max)
-        self.console.print(Text(
-            f"{_name(getattr(e, 'target_path', None))} · drafter {drafter} · {k}"
-            f" · conversation {used:,} of {e.n_ctx:,} tokens · {_plural(len(self.turns), 'reply', 'replies')}",
-            style="bold",
-        ))
-        if not self.turns:
-            self.console.print(Text("no replies yet"))
-            return
-        table = Table(box=None, pad_edge=False, header_style="bold")
-        for col in ("turn", "prompt", "new", "reply", "drafter", "accepted", "per round", "k",
-                    "tok/s", "speedup", "finish"):
-            table.add_column(col, justify="left" if col in ("drafter", "speedup", "finish") else "right")
-        for t in self.turns:
-            drafted = t.drafter != "none"
-            table.add_row(
-                str(t.turn), f"{t.prompt_tokens:,}", f"{t.prompt_tokens_processed:,}",
-                f"{t.generated_tokens:,}", t.drafter,
-                f"{t.acceptance_rate:.0%}" if drafted else "–",
-                f"{t.mean_accepted_length:.2f}" if drafted else "–",
-                f"≤{t.k_final}" if drafted else "–",  # the bound; the summary has the mean
-                f"{t.tokens_per_second:.1f}", t.speedup or "–", t.finish_reason,
-            )
-        self.console.print(table)
-        total = sum(t.generated_tokens for t in self.turns)
-        new = sum(t.prompt_tokens_processed for t in self.turns)
-        seen = sum(t.prompt_tokens for t in self.turns)
-        self.console.print(Text(
-            f"total: {total:,} tokens generated; prompts {seen:,} tokens, of which {new:,} were "
-            f"decoded and {seen - new:,} reused from the cache",
-            style="dim",
-        ))
-
-    def _cmd_reset(self, arg: str) -> None:
-        self.messages = self._fresh_messages()
-        self.turns.clear()
-        self.turn_count = 0
-        self.engine.reset()
-        self.console.print(Text("conversation cleared", style="dim"))
-
-    def _cmd_k(self, arg: str) -> None:
-        if arg.strip() == "auto":
-            self.engine.adaptive_k = True
-            self.console.print(Text("k = auto (the drafting policy chooses each round)", style="dim"))
-            return
-        try:
-            k = int(arg)
-        except ValueError:
-            self._error(f"/k needs a whole number or auto, e.g. /k 4 (now k = "
-                        f"{self.engine.k if not self.engine.adaptive_k else 'auto'})")
-            return
-        self.engine.set_k(k)
-        self.engine.adaptive_k = False
-        self.console.print(Text(f"k = {self.engine.k} in every round (/k auto: the drafting policy)", style="dim"))
-
-    def _cmd_draft(self, arg: str) -> None:
-        if not arg:
-            self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|PATH"))
-            return
-        choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
-        if choice not in ("none", "ngram", "model") and self.err.is_terminal:
-            with self.err.status(f"loading {Path(choice).name}…"):
-                self.engine.set_drafter(choice)
-        else:
-            self.engine.set_drafter(choice)
-        self.console.print(Text(f"drafter: {self.engine.drafter_name}", style="dim"))
-        if self.engine.drafter_name != "none":
-            self.readout.print_legend()
-
-    def _cmd_system(self, arg: str) -> None:
-        if not arg:
-            self.console.print(Text(f"system prompt: {self.system!r}" if self.system else "no system prompt"))
-            return
-        self.system = None if arg.lower() in ("off", "none") else arg
-        rest = [m for m in self.messages if m["role"] != "system"]
-        self.messages = self._fresh_messages() + rest
-        self.console.print(Text(
-            ("system prompt set" if self.system else "system prompt removed")
-            + ("; the history will be re-read once" if rest else ""),
-            style="dim",
-        ))
-
-    def _cmd_save(self, arg: str) -> None:
-        if not arg:
-            self._error("/save needs a file name, e.g. /save chat.json")
-            return
-        path = Path(arg).expanduser()
-        e = self.engine
-        data = {
-            "target": str(getattr(e, "target_path", "")),
-            "drafter": e.drafter_name,
-            "draft": str(getattr(e, "draft_path", "") or "") or None,
-            "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.options.items()},
-            "messages": self.messages,
-            "turns": [asdict(t) for t in self.turns],
-        }
-        try:
-            path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-        except OSError as err:
-            self._error(f"cannot write {path}: {err.strerror or err}")
-            return
-        self.console.print(Text(f"saved {len(self.messages)} messages to {path}", style="dim"))
-
     # -- helpers -------------------------------------------------------------------------
 
     def _fresh_messages(self) -> list[dict[str, str]]:
@@ -399,14 +278,6 @@ class ChatSession:
 
     def _error(self, message: str) -> None:
         self.err.print(Text(f"error: {message}", style="red" if self.err.is_terminal else ""))
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def _name(path: Any) -> str:
-    return Path(str(path)).name if path else ""
 
 
 def chat(

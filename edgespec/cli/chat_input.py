@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-COMMANDS = ("/help", "/stats", "/reset", "/k", "/draft", "/system", "/save", "/quit", "/exit")
+COMMANDS = ("/help", "/stats", "/reset", "/k", "/draft", "/system", "/save", "/save!", "/quit", "/exit")
 
 
 class History:

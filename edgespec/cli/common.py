@@ -172,8 +172,21 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrid
             err.print(Text(line, style="dim"))
     if err.is_terminal and not quiet:
         with err.status(f"loading {Path(str(kwargs.get('target', 'model'))).name}…", spinner="dots"):
-            return Engine(**kwargs)
-    return Engine(**kwargs)
+            engine = Engine(**kwargs)
+    else:
+        engine = Engine(**kwargs)
+    engine.plan = p
+    return engine
+
+
+def store_name(target: str | None) -> str | None:
+    """The name to show for a model found in another tool's store (an Ollama blob's file
+    name says nothing); None for paths and catalog names (their file's stem says it)."""
+    from edgespec import catalog
+
+    if not target or Path(target).expanduser().is_file() or catalog.find_model(target) is not None:
+        return None
+    return target
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:

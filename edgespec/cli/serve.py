@@ -7,7 +7,8 @@ stops accepting, gives running requests a few seconds, then cancels them (which 
 their generations); the engine is closed on the way out.
 
 It binds 127.0.0.1 unless told otherwise, and warns when it listens beyond this machine
-without ``--api-key``.
+without ``--api-key``. Web pages from other origins may not use it unless
+``--allow-origin`` / ``EDGESPEC_ORIGINS`` allows them (``edgespec.server.guard``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from edgespec.cli.common import (
     err_console,
     load_engine,
     make_plan,
+    store_name,
 )
 
 GRACEFUL_SHUTDOWN_S = 3
@@ -40,6 +42,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to anything
+
+
+def allowed_origins(given: list[str] | None) -> list[str]:
+    """``--allow-origin`` values and ``EDGESPEC_ORIGINS`` (comma- or space-separated)."""
+    from_env = os.environ.get("EDGESPEC_ORIGINS", "").replace(",", " ").split()
+    return [*(given or []), *from_env]
 
 
 def serve(
@@ -71,6 +79,13 @@ def serve(
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests that may wait for the model; more get 503.")
     ] = 32,
+    allow_origin: Annotated[
+        Optional[list[str]],
+        typer.Option("--allow-origin",
+                     help="A web origin whose pages may use this server (repeatable; like http://localhost:3000, "
+                          "https://*.example.com or *). The server's own and loopback origins always may. "
+                          "Also EDGESPEC_ORIGINS, comma-separated."),
+    ] = None,
     parallel: Annotated[
         int, typer.Option("--parallel", "-P", min=1,
                           help="Requests generated at once, sharing each decode (parallel slots; each slot "
@@ -92,9 +107,17 @@ def serve(
         engine = load_engine(p)
     try:
         with cli_errors():
+            fatal: list[BaseException] = []
+
+            def on_fatal(error: BaseException) -> None:  # the worker died: stop serving, exit 1
+                fatal.append(error)
+                server.should_exit = True
+
             app = create_app(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
+                model_name=store_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+                on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin),
             )
             shown = f"[{host}]" if ":" in host else host
             err.print(Text(f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
@@ -112,6 +135,10 @@ def serve(
                     signal.signal(s, handler)
             if not server.started:
                 raise typer.Exit(1)  # uvicorn said why (the port is taken, ...)
+            if fatal:
+                err.print(Text(f"edgespec serve: stopped because the generation worker failed "
+                               f"({type(fatal[0]).__name__}: {fatal[0]})", style="red"))
+                raise typer.Exit(1)
             err.print(Text("edgespec serve: stopped", style="dim"))
     finally:
         engine.close()
@@ -119,3 +146,4 @@ def serve(
 
 def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see ``serve``)."""
+

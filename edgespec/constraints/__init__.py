@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from ..errors import ConstraintError, ConstraintStateError
 from ..llama import Model
-from .formats import JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, regex_grammar
-from .matcher import Constraint, Matcher, allowed_array, apply_mask
+from .formats import (JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, lark_json,
+                      regex_grammar)
+from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits
 from .batch import batch_masks
 from .tokenizer import tokenizer_for
 
@@ -39,12 +40,13 @@ def compile_constraint(response_format: dict | None, model: Model, *, lenient: b
     return None if spec is None else bind(spec, model)
 
 
-def compile_lark(grammar: str, model: Model, trigger: str | None = None) -> Constraint:
-    """A Lark grammar (llguidance's dialect: ``%json{...}`` embeds a JSON schema, a
-    special token is ``<tool_call>``) compiled for ``model``. With ``trigger`` the
-    grammar is lazy: free text until the trigger appears, the grammar from its first
-    byte on (so the grammar must itself start with the trigger text)."""
-    return bind(lark_grammar(grammar, trigger=trigger, param="grammar"), model)
+def compile_lark(grammar: str, model: Model, trigger: str | None = None, *, lenient: bool = False) -> Constraint:
+    """A Lark grammar (llguidance's dialect: ``%json{...}`` embeds a JSON schema, see
+    ``lark_json``; a special token is ``<tool_call>``) compiled for ``model``. With
+    ``trigger`` the grammar is lazy: free text until the trigger appears, the grammar
+    from its first byte on (so the grammar must itself start with the trigger text).
+    A JSON keyword llguidance does not implement is an error unless ``lenient``."""
+    return bind(lark_grammar(grammar, trigger=trigger, param="grammar", lenient=lenient), model)
 
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "grammar_spec",
     "json_schema_grammar",
     "lark_grammar",
+    "lark_json",
+    "mask_logits",
     "regex_grammar",
     "tokenizer_for",
 ]

@@ -18,7 +18,9 @@ the committed text contains the trigger; from the trigger's first byte on, the g
 (which itself starts with the trigger text) applies. On activation the text from the
 trigger to the end of the activating token is tokenized and consumed; tokens after it
 are consumed one for one. Rolling back past the activating token makes the matcher free
-again (and resets llguidance's state), so speculation past a trigger stays exact.
+again (and resets llguidance's state), so speculation past a trigger stays exact. While
+free, the only tokens masked out are those that would complete the trigger and go on with
+bytes the grammar refuses (``trigger.TriggerGuard``).
 
 Any llguidance error state raises ``ConstraintStateError``: a request never goes on
 unconstrained.
@@ -37,6 +39,7 @@ from llguidance import LLMatcher, LLTokenizer
 
 from ..errors import ConstraintStateError
 from .formats import GrammarSpec
+from .trigger import TriggerGuard
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,15 +93,32 @@ def allowed_array(bits: np.ndarray, n: int) -> np.ndarray:
     return np.unpackbits(bits.view(np.uint8), count=n, bitorder="little").view(bool)
 
 
+# -inf's bit pattern per float width: a forbidden token's penalty, built without branches
+_NEG_INF_BITS = {np.dtype(np.float32): (np.uint32, 0xFF800000), np.dtype(np.float64): (np.uint64, 0xFFF0000000000000)}
+
+
+def mask_logits(row: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """``row`` + (0 where ``allowed``, -inf elsewhere), as a new array (the logits row from
+    llama.cpp is never written). ``allowed``: booleans or 0/1 bytes as long as the row.
+    The penalty is made from -inf's bit pattern: a boolean-indexed copy costs ~15x more
+    on a 152k vocabulary with a scattered mask (~1 ms against ~80 us per row)."""
+    spec = _NEG_INF_BITS.get(row.dtype)
+    if spec is None:
+        return np.where(allowed, row, -np.inf)
+    uint, neg_inf = spec
+    pen = (allowed.view(np.uint8) ^ 1).astype(uint)
+    pen *= uint(neg_inf)
+    out = pen.view(row.dtype)
+    out += row
+    return out
+
+
 def apply_mask(bits: np.ndarray | None, row: np.ndarray) -> np.ndarray:
     """``row`` (logits) with every token the mask forbids at -inf; a new array (the
     logits row from llama.cpp is never written). ``bits`` None: no constraint here."""
     if bits is None:
         return row
-    allowed = allowed_array(bits, row.shape[0])
-    out = np.full_like(row, -np.inf)
-    np.copyto(out, row, where=allowed)
-    return out
+    return mask_logits(row, np.unpackbits(bits.view(np.uint8), count=row.shape[0], bitorder="little"))
 
 
 class Matcher:
@@ -125,6 +145,7 @@ class Matcher:
         self._text = bytearray()           # lazy: the free text so far (bytes) ...
         self._ends: list[int] = []         # ... and where each free token ends in it
         self._n_free = 0                   # lazy: tokens consumed before the grammar's own
+        self._guard = TriggerGuard(tok, self._trigger, self._m) if trig else None
 
     # -- state ---------------------------------------------------------------------------
     def _check(self, what: str) -> None:
@@ -237,6 +258,19 @@ class Matcher:
         self._check("the grammar failed computing forced tokens")
         return ff
 
+    def likely(self) -> list[int]:
+        """The canonical tokens of the bytes the grammar forces from here when no token is
+        forced: the text is certain, its split into tokens is not (``":"`` may come as
+        ``":`` then ``"``), so these are a good guess, not a certainty. [] when free."""
+        if not self.active:
+            return []
+        t0 = time.perf_counter()
+        text = bytes(self._m.compute_ff_bytes())
+        ids = self.constraint.tokenizer.tokenize_bytes(text) if text else []
+        ids = ids[: self.validate(ids)] if ids else []
+        self.t_mask += time.perf_counter() - t0
+        return ids
+
     def validate(self, tokens: Sequence[int]) -> int:
         """How many of ``tokens`` (from the current state on) the grammar accepts in a
         row; the state is left as it was."""
@@ -258,13 +292,21 @@ class Matcher:
     def fill_mask(self, row: int = 0) -> np.ndarray | None:
         """The allowed tokens at the next position as a bitmask row (int32 words, bit i of
         the row = token i) in this matcher's reusable buffer: valid until the next fill
-        of the same row. None when no grammar is in force (free text before a trigger)."""
-        if not self.active:
-            return None
+        of the same row. None when every token is allowed (free text before a trigger)."""
         if row >= self._buf.shape[0]:
             self._buf = np.zeros((max(row + 1, 2 * self._buf.shape[0]), self._words), dtype=np.int32)
         t0 = time.perf_counter()
         out = self._buf[row]
+        if not self.active:
+            bad = self._guard.bad(self._text)
+            self.t_mask += time.perf_counter() - t0
+            if not bad:
+                return None
+            out.fill(-1)
+            words = out.view(np.uint32)
+            for t in bad:
+                words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+            return out
         self._m.unsafe_compute_mask_ptr(out.ctypes.data, out.nbytes)
         self.t_mask += time.perf_counter() - t0
         self._check("the grammar failed computing its mask")

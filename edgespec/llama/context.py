@@ -3,6 +3,7 @@ logits of the rows asked for, rollback of the KV memory, and its last position."
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Sequence
 
@@ -12,6 +13,7 @@ from ..errors import ContextOverflowError, DecodeError, ModelLoadError, Rollback
 from .backend import _last_llama_errors, _llama, _log_mark, default_threads
 from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
 from .model import Model
+from .rpc import watch
 
 def create_context(model: Model, *, n_ctx: int, n_batch: int, n_threads: int,
                    n_threads_batch: int | None = None, n_seq_max: int = 1) -> tuple:
@@ -76,6 +78,8 @@ class _LlamaContext:
         self.n_vocab = model.n_vocab
         self.t_decode = 0.0  # seconds spent inside llama_decode (and the logits wait)
         self.n_decode_calls = 0
+        # over RPC, a server that stops answering ends the process with an error (rpc.watch)
+        self._watch = watch(model.rpc) if model.rpc else contextlib.nullcontext()
         self._batch = _llama.llama_batch_init(self.n_batch, 0, 1)
         b = self._batch
         self._b_token = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
@@ -100,7 +104,8 @@ class _LlamaContext:
         """llama_decode of the first ``n_tokens`` of the batch, timed; its return code."""
         self._batch.n_tokens = n_tokens
         t0 = time.perf_counter()
-        rc = _llama.llama_decode(self._ptr, self._batch)
+        with self._watch:
+            rc = _llama.llama_decode(self._ptr, self._batch)
         self.t_decode += time.perf_counter() - t0
         self.n_decode_calls += 1
         return rc
@@ -108,7 +113,8 @@ class _LlamaContext:
     def _logits(self, n_out: int) -> np.ndarray:
         """The last decode's ``n_out`` output rows, in batch order (a view)."""
         t0 = time.perf_counter()
-        ptr = _llama.llama_get_logits(self._ptr)  # waits for an asynchronous backend (RPC)
+        with self._watch:
+            ptr = _llama.llama_get_logits(self._ptr)  # waits for an asynchronous backend (RPC)
         self.t_decode += time.perf_counter() - t0
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
 

@@ -86,7 +86,12 @@ class Model:
         self.rpc = _rpc.endpoints(rpc)
         self._set_devices(params, tensor_split)
         mark = _log_mark()
-        ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        if self.rpc:  # the servers' handshakes and uploads, watched (rpc.watch): no answer ends the process
+            params.progress_callback = self._progress = _rpc.load_progress()
+            with _rpc.watch(self.rpc, during="while loading the model", learn=False):
+                ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        else:
+            ptr = _llama.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
         if not ptr:
             reason = _last_llama_errors(mark) or "llama.cpp gave no reason"
             raise ModelLoadError(
@@ -195,6 +200,15 @@ class Model:
         if v is None:
             v = self._eog_cache[token] = bool(_llama.llama_vocab_is_eog(self._vocab, token))
         return v
+
+    @property
+    def eog_ids(self) -> tuple[int, ...]:
+        """Every end-of-generation token id (read once from the vocabulary, then kept)."""
+        ids = getattr(self, "_eog_ids", None)
+        if ids is None:
+            is_eog, vocab = _llama.llama_vocab_is_eog, self._vocab
+            ids = self._eog_ids = tuple(t for t in range(self.n_vocab) if is_eog(vocab, t))
+        return ids
 
     def token_to_bytes(self, token: int, special: bool = False) -> bytes:
         """The bytes this token contributes to the text (control tokens render empty)."""

@@ -1,22 +1,11 @@
 """llama.cpp's RPC backend (``ggml-rpc``): model layers on other machines.
 
-It knows the endpoints (``HOST:PORT``), the first message of the wire protocol (so an
-endpoint can be checked before llama.cpp sees it), registering servers as devices,
-which devices a model gets, running an RPC server in this process, and what to do when
-llama.cpp aborts because a server went away. It knows nothing of speculation: a model
-whose layers sit on RPC devices decodes through ``Context`` like any other.
-
-Why the checks come first: llama.cpp treats an unreachable server, a protocol mismatch
-or a connection that drops as fatal (``GGML_ABORT`` -> ``abort()``), which kills the
-process with a C message that names no endpoint. So ``register`` connects to each
-endpoint itself and runs the HELLO handshake with a timeout before handing it over:
-
-    request : cmd u8 = 14 (RPC_CMD_HELLO) | size u64 = 24 | 24 bytes of transport caps (0)
-    response: size u64 = 28 | major u8 | minor u8 | patch u8 | pad u8 | 24 bytes of caps
-
-(ggml/src/ggml-rpc/ggml-rpc.cpp and ggml-rpc.h of the pinned llama-cpp-python 0.3.36:
-protocol 7.0.0; zero caps ask for plain TCP). An RPC server serves one client at a time,
-so a server busy with another client accepts the connection but does not answer.
+It knows registering servers as devices, which devices a model gets, running an RPC
+server in this process, and what to do when llama.cpp aborts because a server went
+away or stops answering. The endpoints and the checks made before llama.cpp sees one
+(parsing, resolving, the HELLO handshake with a timeout, two endpoints that are one
+server) are in ``rpc_endpoints``, re-exported here. It knows nothing of speculation: a
+model whose layers sit on RPC devices decodes through ``Context`` like any other.
 
 A server lost mid-generation cannot be turned into a Python exception: the abort
 happens on llama.cpp's dispatcher thread, with the main thread inside ``llama_decode``,
@@ -25,7 +14,12 @@ callback instead: it finds which endpoint is gone (a fresh connection is refused
 a live server that is still serving us does not answer) and hands an ``RpcServerLost``
 to the caller's handler, which reports it and ends the process; ``abort()`` follows if
 the handler returns. Results written before that point (a JSONL batch flushes each
-line) are kept.
+line) are kept. llama.cpp's sockets have no timeout, so a server that freezes without
+closing its connection would hang the decode forever, and one that another client took
+after our check would hang llama.cpp's own handshake; ``watch`` (the watchdog) hands the
+same handler an ``RpcServerLost`` when a decode over RPC takes far longer than any
+before it, or llama.cpp's handshake or a model load gets no answer or progress for as
+long (``EDGESPEC_RPC_TIMEOUT``, 120 s by default).
 
 Device choice: with ``llama_model_params.devices`` NULL llama.cpp puts a model on every
 registered device, RPC ones included, so once a server is registered every model that
@@ -35,119 +29,19 @@ is not meant for it (the drafter) gets an explicit NULL-terminated list of local
 from __future__ import annotations
 
 import ctypes
-import socket
-import struct
+import os
 import threading
-from dataclasses import dataclass
+import time
 from typing import Callable, Sequence
 
 from ..errors import InputError, RpcError, RpcServerLost
 from .backend import _ensure_backend, _ggml_library, _llama
+from .rpc_endpoints import (  # noqa: F401 - re-exported: the endpoints are part of this module's API
+    DEFAULT_PORT, RPC_PROTO_MAJOR, RPC_PROTO_MINOR, Endpoint, _hello, check_distinct, check_servers, endpoints,
+    parse_endpoints, probe, resolve,
+)
 
-RPC_PROTO_MAJOR = 7  # ggml-rpc.h: RPC_PROTO_MAJOR_VERSION of the pinned llama.cpp
-RPC_PROTO_MINOR = 0
-DEFAULT_PORT = 50052
-_RPC_CMD_HELLO = 14
-_CONN_CAPS_SIZE = 24
 _DEV_TYPE_CPU, _DEV_TYPE_GPU, _DEV_TYPE_IGPU = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One RPC server, as llama.cpp names it: ``host:port``."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
-    """``HOST:PORT[,HOST:PORT...]`` -> endpoints, in order (the order of the layers)."""
-    out: list[Endpoint] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InputError(f"--rpc: {part!r} is not HOST:PORT (for example 192.168.1.20:{DEFAULT_PORT})")
-        if ":" in host or host.startswith("["):
-            # llama.cpp splits the endpoint at its first ':'
-            raise InputError(f"--rpc: {part!r}: llama.cpp's RPC client takes IPv4 addresses or host names, not IPv6")
-        ep = Endpoint(host, int(port))
-        if ep in out:
-            raise InputError(f"--rpc: {ep} is listed twice")
-        out.append(ep)
-    if not out:
-        raise InputError("--rpc: no endpoint given (HOST:PORT[,HOST:PORT...])")
-    if len(out) > 16:  # GGML_RPC_MAX_SERVERS
-        raise InputError(f"--rpc: llama.cpp takes at most 16 RPC servers ({len(out)} given)")
-    return tuple(out)
-
-
-def endpoints(rpc: str | Sequence[str | Endpoint] | None) -> tuple[Endpoint, ...]:
-    """Endpoints from text, a list of texts or ``Endpoint``s; ``()`` for None or empty."""
-    if not rpc:
-        return ()
-    if isinstance(rpc, str):
-        return parse_endpoints(rpc)
-    return parse_endpoints(",".join(str(e) for e in rpc))
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionResetError("connection closed")
-        data += chunk
-    return data
-
-
-def _hello(ep: Endpoint, timeout: float) -> tuple[str, str]:
-    """(what was found, detail): "ok" (detail: the version), "refused", "unreachable",
-    "silent" (connected, no answer), "closed" (hung up at the hello), "foreign" (answered
-    something else) or "version" (another protocol version)."""
-    try:
-        sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
-    except ConnectionRefusedError:
-        return "refused", ""
-    except OSError as e:
-        return "unreachable", str(e.strerror or e) if not isinstance(e, TimeoutError) else "timed out"
-    with sock:
-        try:
-            sock.sendall(struct.pack("<BQ", _RPC_CMD_HELLO, _CONN_CAPS_SIZE) + bytes(_CONN_CAPS_SIZE))
-            (size,) = struct.unpack("<Q", _recv_exact(sock, 8))
-            if size != 4 + _CONN_CAPS_SIZE:
-                return "foreign", ""
-            major, minor, patch = _recv_exact(sock, size)[:3]
-        except (socket.timeout, TimeoutError):
-            return "silent", ""
-        except OSError as e:
-            return "closed", str(e.strerror or e)
-    version = f"{major}.{minor}.{patch}"
-    return ("ok" if major == RPC_PROTO_MAJOR and minor <= RPC_PROTO_MINOR else "version"), version
-
-
-def probe(ep: Endpoint, timeout: float = 5.0) -> str:
-    """Connect to ``ep`` and run the RPC HELLO; the server's protocol version, or an
-    ``RpcError`` that names the endpoint and says what it found there."""
-    found, detail = _hello(ep, timeout)
-    if found == "ok":
-        return detail
-    raise RpcError({
-        "refused": f"RPC server {ep}: nothing listens there (connection refused); start one on that machine "
-                   f"with `edgespec rpc-server --host ADDRESS --port {ep.port}`",
-        "unreachable": f"RPC server {ep}: cannot connect ({detail}; machine down, wrong address, or a firewall)",
-        "silent": f"{ep} accepted the connection but did not answer the RPC hello within {timeout:g} s: it is not "
-                  "an RPC server, or another client is using it (an RPC server serves one client at a time)",
-        "closed": f"{ep} hung up at the RPC hello ({detail}): not a llama.cpp RPC server, or one of another "
-                  f"protocol than {RPC_PROTO_MAJOR}.x",
-        "foreign": f"{ep} is not a llama.cpp RPC server: it answered the RPC hello with something else",
-        "version": f"RPC server {ep} speaks protocol {detail}; this llama.cpp speaks {RPC_PROTO_MAJOR}."
-                   f"{RPC_PROTO_MINOR}: run the same llama.cpp version on both ends",
-    }[found])
 
 
 def require_rpc() -> None:
@@ -211,16 +105,19 @@ def _proc(name: bytes) -> int:
 
 
 def register(endpoints: Sequence[Endpoint], *, timeout: float = 5.0) -> list[int]:
-    """Check each endpoint (connect, HELLO), then register it with llama.cpp; the device
-    handles of all of them, in order. An endpoint registered before is not checked again."""
+    """Check the endpoints (distinct servers, each answering the HELLO in time), then
+    register them with llama.cpp; the device handles of all of them, in order. An
+    endpoint registered before is not asked again."""
     lib = _ggml()
     add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(_proc(b"ggml_backend_rpc_add_server"))
     with _reg_lock:
+        check_distinct(endpoints)
+        check_servers([ep for ep in endpoints if ep not in _registered], timeout)
         for ep in endpoints:
             if ep in _registered:
                 continue
-            probe(ep, timeout)
-            reg = add(str(ep).encode())
+            with watch((ep,), during="while connecting to it", learn=False):  # llama.cpp's own hello
+                reg = add(str(ep).encode())
             n = lib.ggml_backend_reg_dev_count(reg) if reg else 0
             if not n:
                 raise RpcError(f"RPC server {ep} offers no device")
@@ -290,6 +187,17 @@ def lost_endpoint(endpoints: Sequence[Endpoint], timeout: float = 1.0) -> tuple[
     return None, "every server still answers"
 
 
+_reported = threading.Lock()
+
+
+def _report(err: RpcServerLost) -> None:
+    """Hand ``err`` to the handler, once per process (the abort callback and the watchdog
+    may both see the same loss); a second caller waits for the first to end the process."""
+    with _reported:
+        if _handler:
+            _handler[0](err)
+
+
 def _on_abort(message: bytes) -> None:
     text = (message or b"").decode("utf-8", errors="replace").strip()
     try:
@@ -297,10 +205,8 @@ def _on_abort(message: bytes) -> None:
             ep, how = lost_endpoint(tuple(_registered))
             where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
                 f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
-            _handler[0](RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
+            _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
         else:
-            import os
-
             os.write(2, text.encode() + b"\n")  # what ggml prints when no callback is set
     except BaseException:  # noqa: BLE001 - never raise into C; abort() follows
         pass
@@ -319,6 +225,107 @@ def on_server_lost(handler: Callable[[RpcServerLost], None]) -> None:
         cb = _ABORT_CALLBACK(_on_abort)
         fn(cb)
         _installed.append(cb)
+
+
+# -- a server that stops answering ------------------------------------------------------
+
+WATCHDOG_ENV = "EDGESPEC_RPC_TIMEOUT"
+WATCHDOG_FLOOR_S = 120.0  # the shortest silence taken for a frozen server (the first decodes too)
+WATCHDOG_FACTOR = 20.0  # ... or this many times the longest decode over RPC so far
+
+
+def _floor_s() -> float:
+    try:
+        return float(os.environ.get(WATCHDOG_ENV, WATCHDOG_FLOOR_S))
+    except ValueError:
+        return WATCHDOG_FLOOR_S
+
+
+class _Watchdog:
+    """One thread per process that ends a call into llama.cpp stuck on RPC servers far
+    longer than it should be. llama.cpp's sockets have no timeout, so a server that
+    freezes (or a link that goes silent without closing), or a handshake that a busy
+    server never answers, would otherwise hang the process forever; the call cannot be
+    interrupted, so the watchdog hands ``on_server_lost``'s handler (which reports and
+    ends the process) an ``RpcServerLost`` naming the endpoint. Without a handler
+    (library use) it does nothing. ``EDGESPEC_RPC_TIMEOUT`` (seconds) sets the floor; 0
+    turns it off. Decodes set the limit too: 20 times the longest one so far."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._endpoints: tuple[Endpoint, ...] = ()
+        self._during = ""
+        self._learn = True
+        self._longest = 0.0
+        self._thread: threading.Thread | None = None
+
+    def limit(self) -> float:
+        return max(_floor_s(), WATCHDOG_FACTOR * self._longest)
+
+    def arm(self, eps: tuple[Endpoint, ...], during: str = "mid-generation", learn: bool = True) -> None:
+        self._endpoints, self._during, self._learn = eps, during, learn
+        self._since = time.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="edgespec-rpc-watchdog", daemon=True)
+            self._thread.start()
+
+    def touch(self) -> None:
+        """Progress (a model load's callback): the silence starts again."""
+        if self._since is not None:
+            self._since = time.monotonic()
+
+    def disarm(self) -> None:
+        if self._since is not None and self._learn:
+            self._longest = max(self._longest, time.monotonic() - self._since)
+        self._since = None
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.25)
+            since, limit = self._since, self.limit()
+            if since is None or not _handler or _floor_s() <= 0 or time.monotonic() - since < limit:
+                continue
+            eps, during = self._endpoints, self._during
+            ep, how = lost_endpoint(eps)
+            if ep is None:
+                how = f"no answer for {round(limit, 1):g} s: frozen, busy with another client, or its link went " \
+                      "silent without closing"
+                ep = eps[0] if len(eps) == 1 else None
+            where = f"lost the RPC server {ep} {during} ({how})" if ep else \
+                f"an RPC server stopped answering {during} ({how}; one of {', '.join(map(str, eps))})"
+            _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it (if the server is only slow, "
+                                  f"set {WATCHDOG_ENV} to more seconds)", endpoint=str(ep or "")))
+            return
+
+
+_watchdog = _Watchdog()
+
+
+class watch:
+    """``with watch(endpoints):`` around a llama.cpp call that waits on those RPC servers.
+    ``during`` says what it is, for the error; ``learn=False`` keeps a call that is long
+    by nature (a model load) out of the decode limit."""
+
+    __slots__ = ("endpoints", "during", "learn")
+
+    def __init__(self, endpoints: tuple[Endpoint, ...], during: str = "mid-generation", learn: bool = True) -> None:
+        self.endpoints, self.during, self.learn = endpoints, during, learn
+
+    def __enter__(self) -> None:
+        _watchdog.arm(self.endpoints, self.during, self.learn)
+
+    def __exit__(self, *exc: object) -> None:
+        _watchdog.disarm()
+
+
+def load_progress() -> object:
+    """A ``llama_model_params.progress_callback`` for a load under ``watch``: each tensor
+    loaded restarts the silence (keep the object alive for the whole load)."""
+    def progress(_fraction: float, _data: object) -> bool:
+        _watchdog.touch()
+        return True
+
+    return _llama.llama_progress_callback(progress)
 
 
 # -- running a server ----------------------------------------------------------------------

@@ -10,40 +10,45 @@ caller closes it). Routes:
 * ``GET /metrics``                      Prometheus text (``metrics``)
 * ``GET /``                             the chat page (``static/chat.html``)
 
+With ``api_key`` every ``/v1`` route and ``/metrics`` need the key; ``/health`` without
+it says only ``{"status": ...}`` (liveness for load balancers), with it the full body;
+``/`` is a static page that holds nothing and asks for the key. Before any route,
+``guard.Guard`` refuses a Host that is not this server and a web page from an origin
+that is not allowed (docs/server-safety.md).
+
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
-validated (``schema``; 400 with an OpenAI error object naming the field), and becomes a
-``worker.Job``. The handler waits for the worker's first word: ``Failed`` (the engine
-refused the prompt: too long for the context, a bad value) is a 400 before any byte of
-the response is sent, even for a streamed request; ``Started`` means tokens follow.
-A streamed response is server-sent events, one chunk per piece of text, ending with
-``data: [DONE]``; each chunk's choice carries ``from_draft`` (the piece came from an
-accepted draft) and the chunk an ``x_edgespec`` object with the running drafted /
-accepted counts, for the chat page — extra fields that OpenAI clients ignore. The last
-chunk (with ``finish_reason``) carries llama-server's ``timings`` object; with
-``stream_options.include_usage`` a final chunk with empty ``choices`` carries ``usage``.
+validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
+the one table of the fields honoured, refused and ignored), its structure compiled off
+the event loop (``structured``: ``response_format`` and tools; a 400 naming the field
+when a schema, grammar or tool does not compile), and it becomes a ``worker.Job``. The
+handler waits for the worker's first word: ``Failed`` (the engine refused the prompt:
+too long for the context, a bad value) is a 400 before any byte of the response is
+sent, even for a streamed request; ``Started`` means tokens follow. The answer, whole or
+as server-sent events ending with ``data: [DONE]``, is built by ``responses.ReplyBody``
+(tool calls, the structure's completeness, ``timings``, ``usage``).
 
 **Hanging up.** A task watches the connection for ``http.disconnect`` while the request
 waits in the queue and while it generates; when the client goes away it cancels the job,
 so the worker stops that generation at the next token and serves the next request.
 
 **Errors.** Every error is an OpenAI-style object: 400 for bad input, 401 for a wrong or
-missing API key (only when the app has one), 404/405 for unknown routes, 413 for a body
-over the limit, 503 with ``Retry-After`` when the queue is full. An unexpected exception
-is logged on the server and answered with a 500 object that holds no traceback.
+missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405
+for unknown routes, 413 for a body over the limit, 503 with ``Retry-After`` when the
+queue is full, 503 ``worker_stopped`` once the generation worker has died. An
+unexpected exception, in a route or in a generation, is logged on the server and
+answered with a 500 object that holds no traceback (an error event on a stream).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
-import uuid
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -51,12 +56,15 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec import __version__
-from edgespec.errors import ContextOverflowError, EdgespecError, InputError
-from edgespec.events import Done, Round, Stats, Token
+from edgespec.errors import InputError
+from edgespec.events import Done
 
+from .guard import Guard, check_origins
 from .metrics import CountRequests, Metrics
+from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
-from .worker import Failed, Job, QueueFull, Started, Worker
+from .structured import Structure, plan_chat, plan_completion
+from .worker import Failed, Job, QueueFull, Started, Worker, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -66,10 +74,6 @@ DEFAULT_MAX_TOKENS = 1024
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
                    "frequency_penalty", "presence_penalty", "seed")
 ROUTES = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
-
-
-class _Gone(Exception):
-    """The client hung up."""
 
 
 def create_app(
@@ -83,6 +87,8 @@ def create_app(
     defaults: Mapping[str, Any] | None = None,
     model_name: str | None = None,
     retry_after: int = 5,
+    on_fatal: Callable[[BaseException], None] | None = None,
+    allow_origins: Iterable[str] = (),
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -95,6 +101,12 @@ def create_app(
     ``Engine.stream``: temperature, top_p, top_k, min_p, seed, ...) for requests that do
     not give them. ``model_name``: the id ``/v1/models`` reports (default: the target
     file's stem). ``retry_after``: the seconds a 503 asks the client to wait.
+    ``on_fatal(error)``: called if the generation worker dies (``serve`` stops then).
+    ``allow_origins``: web origins allowed beside the server's own and loopback ones
+    (``guard``: exact origins, patterns, ``*``).
+
+    Everything that can fail is built here, before the app serves: with ``parallel`` > 1
+    the batch of slots (``worker.Worker``); an error here means the server cannot run.
     """
     if max_body_bytes < 1024:
         raise InputError(f"max_body_bytes must be at least 1024 (got {max_body_bytes})")
@@ -103,8 +115,9 @@ def create_app(
     unknown = set(defaults or {}) - set(SAMPLING_FIELDS)
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
+    origins = check_origins(allow_origins)
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel)
+    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal)
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     model_id = model_name or Path(str(engine.target_path)).stem
@@ -124,6 +137,7 @@ def create_app(
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
+    app.add_middleware(Guard, origins=origins)  # inside the counting: refusals are counted too
     app.add_middleware(CountRequests, metrics=metrics, routes=ROUTES)
 
     # -- errors ---------------------------------------------------------------------------
@@ -145,12 +159,15 @@ def create_app(
         return JSONResponse(err.body(), status_code=500)
 
     # -- helpers --------------------------------------------------------------------------
-    def check_key(request: Request) -> None:
+    def has_key(request: Request) -> bool:
         if api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), api_key.encode()):
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), api_key.encode())
+
+    def check_key(request: Request) -> None:
+        if not has_key(request):
+            header = request.headers.get("authorization", "")
             raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'"
                            if not header else "the API key is wrong",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -168,44 +185,50 @@ def create_app(
         return bytes(body)
 
     def options_for(req: ChatRequest | CompletionRequest) -> dict:
-        opts = dict(base_options)
-        for name in SAMPLING_FIELDS:
-            value = getattr(req, name)
-            if value is not None:
-                opts[name] = value
-        opts["max_tokens"] = req.limit() or max_tokens
+        opts = {**base_options, **req.sampling_options(tokenize_text)}
+        limit = req.limit()
+        opts["max_tokens"] = engine.n_ctx if limit == -1 else (limit or max_tokens)
         opts["stop"] = req.stops()
         return opts
 
-    async def run(request: Request, req: ChatRequest | CompletionRequest, prompt: Any, *, chat: bool) -> Response:
+    def tokenize_text(text: str) -> list[int]:
+        return engine.tokenize(text, add_special=False, parse_special=False)
+
+    async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
+                  chat: bool) -> Response:
         options = options_for(req)
         if not chat:
             options["raw"] = True
-        job = Job(prompt=prompt, options=options)
+        if structure.constraint is not None:
+            options["constraint"] = structure.constraint
+        job = Job(prompt=structure.prompt, options=options)
         try:
             worker.submit(job)
         except QueueFull as e:
             raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
                            code="queue_full", headers={"Retry-After": str(retry_after)}) from None
+        except WorkerDied as e:
+            raise error_for(e, param=None) from None
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
-            first = await job.events.get()
+            first = await worker.next_event(job)
             if isinstance(first, Failed):
-                raise _error_for(first.error, param="messages" if chat else "prompt")
+                raise error_for(first.error, param="messages" if chat else "prompt")
         except BaseException:
             job.cancel()
             watcher.cancel()
             raise
         assert isinstance(first, Started)
-        reply = _Reply(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait)
+        reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
         if req.stream:
-            return StreamingResponse(_sse(reply, job, watcher), media_type="text/event-stream",
+            return StreamingResponse(sse(reply, job, watcher, worker.next_event),
+                                     media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
             while True:
-                item = await job.events.get()
+                item = await worker.next_event(job)
                 if isinstance(item, Failed):
-                    raise _error_for(item.error, param=None)
+                    raise error_for(item.error, param=None)
                 reply.feed(item)
                 if isinstance(item, Done):
                     return JSONResponse(reply.body())
@@ -215,10 +238,14 @@ def create_app(
 
     def parse(model: type, body: bytes) -> Any:
         try:
-            return model.model_validate_json(body)
+            req = model.model_validate_json(body)
         except ValidationError as e:
             message, param = describe_validation_error(e)
             raise ApiError(400, message, param=param) from None
+        refused = req.refusal()
+        if refused is not None:
+            raise refused
+        return req
 
     # -- routes ---------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
@@ -227,8 +254,10 @@ def create_app(
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         alive = worker.alive
+        if not has_key(request):  # with --api-key, liveness only: no model, no load
+            return JSONResponse({"status": "ok" if alive else "error"}, status_code=200 if alive else 503)
         body = {
             "status": "ok" if alive else "error",
             "model": model_id,
@@ -244,7 +273,8 @@ def create_app(
         return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/metrics")
-    async def metrics_text() -> PlainTextResponse:
+    async def metrics_text(request: Request) -> PlainTextResponse:
+        check_key(request)  # with --api-key, Prometheus scrapes with the key (bearer auth)
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
@@ -260,31 +290,15 @@ def create_app(
     async def chat_completions(request: Request) -> Response:
         check_key(request)
         req = parse(ChatRequest, await read_body(request))
-        return await run(request, req, [m.to_engine() for m in req.messages], chat=True)
+        return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         check_key(request)
         req = parse(CompletionRequest, await read_body(request))
-        return await run(request, req, req.engine_prompt(), chat=False)
+        return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
     return app
-
-
-def _error_for(e: BaseException, *, param: str | None) -> ApiError:
-    """The HTTP answer to an error the engine raised."""
-    if isinstance(e, ContextOverflowError):
-        return ApiError(400, str(e), param=param, code="context_length_exceeded")
-    if isinstance(e, InputError):
-        return ApiError(400, str(e))
-    if isinstance(e, QueueFull):
-        return ApiError(503, f"the server is shutting down ({e})", type="server_error", code="shutting_down")
-    if isinstance(e, _Gone):
-        return ApiError(499, "the client closed the request")
-    if isinstance(e, EdgespecError):
-        return ApiError(500, str(e), type="server_error")
-    log.error("generation failed: %r", e)
-    return ApiError(500, f"internal server error ({type(e).__name__}); see the server log", type="server_error")
 
 
 async def _watch_disconnect(request: Request, job: Job) -> None:
@@ -300,129 +314,4 @@ async def _watch_disconnect(request: Request, job: Job) -> None:
         pass
     if not job.cancelled:
         job.cancel()
-        job.events.put_nowait(Failed(_Gone()))
-
-
-class _Reply:
-    """Builds the OpenAI response objects for one generation, from its events."""
-
-    def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float) -> None:
-        self.chat = chat
-        self.model = model
-        self.req = req
-        self.queue_wait = queue_wait
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.object = "chat.completion" if chat else "text_completion"
-        self.drafted = 0
-        self.accepted = 0
-        self.done: Done | None = None
-
-    def feed(self, event: Any) -> None:
-        if isinstance(event, Round):
-            self.drafted += event.drafted
-            self.accepted += event.accepted
-        elif isinstance(event, Done):
-            self.done = event
-
-    # -- whole responses ------------------------------------------------------------
-    def usage(self, stats: Stats) -> dict:
-        return {
-            "prompt_tokens": stats.prompt_tokens,
-            "completion_tokens": stats.generated_tokens,
-            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prompt_tokens_processed},
-        }
-
-    def timings(self, stats: Stats) -> dict:
-        """llama-server's ``timings`` object, plus the prefix reused and the queue wait."""
-        return {
-            "prompt_n": stats.prompt_tokens_processed,
-            "prompt_ms": round(stats.t_prompt * 1000, 3),
-            "prompt_per_second": round(stats.prompt_tokens_processed / stats.t_prompt, 3) if stats.t_prompt else 0.0,
-            "predicted_n": stats.generated_tokens,
-            "predicted_ms": round(stats.t_generate * 1000, 3),
-            "predicted_per_second": round(stats.tokens_per_second, 3),
-            "draft_n": stats.drafted,
-            "draft_n_accepted": stats.accepted,
-            "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
-            "queue_ms": round(self.queue_wait * 1000, 3),
-        }
-
-    def body(self) -> dict:
-        done = self.done
-        assert done is not None
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": done.text},
-                      "logprobs": None, "finish_reason": done.finish_reason}
-        else:
-            choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
-        out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-               "choices": [choice], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
-        if self.req.return_tokens:
-            out["token_ids"] = list(done.token_ids)
-        return out
-
-    # -- stream chunks --------------------------------------------------------------
-    def chunk(self, *, text: str | None = None, from_draft: bool | None = None, finish: str | None = None,
-              first: bool = False) -> dict:
-        if self.chat:
-            delta: dict = {}
-            if first:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        if from_draft is not None:
-            choice["from_draft"] = from_draft
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice],
-                "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
-
-    def last_chunks(self) -> list[dict]:
-        done = self.done
-        assert done is not None
-        last = self.chunk(text=None if self.chat else "", finish=done.finish_reason)
-        last["timings"] = self.timings(done.stats)
-        if self.req.return_tokens:
-            last["token_ids"] = list(done.token_ids)
-        chunks = [last]
-        if self.req.include_usage():
-            chunks.append({"id": self.id, "object": last["object"], "created": self.created, "model": self.model,
-                           "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
-        return chunks
-
-
-def _event(obj: dict | str) -> str:
-    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def _sse(reply: _Reply, job: Job, watcher: asyncio.Task) -> AsyncIterator[str]:
-    """The server-sent events of one streamed generation."""
-    try:
-        if reply.chat:
-            yield _event(reply.chunk(text="", first=True))
-        while True:
-            item = await job.events.get()
-            if isinstance(item, Token):
-                if item.text:
-                    yield _event(reply.chunk(text=item.text, from_draft=item.from_draft))
-            elif isinstance(item, Round):
-                reply.feed(item)
-            elif isinstance(item, Done):
-                reply.feed(item)
-                for chunk in reply.last_chunks():
-                    yield _event(chunk)
-                yield _event("[DONE]")
-                return
-            elif isinstance(item, Failed):
-                if isinstance(item.error, _Gone):
-                    return
-                yield _event(_error_for(item.error, param=None).body())
-                yield _event("[DONE]")
-                return
-    finally:
-        job.cancel()
-        watcher.cancel()
+        job.events.put_nowait(Failed(Gone()))

@@ -1,13 +1,18 @@
 """The OpenAI request bodies we accept, and the error objects we answer with.
 
 Requests are validated by pydantic in strict mode (a number where a string belongs is an
-error, not a guess) and unknown fields are ignored, as OpenAI-compatible servers do:
-clients send fields this server has no use for (``user``, ``metadata``, ...). Fields
-that would change the answer and that we cannot honour are refused with a 400 that says
-so (``n`` > 1, ``logprobs``, ``echo``, ``suffix``, tools) rather than silently dropped.
-Beyond OpenAI's fields, llama-server's sampling extras are accepted (``top_k``,
-``min_p``, ``repeat_penalty``) and ``return_tokens`` adds the generated token ids to a
-response.
+error, not a guess). Which fields are honoured, refused (a 400 naming the field) or
+ignored is the one table in ``fields``; the models here declare exactly the honoured
+ones (OpenAI's, and llama-server's ``top_k``, ``min_p``, ``repeat_penalty``,
+``repeat_last_n``, ``n_predict``, ``ignore_eos``, ``logit_bias``, ``return_tokens``),
+and ``refusal()`` checks the rest against the table.
+
+Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
+``json_schema``, and edgespec's ``regex`` / ``grammar``), llama-server's top-level
+``json_schema`` and ``grammar`` (GBNF), edgespec's ``lenient_schema``, and on chat
+``tools`` / ``tool_choice`` / ``parallel_tool_calls``. Their shapes are checked here;
+whether a schema or grammar compiles is ``edgespec.server.structured``'s question (still
+a 400 before any model work).
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
 (``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
@@ -16,9 +21,13 @@ turns pydantic's report into one message naming the field.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+import json
+import math
+from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
 
@@ -47,10 +56,38 @@ class TextPart(BaseModel):
     text: str
 
 
+# OpenAI's rule for function names; it also keeps them safe to write into a grammar
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    """A tool call an assistant message made (sent back in the next request)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    id: Optional[str] = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Optional[Union[str, list[TextPart]]] = None
+    tool_calls: Optional[list[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    name: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _calls_from_assistant(self) -> "Message":
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only an assistant message can carry tool_calls")
+        return self
 
     def to_engine(self) -> dict:
         if self.content is None:
@@ -60,7 +97,40 @@ class Message(BaseModel):
         else:
             text = "".join(p.text for p in self.content)
         # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        return {"role": "system" if self.role == "developer" else self.role, "content": text}
+        out: dict = {"role": "system" if self.role == "developer" else self.role, "content": text}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.role == "tool":
+            out.update({k: v for k, v in (("tool_call_id", self.tool_call_id), ("name", self.name)) if v})
+        return out
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str = Field(pattern=TOOL_NAME)
+    description: Optional[str] = None
+    parameters: Optional[dict[str, Any]] = None
+    strict: Optional[bool] = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    type: Literal["function"]
+    function: ChosenFunction
+
+
+RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "grammar")
 
 
 class StreamOptions(BaseModel):
@@ -69,39 +139,67 @@ class StreamOptions(BaseModel):
 
 
 class _Request(BaseModel):
-    """What both endpoints share: sampling, limits, stop strings, streaming."""
+    """What both endpoints share: sampling, limits, stop strings, streaming.
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    The declared fields are the ``HONOURED`` ones of ``fields``; everything else lands in
+    ``model_extra``, where ``refusal()`` finds the refused ones."""
 
-    model: Optional[str] = None
+    model_config = ConfigDict(extra="allow", strict=True)
+    endpoint: ClassVar[str] = ""
+
     max_tokens: Optional[int] = Field(None, ge=1)
+    n_predict: Optional[int] = Field(None, ge=-1)
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    top_k: Optional[int] = Field(None, ge=0)
+    top_k: Optional[int] = Field(None, ge=-1)
     min_p: Optional[float] = Field(None, ge=0.0, le=1.0)
     repeat_penalty: Optional[float] = Field(None, gt=0.0)
+    repeat_last_n: Optional[int] = Field(None, ge=-1)
     frequency_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
     presence_penalty: Optional[float] = Field(None, ge=-2.0, le=2.0)
-    seed: Optional[int] = Field(None, ge=0)
+    seed: Optional[int] = Field(None, ge=-1)
+    logit_bias: Optional[Union[dict[str, Union[float, bool]], list[list[Union[int, float, str, bool]]]]] = None
+    ignore_eos: Optional[bool] = None
+    min_tokens: Optional[int] = Field(None, ge=0)
     stop: Optional[Union[str, list[str]]] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
-    n: Optional[int] = None
-    logprobs: Optional[Union[bool, int]] = None
     return_tokens: bool = False
+    response_format: Optional[dict[str, Any]] = None
+    json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
+    grammar: Optional[str] = None                 # llama-server: a GBNF grammar
+    lenient_schema: bool = False  # edgespec: relax schema keywords the constraint engine lacks
 
-    @field_validator("n")
+    @field_validator("response_format")
     @classmethod
-    def _one_choice(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError(f"n={v} is not supported: this server generates one choice per request (n=1)")
+    def _known_format(cls, v: dict | None) -> dict | None:
+        if v is not None and v.get("type") not in RESPONSE_FORMATS:
+            raise ValueError(f"type must be one of {', '.join(RESPONSE_FORMATS)} (got {v.get('type')!r})")
         return v
 
-    @field_validator("logprobs")
+    def constraint_format(self) -> tuple[dict | None, str]:
+        """The structure asked for, in ``response_format``'s shape, and the field that
+        asked for it (for a 400's ``param``); ``(None, "")`` for free text."""
+        given = [(name, getattr(self, name)) for name in ("response_format", "json_schema", "grammar")
+                 if getattr(self, name) is not None]
+        given = [(n, v) for n, v in given if not (n == "response_format" and v.get("type") == "text")]
+        if len(given) > 1:
+            raise ApiError(400, f"give one of response_format, json_schema and grammar, not "
+                                f"{' and '.join(n for n, _ in given)}", param=given[1][0])
+        if not given:
+            return None, ""
+        name, value = given[0]
+        if name == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": "json_schema", "schema": value}}, name
+        if name == "grammar":
+            return {"type": "grammar", "grammar": value}, name
+        return value, name
+
+    @field_validator("n_predict")
     @classmethod
-    def _no_logprobs(cls, v: Any) -> Any:
-        if v not in (None, False, 0):
-            raise ValueError("logprobs are not supported by this server")
+    def _some_tokens(cls, v: int | None) -> int | None:
+        if v == 0:
+            raise ValueError("n_predict must be at least 1, or -1 for as many as the context holds")
         return v
 
     @field_validator("stop")
@@ -110,6 +208,29 @@ class _Request(BaseModel):
         if isinstance(v, list) and len(v) > MAX_STOP_STRINGS:
             raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings (got {len(v)})")
         return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_pairs(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for pair in v:
+                if len(pair) != 2 or isinstance(pair[0], (bool, float)) or isinstance(pair[1], str) \
+                        or pair[1] is True:
+                    raise ValueError("each entry must be [token id or text, bias] (bias a number or false)")
+        elif isinstance(v, dict) and any(b is True for b in v.values()):
+            raise ValueError("a bias must be a number, or false to ban the token")
+        return v
+
+    def refusal(self) -> ApiError | None:
+        """The 400 for the first refused field this request uses (``fields.FIELDS``)."""
+        extra = self.model_extra or {}
+        f = refused_field(dict(self), self.endpoint, [k for k in extra])
+        if f is None:
+            return None
+        value = json.dumps(extra[f.name], ensure_ascii=False)
+        value = value if len(value) <= 60 else value[:57] + "..."
+        return ApiError(400, f"{f.name}={value} is not supported by this server: {f.note}",
+                        param=f.name, code="unsupported_parameter")
 
     def stops(self) -> list[str]:
         if self.stop is None:
@@ -120,53 +241,96 @@ class _Request(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
     def limit(self) -> int | None:
-        """The requested reply length (None: the server's default)."""
-        return self.max_tokens
+        """The requested reply length: None for the server's default, -1 for as many as
+        the context holds (llama-server's ``n_predict: -1``)."""
+        return self.n_predict if self.n_predict is not None else self.max_tokens
+
+    def sampling_options(self, tokenize: Callable[[str], list[int]]) -> dict:
+        """The ``Engine.stream`` sampling options this request sets, llama-server's
+        conventions turned into the engine's: ``top_k: -1`` is off (0), ``seed: -1`` is a
+        random seed (None), ``repeat_last_n`` is ``penalty_last_n``."""
+        names = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "frequency_penalty",
+                 "presence_penalty", "seed", "ignore_eos", "min_tokens")
+        opts = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if opts.get("top_k") == -1:
+            opts["top_k"] = 0
+        if opts.get("seed") == -1:
+            opts["seed"] = None
+        if self.repeat_last_n is not None:
+            opts["penalty_last_n"] = self.repeat_last_n
+        if self.logit_bias:
+            opts["logit_bias"] = self.bias_pairs(tokenize)
+        return opts
+
+    def bias_pairs(self, tokenize: Callable[[str], list[int]]) -> tuple[tuple[int, float], ...]:
+        """``logit_bias`` as (token id, bias) pairs, llama-server's way: a key or entry
+        that is not a number is text, each of its tokens biased; ``false`` bans."""
+        if not self.logit_bias:
+            return ()
+        items = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+        out: list[tuple[int, float]] = []
+        for key, bias in items:
+            value = -math.inf if bias is False else float(bias)
+            if isinstance(key, str) and key.strip().lstrip("-").isdecimal() and key.strip().isascii():
+                key = int(key)
+            ids = [key] if isinstance(key, int) else tokenize(key)
+            out.extend((int(t), value) for t in ids)
+        return tuple(out)
 
 
 class ChatRequest(_Request):
+    endpoint: ClassVar[str] = "chat"
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(None, ge=1)
-    tools: Optional[list[Any]] = None
-    functions: Optional[list[Any]] = None
+    tools: Optional[list[Tool]] = None
+    tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
+    parallel_tool_calls: Optional[bool] = None
 
-    @field_validator("tools", "functions")
+    @field_validator("tool_choice")
     @classmethod
-    def _no_tools(cls, v: list | None) -> list | None:
-        if v:
-            raise ValueError("tool and function calling are not supported by this server")
+    def _tool_choice(cls, v: Any) -> Any:
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError as e:
+                raise ValueError("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}} "
+                                 f"({describe_validation_error(e)[0]})") from None
+        raise ValueError(f"tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {v!r})")
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_tools(cls, v: list[Tool] | None) -> list[Tool] | None:
+        names = [t.function.name for t in v or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two tools are named {twice[0]!r}: tool names must be distinct")
         return v
 
+    def tool_mode(self) -> str:
+        """``"none"``, ``"auto"``, ``"required"`` or the name of the function to call."""
+        choice = self.tool_choice
+        if not self.tools:
+            if choice not in (None, "none"):
+                raise ApiError(400, "tool_choice needs tools: this request gives none", param="tool_choice")
+            return "none"
+        if isinstance(choice, NamedToolChoice):
+            if choice.function.name not in {t.function.name for t in self.tools}:
+                raise ApiError(400, f"tool_choice names {choice.function.name!r}, which is not one of the tools",
+                               param="tool_choice")
+            return choice.function.name
+        return choice or "auto"
+
     def limit(self) -> int | None:
+        if self.n_predict is not None:
+            return self.n_predict
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
 class CompletionRequest(_Request):
+    endpoint: ClassVar[str] = "completions"
     prompt: Union[str, list[str], list[int]]
-    echo: bool = False
-    suffix: Optional[str] = None
-    best_of: Optional[int] = None
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("echo is not supported by this server")
-        return v
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("suffix (fill-in-the-middle) is not supported by this server")
-        return v
-
-    @field_validator("best_of")
-    @classmethod
-    def _no_best_of(cls, v: int | None) -> int | None:
-        if v is not None and v != 1:
-            raise ValueError(f"best_of={v} is not supported: this server generates one choice per request")
-        return v
 
     @field_validator("prompt")
     @classmethod

@@ -23,6 +23,16 @@ With ``parallel`` > 1 the worker runs up to that many generations at once, as sl
 one multi-sequence batch (``edgespec.multiseq``): concurrent requests share each decode
 instead of waiting in line. Between two decodes it admits queued jobs into free slots
 and drops the sequences of jobs that were cancelled; events reach each job as above.
+
+**Failures never leave a caller waiting.** What can fail before serving is built in
+``Worker()`` (the batch of ``parallel`` slots, checked against llama.cpp's sequence
+limit), so a server that cannot serve refuses to start. Any exception in one
+generation or one batch step, typed or not, reaches the jobs it concerns as ``Failed``
+and the worker takes the next job (after a step failure the slots are emptied; the
+single stream's caches are cleared). Should the thread itself end, every job it held
+or that waits gets ``Failed(WorkerDied)``, ``submit`` refuses new ones, ``alive`` turns
+false and ``on_fatal`` is called (``serve`` then stops the server); ``next_event``
+answers ``WorkerDied`` to a caller whose job can no longer get an event.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from edgespec.errors import EdgespecError
 from edgespec.events import Done
@@ -45,6 +55,10 @@ log = logging.getLogger("edgespec.server")
 
 class QueueFull(Exception):
     """Every slot of the request queue is taken."""
+
+
+class WorkerDied(Exception):
+    """The generation thread has ended: this server cannot generate any more."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +107,14 @@ class Job:
 
 
 class Worker:
-    """The thread that owns the engine, and the bounded queue in front of it."""
+    """The thread that owns the engine, and the bounded queue in front of it.
 
-    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics, parallel: int = 1) -> None:
+    ``parallel`` > 1 builds the batch runner here, so that a failure (more sequences than
+    llama.cpp holds, no memory for the KV pool) stops the server before it is ready.
+    ``on_fatal(error)`` is called if the thread dies."""
+
+    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics, parallel: int = 1,
+                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
         if parallel < 1:
@@ -105,22 +124,56 @@ class Worker:
         self._active: set[Job] = set()  # parallel slots: the jobs generating now
         self.max_queue = max_queue
         self.metrics = metrics
+        self.on_fatal = on_fatal
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._current: Job | None = None
         self._stopping = False
+        self._died: BaseException | None = None  # why the thread ended, if it did
+        self._runner: Any = self._new_runner() if parallel > 1 else None
+
+    def _new_runner(self) -> Any:
+        from edgespec.batchrun import check_parallel
+        from edgespec.multiseq import BatchRunner
+
+        # llama.cpp's sequence limit and the KV memory, each slot holding the whole context
+        check_parallel(self.engine, self.parallel, self.engine.n_ctx)
+        return BatchRunner(self.engine, self.parallel, n_ctx_seq=self.engine.n_ctx)
 
     # -- the asyncio side -------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        """Queue ``job`` (FIFO); ``QueueFull`` when ``max_queue`` jobs already wait."""
-        if self._stopping:
-            raise QueueFull("the server is shutting down")
+        """Queue ``job`` (FIFO); ``QueueFull`` when ``max_queue`` jobs already wait or the
+        server is stopping, ``WorkerDied`` when the worker has ended."""
         self.start()
-        try:
-            self._jobs.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(f"{self.max_queue} requests are already waiting") from None
+        with self._lock:  # the dying thread drains the queue under this lock: no job is left in it
+            if self._died is not None:
+                raise WorkerDied(self.failure())
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            try:
+                self._jobs.put_nowait(job)
+            except queue.Full:
+                raise QueueFull(f"{self.max_queue} requests are already waiting") from None
+
+    async def next_event(self, job: Job, poll: float = 1.0) -> Any:
+        """The job's next event; ``Failed(WorkerDied)`` once the worker has ended and no
+        event is left for it (checked every ``poll`` seconds while waiting)."""
+        while True:
+            if not job.events.empty():  # the common case, without a timer
+                return job.events.get_nowait()
+            try:
+                return await asyncio.wait_for(job.events.get(), poll)
+            except asyncio.TimeoutError:
+                if self._died is not None or (self._thread is not None and not self._thread.is_alive()):
+                    if job.events.empty():
+                        return Failed(WorkerDied(self.failure()))
+
+    def failure(self) -> str:
+        """Why the worker ended, in words."""
+        e = self._died
+        why = f"{type(e).__name__}: {e}" if e is not None else "it stopped"
+        return f"the generation worker has stopped ({why}); restart the server"
 
     @property
     def waiting(self) -> int:
@@ -135,7 +188,7 @@ class Worker:
     def alive(self) -> bool:
         """False once the thread has ended (after ``stop``, or if it died); a worker
         that has not started yet counts as alive (it starts on the first job)."""
-        return not self._stopping and (self._thread is None or self._thread.is_alive())
+        return not self._stopping and self._died is None and (self._thread is None or self._thread.is_alive())
 
     def start(self) -> None:
         with self._lock:
@@ -151,23 +204,44 @@ class Worker:
         for current in [self._current, *list(self._active)]:
             if current is not None:
                 current.cancel()
+        self._fail_queued(QueueFull("the server is shutting down"))
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join(timeout)
+        elif self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def _fail_queued(self, error: BaseException) -> None:
         while True:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
-                break
+                return
             if job is not None:
                 job.cancel()
-                job.post(Failed(QueueFull("the server is shutting down")))
-        if thread is not None:
-            self._jobs.put(None)
-            thread.join(timeout)
+                job.post(Failed(error))
 
     # -- the worker thread -------------------------------------------------------------
     def _run(self) -> None:
-        if self.parallel > 1:
-            self._run_slots()
-            return
+        try:
+            if self.parallel > 1:
+                self._run_slots()
+            else:
+                self._run_single()
+        except BaseException as e:  # the thread ends: nobody may be left waiting
+            log.exception("the generation worker died")
+            with self._lock:
+                self._died = e
+                dead = WorkerDied(self.failure())
+                for job in [self._current, *self._active]:
+                    if job is not None:
+                        job.post(Failed(dead))
+                self._fail_queued(dead)
+            if self.on_fatal is not None:
+                self.on_fatal(e)
+
+    def _run_single(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -178,9 +252,10 @@ class Worker:
             self._current = job
             try:
                 self._serve(job)
-            except BaseException as e:  # pragma: no cover - a bug; keep serving the others
+            except Exception as e:  # a bug or a broken call: this job fails, the next one runs
                 log.exception("generation failed")
                 job.post(Failed(e))
+                self.engine.reset()  # the caches may be half-written: start the next one clean
             finally:
                 self._current = None
 
@@ -214,9 +289,7 @@ class Worker:
 
     # -- parallel slots ---------------------------------------------------------------
     def _run_slots(self) -> None:
-        from edgespec.multiseq import BatchRunner
-
-        runner = BatchRunner(self.engine, self.parallel, n_ctx_seq=self.engine.n_ctx)
+        runner = self._runner
         try:
             while True:
                 if not self._admit(runner):
@@ -225,7 +298,9 @@ class Worker:
                     continue
                 try:
                     outcomes = runner.step()
-                except EdgespecError as e:  # the decode failed: every running job fails
+                except Exception as e:  # the decode failed: every job in it fails, the slots empty
+                    if not isinstance(e, EdgespecError):
+                        log.exception("a batch step failed")
                     for job in self._active:
                         job.post(Failed(e))
                     self._active.clear()
@@ -233,9 +308,9 @@ class Worker:
                     continue
                 for o in outcomes:
                     self._active.discard(o.key)
-                    if o.error is not None:  # its grammar matcher failed: this job alone
+                    if o.error is not None:  # its grammar matcher failed: it alone ends
                         o.key.post(Failed(o.error))
-                    if o.cancelled:
+                    elif o.cancelled:
                         self.metrics.count_cancelled(started=True)
         finally:
             runner.close()
@@ -258,9 +333,14 @@ class Worker:
             wait = time.perf_counter() - job.enqueued_at
             req = Request(job, job.prompt, job.options, on_event=lambda ev, j=job: self._forward(j, ev),
                           cancelled=lambda j=job: j.cancelled)
-            failed = runner.admit(req)
-            if failed is not None:
-                job.post(Failed(failed.error))
+            try:
+                failed = runner.admit(req)
+                error = failed.error if failed is not None else None
+            except Exception as e:  # a bug in preparing this one request: it fails alone
+                log.exception("admitting a request failed")
+                error = e
+            if error is not None:
+                job.post(Failed(error))
                 continue
             self.metrics.observe_queue_wait(wait)
             job.post(Started(queue_wait=wait))

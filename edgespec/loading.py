@@ -1,0 +1,40 @@
+"""``edgespec.load``: an Engine from any model name, with the drafter chosen as the CLI
+chooses it.
+
+``Engine`` itself takes files (it sits below the catalog and the planner). This is the
+one call a script makes when it has a name instead: a catalog name, ``ollama:NAME:TAG``,
+an LM Studio ``publisher/repo``, ``hf:org/repo``, or a path. The planner picks the
+profile, the drafter (every compatible local model, prompt lookup or plain decoding,
+ranked by the cost model) and k, exactly as ``edgespec generate --target NAME`` does;
+``draft=`` and ``k=`` override it the same way as ``--draft`` and ``--k``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import Engine
+from .planner import Plan, plan
+
+
+def load(
+    target: str | None = None,
+    *,
+    draft: str | None = None,
+    profile: str | None = "auto",
+    k: int | None = None,
+    n_ctx: int | None = None,
+    exact: bool = False,
+    offline: bool | None = None,
+    **engine_options: Any,
+) -> Engine:
+    """Plan for ``target`` (None: the profile's default pair) and build its Engine.
+
+    ``engine_options`` go to ``Engine`` as they are (``n_threads``, ``n_batch``, ...).
+    The plan that was used is on the engine as ``engine.plan``. Raises the planner's
+    errors (an unknown or ambiguous name lists the candidates) before loading anything.
+    """
+    p: Plan = plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, exact=exact, offline=offline)
+    engine = Engine(**{**p.engine_kwargs(offline=offline), **engine_options})
+    engine.plan = p
+    return engine

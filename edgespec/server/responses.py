@@ -1,0 +1,262 @@
+"""The OpenAI response objects of one generation: whole bodies, stream chunks, errors.
+
+``ReplyBody`` builds a chat or text completion from the engine's events (``usage``,
+llama-server's ``timings``, ``token_ids`` on request); ``sse`` writes a streamed one as
+server-sent events (each choice carries ``from_draft``, each chunk an ``x_edgespec``
+object with the running drafted / accepted counts, for the chat page: extra fields that
+OpenAI clients ignore); ``error_for`` turns an error the engine or the worker raised into
+the ``ApiError`` the client gets (a 400 for bad input, a 500 that holds no traceback for
+anything unexpected). Knows nothing of routes or of the worker's thread.
+
+A constrained answer (``response_format``, tools) says how it ended in its choice:
+``"structure": {"type": ..., "complete": true|false}`` (and ``"relaxed"``: what
+``lenient_schema`` relaxed, if anything); ``finish_reason`` is
+``"length"`` when ``max_tokens`` cut it inside the structure. A chat answer that calls
+tools reads its text with ``tools.CallStream``: ``message.tool_calls`` (ids, type
+``function``, the function's name and its arguments as a JSON string) and
+``finish_reason: "tool_calls"``; streamed, ``delta.tool_calls`` by index: a call's id,
+type and name first, then its arguments piece by piece. The whole and the streamed
+answer are read by the same parser, so they agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from edgespec.errors import ContextOverflowError, EdgespecError, InputError
+from edgespec.events import Done, Round, Stats, Token
+from edgespec.sampling import SamplingOptionError
+
+from .schema import ApiError, ChatRequest, CompletionRequest
+from .structured import Structure
+from .tools import CallStream, Piece
+from .worker import Failed, Job, QueueFull, WorkerDied
+
+log = logging.getLogger("edgespec.server")
+
+
+class Gone(Exception):
+    """The client hung up."""
+
+
+def error_for(e: BaseException, *, param: str | None) -> ApiError:
+    """The HTTP answer to an error the engine raised."""
+    if isinstance(e, ContextOverflowError):
+        return ApiError(400, str(e), param=param, code="context_length_exceeded")
+    if isinstance(e, SamplingOptionError):
+        return ApiError(400, str(e), param=e.option)
+    if isinstance(e, InputError):
+        return ApiError(400, str(e), param=getattr(e, "param", None))
+    if isinstance(e, WorkerDied):
+        return ApiError(503, str(e), type="server_error", code="worker_stopped")
+    if isinstance(e, QueueFull):
+        return ApiError(503, f"the server is shutting down ({e})", type="server_error", code="shutting_down")
+    if isinstance(e, Gone):
+        return ApiError(499, "the client closed the request")
+    if isinstance(e, EdgespecError):
+        return ApiError(500, str(e), type="server_error")
+    log.error("generation failed: %r", e)
+    return ApiError(500, f"internal server error ({type(e).__name__}); see the server log", type="server_error")
+
+
+class ReplyBody:
+    """Builds the OpenAI response objects for one generation, from its events."""
+
+    def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
+                 structure: Structure | None = None) -> None:
+        self.chat = chat
+        self.model = model
+        self.req = req
+        self.queue_wait = queue_wait
+        self.structure = structure or Structure(prompt=None)
+        self.calls = CallStream() if self.structure.tools else None
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+        self.object = "chat.completion" if chat else "text_completion"
+        self.drafted = 0
+        self.accepted = 0
+        self.done: Done | None = None
+
+    def feed(self, event: Any) -> None:
+        if isinstance(event, Round):
+            self.drafted += event.drafted
+            self.accepted += event.accepted
+        elif isinstance(event, Done):
+            self.done = event
+
+    # -- how it ended -----------------------------------------------------------------
+    def finish_reason(self) -> str:
+        done = self.done
+        assert done is not None
+        if (self.calls is not None and self.calls.calls and done.finish_reason == "stop"
+                and all(c.complete for c in self.calls.calls)):
+            return "tool_calls"
+        return done.finish_reason
+
+    def structure_info(self) -> dict | None:
+        """``{"type", "complete"}`` for a constrained answer, None for free text."""
+        done = self.done
+        if self.structure.kind is None or done is None:
+            return None
+        # the matcher's word (the structure as the reply ended), else how it ended
+        complete = done.structured_complete
+        if complete is None:
+            complete = done.finish_reason == "stop"
+        if self.calls is not None:
+            if self.structure.optional and not self.calls.calls:
+                return None  # tool_choice auto, answered in free text
+            complete = complete and all(c.complete for c in self.calls.calls)
+        info = {"type": self.structure.kind, "complete": bool(complete)}
+        relaxed = getattr(self.structure.constraint, "warnings", ())
+        if relaxed:  # what lenient_schema let through: never relaxed silently
+            info["relaxed"] = list(relaxed)
+        return info
+
+    # -- whole responses ------------------------------------------------------------
+    def usage(self, stats: Stats) -> dict:
+        return {
+            "prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.generated_tokens,
+            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prompt_tokens_processed},
+        }
+
+    def timings(self, stats: Stats) -> dict:
+        """llama-server's ``timings`` object, plus the prefix reused and the queue wait."""
+        return {
+            "prompt_n": stats.prompt_tokens_processed,
+            "prompt_ms": round(stats.t_prompt * 1000, 3),
+            "prompt_per_second": round(stats.prompt_tokens_processed / stats.t_prompt, 3) if stats.t_prompt else 0.0,
+            "predicted_n": stats.generated_tokens,
+            "predicted_ms": round(stats.t_generate * 1000, 3),
+            "predicted_per_second": round(stats.tokens_per_second, 3),
+            "draft_n": stats.drafted,
+            "draft_n_accepted": stats.accepted,
+            "forced_n": stats.forced,  # drafts the grammar forced (in draft_n too)
+            "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
+            "queue_ms": round(self.queue_wait * 1000, 3),
+        }
+
+    def message(self) -> dict:
+        done = self.done
+        assert done is not None
+        if self.calls is None:
+            return {"role": "assistant", "content": done.text}
+        self.calls.push(done.text)
+        self.calls.finish()
+        if not self.calls.calls:
+            return {"role": "assistant", "content": self.calls.content}
+        return {"role": "assistant", "content": self.calls.content or None,
+                "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                               for c in self.calls.calls]}
+
+    def body(self) -> dict:
+        done = self.done
+        assert done is not None
+        if self.chat:
+            choice = {"index": 0, "message": self.message(), "logprobs": None,
+                      "finish_reason": self.finish_reason()}
+        else:
+            choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
+        info = self.structure_info()
+        if info is not None:
+            choice["structure"] = info
+        out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+               "choices": [choice], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
+        if self.req.return_tokens:
+            out["token_ids"] = list(done.token_ids)
+        return out
+
+    # -- stream chunks --------------------------------------------------------------
+    def chunk(self, *, text: str | None = None, from_draft: bool | None = None, finish: str | None = None,
+              first: bool = False, tool_call: dict | None = None) -> dict:
+        if self.chat:
+            delta: dict = {}
+            if first:
+                delta["role"] = "assistant"
+            if text is not None:
+                delta["content"] = text
+            if tool_call is not None:
+                delta["tool_calls"] = [tool_call]
+            choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if from_draft is not None:
+            choice["from_draft"] = from_draft
+        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [choice],
+                "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
+
+    def text_chunks(self, text: str, from_draft: bool | None) -> list[dict]:
+        """The chunks of a piece of the answer's text."""
+        if self.calls is None:
+            return [self.chunk(text=text, from_draft=from_draft)] if text else []
+        return [self._piece_chunk(p, from_draft) for p in self.calls.push(text)]
+
+    def _piece_chunk(self, p: Piece, from_draft: bool | None) -> dict:
+        if p.index < 0:
+            return self.chunk(text=p.content, from_draft=from_draft)
+        call: dict = {"index": p.index}
+        if p.id is not None:
+            call.update(id=p.id, type="function", function={"name": p.name, "arguments": ""})
+        else:
+            call["function"] = {"arguments": p.arguments}
+        return self.chunk(tool_call=call, from_draft=from_draft)
+
+    def last_chunks(self) -> list[dict]:
+        done = self.done
+        assert done is not None
+        chunks = [self._piece_chunk(p, None) for p in self.calls.finish()] if self.calls is not None else []
+        last = self.chunk(text=None if self.chat else "", finish=self.finish_reason())
+        info = self.structure_info()
+        if info is not None:
+            last["choices"][0]["structure"] = info
+        last["timings"] = self.timings(done.stats)
+        if self.req.return_tokens:
+            last["token_ids"] = list(done.token_ids)
+        chunks.append(last)
+        if self.req.include_usage():
+            chunks.append({"id": self.id, "object": last["object"], "created": self.created, "model": self.model,
+                           "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
+        return chunks
+
+
+def event(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task,
+              next_event: Callable[[Job], Awaitable[Any]]) -> AsyncIterator[str]:
+    """The server-sent events of one streamed generation (``next_event``: the worker's,
+    which never waits on a dead worker). An error midway is an error event, then
+    ``[DONE]``."""
+    try:
+        if reply.chat:
+            yield event(reply.chunk(text="", first=True))
+        while True:
+            item = await next_event(job)
+            if isinstance(item, Token):
+                for chunk in reply.text_chunks(item.text, item.from_draft):
+                    yield event(chunk)
+            elif isinstance(item, Round):
+                reply.feed(item)
+            elif isinstance(item, Done):
+                reply.feed(item)
+                for chunk in reply.last_chunks():
+                    yield event(chunk)
+                yield event("[DONE]")
+                return
+            elif isinstance(item, Failed):
+                if isinstance(item.error, Gone):
+                    return
+                yield event(error_for(item.error, param=None).body())
+                yield event("[DONE]")
+                return
+    finally:
+        job.cancel()
+        watcher.cancel()

@@ -1,0 +1,110 @@
+"""Logit bias, ``ignore_eos`` and ``min_tokens`` (issue 22, item 6), in the library:
+the sampling functions, then whole generations (single stream, speculative, batch) on a
+tiny model whose greedy choice is end-of-generation at once (``eos_bias``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgespec import Engine
+from edgespec.errors import InputError
+from edgespec.batchrun import BatchRun, Request
+from edgespec.sampling import SamplingParams, apply_logit_bias, ban, params_from
+from tiny_models import make_tiny_model
+
+PROMPT = "the quick brown fox"
+
+
+def test_logit_bias_adds_and_bans_and_ban_sets_minus_infinity():
+    row = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
+    out = apply_logit_bias(row, ((0, 5.0), (3, -math.inf), (0, 1.0)))
+    assert out.tolist() == [7.0, 2.0, 3.0, -math.inf]  # an id given twice gets both
+    assert row.tolist() == [1.0, 2.0, 3.0, 4.0]        # the caller's row is left alone
+    assert ban(row, (1, 2)).tolist() == [1.0, -math.inf, -math.inf, 4.0]
+
+
+def test_params_from_takes_a_mapping_and_names_bad_options():
+    p = params_from({"logit_bias": {5: -2.0, 7: -math.inf}, "ignore_eos": True, "min_tokens": 3})
+    assert p.logit_bias == ((5, -2.0), (7, -math.inf)) and p.ignore_eos and p.min_tokens == 3 and p.bans_eog
+    with pytest.raises(InputError, match="unknown generation option: top_q"):
+        params_from({"top_q": 0.5})
+    with pytest.raises(InputError, match="min_tokens"):
+        params_from({"min_tokens": -1})
+    with pytest.raises(InputError, match="logit_bias"):
+        params_from({"logit_bias": {3: math.inf}})
+    with pytest.raises(InputError, match="logit_bias"):
+        SamplingParams(logit_bias=((400, 1.0),)).check_vocab(320)
+
+
+@pytest.fixture(scope="module")
+def eos_first(tmp_path_factory):
+    # EOS is the greedy choice at every position: plain greedy decoding stops at once
+    return make_tiny_model(tmp_path_factory.mktemp("eos_first") / "eos.gguf", eos_bias=30.0)
+
+
+@pytest.fixture(scope="module")
+def plain(eos_first):
+    with Engine(eos_first, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
+        yield e
+
+
+def test_ignore_eos_and_min_tokens_keep_generating(plain):
+    base = plain.generate(PROMPT, max_tokens=12)
+    assert base.finish_reason == "stop" and len(base.token_ids) <= 1
+    free = plain.generate(PROMPT, max_tokens=12, ignore_eos=True)
+    assert free.finish_reason == "length" and len(free.token_ids) == 12
+    assert not any(plain.target_model.is_eog(t) for t in free.token_ids)
+    least = plain.generate(PROMPT, max_tokens=12, min_tokens=5)
+    # EOS is banned for the first 5 tokens, then greedy picks it soon (it often leads)
+    assert least.finish_reason == "stop" and 5 <= len(least.token_ids) < 12
+    assert least.token_ids == free.token_ids[:len(least.token_ids)]
+
+
+def test_min_tokens_holds_stop_strings_back_too(plain):
+    free = plain.generate(PROMPT, max_tokens=12, ignore_eos=True)
+    stop = free.text[:2]
+    assert stop and plain.generate(PROMPT, max_tokens=12, ignore_eos=True, stop=stop).text == ""
+    late = plain.generate(PROMPT, max_tokens=12, ignore_eos=True, stop=stop, min_tokens=6)
+    assert len(late.token_ids) >= 6
+
+
+def test_logit_bias_changes_greedy_choices(tiny_target):
+    with Engine(tiny_target, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
+        base = e.generate(PROMPT, max_tokens=8)
+        first = base.token_ids[0]
+        banned = e.generate(PROMPT, max_tokens=8, logit_bias={first: -math.inf})
+        assert banned.token_ids[0] != first and first not in banned.token_ids
+        forced = e.generate(PROMPT, max_tokens=6, logit_bias={100: 100.0})
+        assert forced.token_ids == [100] * 6
+
+
+@pytest.mark.parametrize("draft", ["same", "ngram"])
+def test_speculation_follows_the_same_bias_and_bans(tiny_target, tiny_same, eos_first, plain, draft):
+    """Speculative decoding under these options gives plain decoding's tokens (exact kernels)."""
+    cases = [(tiny_target, {"logit_bias": {50: 6.0, 51: -math.inf}}),
+             (eos_first, {"ignore_eos": True}), (eos_first, {"min_tokens": 7})]
+    for model, options in cases:
+        with Engine(model, draft=None, n_ctx=256, exact=True, n_threads=1) as ref, \
+                Engine(model, draft=(tiny_same if draft == "same" and model == tiny_target else "ngram"),
+                       n_ctx=256, exact=True, n_threads=1) as spec:
+            prompt = PROMPT + " " + PROMPT
+            want = ref.generate(prompt, max_tokens=16, **options)
+            got = spec.generate(prompt, max_tokens=16, **options)
+            assert got.token_ids == want.token_ids, options
+            assert got.finish_reason == want.finish_reason
+
+
+def test_batch_sequences_honour_the_options_like_solo_runs(eos_first, plain):
+    reqs = [Request(0, PROMPT, {"max_tokens": 10, "ignore_eos": True}),
+            Request(1, PROMPT, {"max_tokens": 10, "min_tokens": 4}),
+            Request(2, PROMPT, {"max_tokens": 10}),
+            Request(3, PROMPT, {"max_tokens": 10, "ignore_eos": True, "logit_bias": {60: 50.0}})]
+    out = {o.key: o for o in BatchRun(plain, reqs, parallel=4)}
+    for r in reqs:
+        want = plain.generate(r.prompt, **r.options)
+        assert out[r.key].error is None
+        assert out[r.key].result.token_ids == want.token_ids, r.options
+    assert len(out[1].result.token_ids) >= 4 and out[1].result.finish_reason == "stop"
