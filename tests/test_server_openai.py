@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
-import httpx
 import pytest
 
 from edgespec import Engine
 from edgespec.catalog import resolve_model
-from serve_support import free_port
+from serve_support import serve_process
 
 openai = pytest.importorskip("openai")
 
@@ -76,32 +72,9 @@ def reference(qwen05):
 
 @pytest.fixture(scope="module")
 def server(qwen05):
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edgespec", "serve", "--target", str(qwen05), "--draft", "ngram", "--exact",
-         "--k", "4", "--n-ctx", str(N_CTX), "--port", str(port), "--api-key", "test-key"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("edgespec serve did not come up:\n" + proc.communicate()[1])
-        time.sleep(0.2)
-    yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        _, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    assert proc.returncode == 0, err
+    with serve_process(["--target", str(qwen05), "--draft", "ngram", "--exact", "--k", "4",
+                        "--n-ctx", str(N_CTX), "--api-key", "test-key"]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
