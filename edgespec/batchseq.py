@@ -47,7 +47,6 @@ class BatchSeq:
         drafter = NgramDrafter(min_match=runner.engine.ngram_min_match, is_break=runner.engine.is_break) \
             if runner.drafter_name == "ngram" else NoDrafter()
         drafter.begin(ids, params, rng)
-        self.constraint = constraint
         self.loop = SpeculativeLoop(
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
@@ -78,13 +77,8 @@ class BatchSeq:
         now = time.perf_counter()
         st.t_total, st.t_generate = now - self.t_start, now - (self.t_gen or now)
         st.k_final = self.loop.last_k
-        complete, parsed = None, None
         m = self.matcher
-        if m is not None:
-            # without the tokens past the reply's end (its EOG, or the rest of a round cut
-            # by max_tokens or a stop string), as generation.run judges a single reply
-            m.rollback(m.consumed - len(self.reply.ids))
-            complete, parsed = self.constraint.outcome(self.reply.text, m.complete())
+        complete, parsed = m.outcome(self.reply.ids, self.reply.text) if m is not None else (None, None)
         if self.req.on_event is not None:
             self.req.on_event(Done(finish_reason=self.reply.finish_reason, stats=st, text=self.reply.text,
                                    token_ids=tuple(self.reply.ids), structured_complete=complete,

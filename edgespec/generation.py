@@ -69,11 +69,6 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
         stats.t_total = time.perf_counter() - t_start
         stats.k_final = loop.last_k
         engine.last_stats = stats
-    complete, parsed = None, None
-    if matcher is not None:
-        # the structure as the reply ends: without the tokens past its end (the EOG
-        # token, or the rest of a round that went beyond max_tokens or a stop string)
-        matcher.rollback(matcher.consumed - len(reply.ids))
-        complete, parsed = constraint.outcome(reply.text, matcher.complete())
+    complete, parsed = matcher.outcome(reply.ids, reply.text) if matcher is not None else (None, None)
     yield Done(finish_reason=reply.finish_reason, stats=stats, text=reply.text,
                token_ids=tuple(reply.ids), structured_complete=complete, parsed=parsed)

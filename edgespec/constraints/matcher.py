@@ -118,7 +118,7 @@ def apply_mask(bits: np.ndarray | None, row: np.ndarray) -> np.ndarray:
     logits row from llama.cpp is never written). ``bits`` None: no constraint here."""
     if bits is None:
         return row
-    return mask_logits(row, np.unpackbits(bits.view(np.uint8), count=row.shape[0], bitorder="little"))
+    return mask_logits(row, allowed_array(bits, row.shape[0]))
 
 
 class Matcher:
@@ -165,6 +165,13 @@ class Matcher:
         """Whether what was consumed completes the structure (None: a lazy grammar that
         never started)."""
         return self._m.is_accepting() if self.active else None
+
+    def outcome(self, reply_ids: Sequence[int], text: str) -> tuple[bool | None, object]:
+        """(structured_complete, parsed) of a finished reply: judged without the tokens
+        consumed past its end (its EOG, or the rest of a round cut by max_tokens or a
+        stop string), so the matcher is first rolled back to the reply's length."""
+        self.rollback(self.consumed - len(reply_ids))
+        return self.constraint.outcome(text, self.complete())
 
     # -- advancing -----------------------------------------------------------------------
     def consume(self, tokens: Sequence[int]) -> None:
