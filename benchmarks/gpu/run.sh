@@ -130,8 +130,7 @@ if ! "$PY" -m pip install -q --no-deps --no-index --no-build-isolation --no-cach
         > "$TMPL/pip-edgespec.log" 2>&1; then
     # no wheel-building setuptools there: lay the pure-Python package out as its wheel would
     log "pip could not build edgespec (see below); copying the package instead"
-    mkdir -p "$SITE/edgespec/profile_data" && cp -r edgespec/. "$SITE/edgespec/" \
-        && cp profiles/*.toml profiles/__init__.py "$SITE/edgespec/profile_data/" \
+    mkdir -p "$SITE/edgespec" && cp -r edgespec/. "$SITE/edgespec/" \
         || fail "installing edgespec" "$TMPL/pip-edgespec.log"
 fi
 keep "$TMPL/pip-edgespec.log"

@@ -1,6 +1,6 @@
 """Turn a ``measure.py`` results JSON into a device profile (TOML) of measured figures.
 
-    python benchmarks/gpu/to_profile.py gpu_results.json --name h200 --out profiles/h200.toml
+    python benchmarks/gpu/to_profile.py gpu_results.json --name h200 --out edgespec/profile_data/h200.toml
 
 What the run measured on the device is written ``status = "measured"`` with its source:
 the step-time model (``overhead_ms`` and ``decode_gbs``, fitted over the three models'

@@ -22,7 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# The installed package holding the shipped TOML files (the repo's profiles/ folder).
+# The package holding the shipped TOML files (edgespec/profile_data/).
 DATA_PACKAGE = "edgespec.profile_data"
 
 
@@ -39,17 +39,9 @@ def user_dir() -> Path:
 
 def _shipped_files() -> dict[str, Any]:
     """name -> Traversable of each shipped TOML file."""
-    root: Any = None
-    try:
-        from importlib.resources import files
+    from importlib.resources import files
 
-        root = files(DATA_PACKAGE)
-    except (ModuleNotFoundError, TypeError):
-        # A source checkout that is not installed: the folder beside the package.
-        checkout = Path(__file__).resolve().parents[2] / "profiles"
-        root = checkout if checkout.is_dir() else None
-    if root is None:
-        return {}
+    root = files(DATA_PACKAGE)
     return {
         entry.name[: -len(".toml")]: entry
         for entry in root.iterdir()
