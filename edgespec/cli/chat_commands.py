@@ -142,7 +142,7 @@ class SlashCommands:
             return
         choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
         if choice not in ("none", "ngram", "model") and self.err.is_terminal:
-            with self.err.status(f"loading {Path(choice).name}…"):
+            with self.err.status(Text(f"loading {Path(choice).name}…")):
                 self.engine.set_drafter(choice)
         else:
             self.engine.set_drafter(choice)

@@ -303,7 +303,7 @@ def models_pull(
         model = catalog.get_model(name)
         err = err_console()
         if err.is_terminal and not as_json:
-            with err.status(f"getting {model.name}…", spinner="dots"):
+            with err.status(Text(f"getting {model.name}…"), spinner="dots"):
                 path = catalog.resolve_model(model.name)
         else:
             path = catalog.resolve_model(model.name)
