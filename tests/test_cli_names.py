@@ -175,3 +175,38 @@ def test_messages_do_not_read_markup_either(home):
         with con.capture() as cap:
             con.print("loading ollama:tm:0.5b from pub/model[red]x[ [bold]")
         assert cap.get().strip() == "loading ollama:tm:0.5b from pub/model[red]x[ [bold]"
+
+
+# -- item 7: a broken store entry says what is wrong -----------------------------------------
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "after-a-scan"])
+@pytest.mark.parametrize("name, why", [
+    (NOT_GGUF, "not a GGUF"),
+    (CORRUPT, "corrupt manifest"),
+    (DANGLING, "missing (dangling)"),
+    (EMPTY, "empty"),
+])
+def test_a_broken_store_entry_says_why_and_never_suggests_itself(home, name, why, warm):
+    if warm:
+        catalog.scan()
+    with pytest.raises(ModelFileError) as e:
+        catalog.resolve_model(name)
+    msg = str(e.value)
+    assert "cannot be used" in msg and why in msg, msg
+    assert "did you mean" not in msg and "unknown model" not in msg and "model file not found" not in msg
+
+
+def test_the_cli_says_why_a_store_entry_cannot_be_used(home):
+    r = cli("generate", "--target", NOT_GGUF, "--max-tokens", "2", "x")
+    assert r.exit_code == ModelFileError.exit_code, r.output
+    assert "cannot be used" in r.stderr and "not a GGUF" in r.stderr and "did you mean" not in r.stderr
+    r = cli("generate", "--target", EMPTY, "--max-tokens", "2", "x")
+    assert r.exit_code == ModelFileError.exit_code, r.output
+    assert "cannot be used" in r.stderr and "did you mean 'hf:zero/empty-GGUF'" not in r.stderr
+
+
+def test_a_suggestion_is_never_the_name_typed(home):
+    assert local.suggest("ollama:abc", ["ollama:abc", "OLLAMA:ABC", "ollama:abd"]) == ["ollama:abd"]
+    with pytest.raises(Exception, match="did you mean 'ollama:qwen2.5-coder:1.5b'"):
+        catalog.resolve_model("ollama:qwen2.5-coder:1.6b")
