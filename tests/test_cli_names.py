@@ -177,6 +177,50 @@ def test_messages_do_not_read_markup_either(home):
         assert cap.get().strip() == "loading ollama:tm:0.5b from pub/model[red]x[ [bold]"
 
 
+# -- item 7: Ollama models by the name given, not by their blob ------------------------------
+
+
+def test_models_check_names_the_models_as_given(home):
+    r = cli("models", "check", TARGET, DRAFT)
+    assert r.exit_code == 0, r.output
+    assert f"compatible: {DRAFT} can draft for {TARGET}" in r.stdout and "sha256-" not in r.stdout
+    r = cli("models", "check", TARGET, OTHER)
+    assert r.exit_code == IncompatibleVocabError.exit_code
+    assert f"target {TARGET} and draft {OTHER}" in r.stdout and "sha256-" not in r.stdout
+
+
+def test_a_vocabulary_mismatch_names_the_models_as_given(home):
+    r = cli("generate", "--target", TARGET, "--draft", OTHER, "--max-tokens", "2", "--raw", "x")
+    assert r.exit_code == IncompatibleVocabError.exit_code, r.output
+    assert f"target {TARGET} and draft {OTHER}" in r.stderr and "sha256-" not in r.stderr
+
+
+def test_the_engine_names_models_by_the_plan_s_names(home, tiny_target):
+    from edgespec import Engine
+
+    p = planner.plan("cpu-small", target=TARGET, draft=DRAFT, n_gpu_layers=0)
+    kw = p.engine_kwargs()
+    assert (kw["target_name"], kw["draft_name"]) == (TARGET, DRAFT)
+    with Engine(**kw) as e:
+        assert (e.target_model.label, e.draft_model.label) == (TARGET, DRAFT)
+        assert e.target_path.name.startswith("sha256-")
+    kw = planner.plan("cpu-small", target=str(tiny_target), draft="none").engine_kwargs()
+    assert kw["target_name"] is None  # a path: its file name says it
+
+
+def test_the_chat_banner_names_the_models_as_given_and_as_they_are(home):
+    from edgespec import Engine
+    from edgespec.cli.chat import ChatSession
+
+    p = planner.plan("cpu-small", target=TARGET, draft=BRACKETS, n_gpu_layers=0)
+    with Engine(**p.engine_kwargs()) as engine:
+        engine.plan = p
+        buf = io.StringIO()
+        ChatSession(engine, system=None, options={},
+                    console=Console(file=buf, width=200, markup=False, emoji=False))._banner()
+    assert f"edgespec chat · {TARGET} · drafter model ({BRACKETS}) ·" in buf.getvalue()
+
+
 # -- item 7: a broken store entry says what is wrong -----------------------------------------
 
 

@@ -75,6 +75,7 @@ class Model:
         tensor_split: Sequence[float] = (),
     ) -> None:
         self.path = check_gguf_file(path)
+        self.label = self.path.name  # how messages name it (Engine: a store's name, if it has one)
         # batch-invariant kernels (see "Batch-invariant numerics" in kernels.py)
         self.exact = exact and not FAST_KERNELS
         _ensure_backend()
