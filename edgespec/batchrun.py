@@ -19,35 +19,54 @@ from .errors import EdgespecError, InputError
 from .llama import max_parallel_sequences
 from .multiseq import DEFAULT_CHUNK, BatchRunner, BatchStats, Outcome, Request, check_sequence_limit
 
-KV_SHARE = 0.5  # of the free memory, what a batch's KV cache may take
+KV_SHARE = 0.5  # of the free memory where the KV cache lives, what a batch's KV cache may take
 UNKNOWN_MEMORY = 4 << 30  # free memory assumed by "auto" where it cannot be read
 
 
+def kv_places(engine: Any) -> list[tuple[str, float, int | None]]:
+    """Where the target's KV cache lives: (where, share of it, free bytes there or None).
+    llama.cpp keeps each offloaded layer's K and V on its device, so a model on a GPU has
+    its KV cache in the GPU's memory, not in RAM; a partly offloaded one has both."""
+    model = engine.target_model
+    on_device = float(getattr(model, "kv_device_share", 0.0))
+    places: list[tuple[str, float, int | None]] = []
+    if on_device > 0:
+        places.append(("the GPU's free memory", on_device, model.device_free_bytes()))
+    if on_device < 1:
+        places.append(("the free memory", 1.0 - on_device, LocalProbe().memory()[1]))
+    return places
+
+
 def kv_room(engine: Any, n_ctx_seq: int, available: int | None = None) -> int:
-    """How many sequences of ``n_ctx_seq`` tokens have their KV cache fit in
-    ``KV_SHARE`` of the free memory (``available`` bytes; None: read it now). At least 1."""
-    if available is None:
-        available = LocalProbe().memory()[1] or UNKNOWN_MEMORY
-    per_seq = n_ctx_seq * engine.target_model.kv_bytes_per_token
-    return max(1, int(available * KV_SHARE // max(per_seq, 1)))
+    """How many sequences of ``n_ctx_seq`` tokens have their KV cache fit in ``KV_SHARE``
+    of the free memory where it lives (``kv_places``; ``available``: that many bytes
+    free wherever it lives, None: read them now, ``UNKNOWN_MEMORY`` where they cannot be).
+    At least 1."""
+    per_seq = max(1, n_ctx_seq * engine.target_model.kv_bytes_per_token)
+    if available is not None:
+        return max(1, int(available * KV_SHARE // per_seq))
+    return max(1, min(int((free or UNKNOWN_MEMORY) * KV_SHARE // max(1.0, per_seq * share))
+                      for _where, share, free in kv_places(engine)))
 
 
 def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
     """Refuse (``InputError``, exit 2) ``n_parallel`` sequences of ``n_ctx_seq`` tokens
     each that one llama.cpp context cannot hold, or whose KV cache does not fit in
-    ``KV_SHARE`` of the free memory (not checked where the free memory is unknown)."""
+    ``KV_SHARE`` of the free memory where it lives: the GPU's when the model is offloaded,
+    RAM otherwise (``kv_places``; not checked where the free memory is unknown)."""
     check_sequence_limit(n_parallel)
-    available = LocalProbe().memory()[1]
-    if not available:
-        return
-    room = kv_room(engine, n_ctx_seq, available)
-    if n_parallel > room:
-        need = n_parallel * n_ctx_seq * engine.target_model.kv_bytes_per_token
-        raise InputError(
-            f"--parallel {n_parallel} needs {_size(need)} of KV cache ({n_parallel} sequences "
-            f"of {n_ctx_seq:,} tokens) but {KV_SHARE:.0%} of the free memory "
-            f"({_size(available * KV_SHARE)}) holds {room}; lower --parallel "
-            "(or the context each sequence reserves: --n-ctx, max_tokens)")
+    per_seq = n_ctx_seq * engine.target_model.kv_bytes_per_token
+    for where, share, available in kv_places(engine):
+        if not available:
+            continue
+        room = max(1, int(available * KV_SHARE // max(1.0, per_seq * share)))
+        if n_parallel > room:
+            need = n_parallel * per_seq * share
+            raise InputError(
+                f"--parallel {n_parallel} needs {_size(need)} of KV cache ({n_parallel} sequences "
+                f"of {n_ctx_seq:,} tokens) but {KV_SHARE:.0%} of {where} "
+                f"({_size(available * KV_SHARE)}) holds {room}; lower --parallel "
+                "(or the context each sequence reserves: --n-ctx, max_tokens)")
 
 
 def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict:

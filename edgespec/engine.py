@@ -79,6 +79,9 @@ class Engine:
     as in llama.cpp, vLLM and transformers). ``True``: batch-invariant kernels, so greedy
     speculation equals this engine's plain greedy decoding token for token, at ~1.2-1.3x
     the cost per step on a CPU. A draft model uses the target's kind of kernels.
+    ``target_name`` and ``draft_name`` are how messages name the models (the name of a
+    model in another tool's store: an Ollama blob's file name says nothing); by default
+    their file names.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class Engine:
         exact: bool | None = False,
         batch_cost: VerifyCost | None = None,
         rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
+        target_name: str | None = None, draft_name: str | None = None,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -116,6 +120,7 @@ class Engine:
         self._gpu_layers = n_gpu_layers
         self._n_ctx_asked = n_ctx
         self._load_target(target, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
+        self.target_model.label = target_name or self.target_model.label
         self._cost = OnlineCost(verify_cost or self._default_verify_cost())
         self._draft_gamma = draft_gamma
         self._batch_cost = batch_cost
@@ -131,7 +136,7 @@ class Engine:
         self.drafter: Drafter = NoDrafter()
         self._template = None
         try:
-            self.set_drafter(draft)
+            self.set_drafter(draft, name=draft_name)
         except BaseException:
             self.close()
             raise
@@ -257,9 +262,10 @@ class Engine:
         if self._model_drafter is not None:
             self._model_drafter.p_min = p_min
 
-    def set_drafter(self, draft: str | os.PathLike | None) -> None:
+    def set_drafter(self, draft: str | os.PathLike | None, *, name: str | None = None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
-        model already loaded) or a path to a GGUF draft model."""
+        model already loaded) or a path to a GGUF draft model (``name``: how messages
+        name it, by default its file name)."""
         if not _is_drafter(draft):
             self.drafter = NoDrafter()
             return
@@ -273,6 +279,7 @@ class Engine:
             path = Path(draft).expanduser()
             if self.draft_model is None or self.draft_model.path.resolve() != path.resolve():
                 model = Model(path, n_gpu_layers=self._draft_gpu_layers, exact=self.target_model.exact)
+                model.label = name or model.label
                 try:
                     check_vocab_compatible(self.target_model, model)
                     drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch,

@@ -94,6 +94,9 @@ class Plan:
             "verify_cost": self.verify_cost,
             "draft_gamma": self.draft_gamma if self.drafter == "model" else None,
             "batch_cost": self.batch_cost,
+            # messages name a model by the name it was given, not by its file (an Ollama blob)
+            "target_name": _given_name(self.target),
+            "draft_name": _given_name(self.draft) if self.drafter == "model" else None,
         }
 
     @property
@@ -124,6 +127,11 @@ class Plan:
                 {"drafter": d, "k": k, "predicted_speedup": round(s, 3)} for d, k, s in self.options
             ],
         }
+
+
+def _given_name(name: str | None) -> str | None:
+    """A store model's name for messages (None for a path or a catalog name: the file's name says it)."""
+    return None if not name or Path(name).expanduser().is_file() or catalog.find_model(name) else name
 
 
 def plan(

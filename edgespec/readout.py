@@ -86,8 +86,9 @@ class Readout:
         live: bool | None = None,
         refresh_per_second: float = 15.0,
     ):
-        self.console = console or Console(highlight=False)
-        self.err_console = err_console or Console(stderr=True, highlight=False)
+        # generated text and model names are printed as they are: no markup, no emoji codes
+        self.console = console or Console(highlight=False, markup=False, emoji=False)
+        self.err_console = err_console or Console(stderr=True, highlight=False, markup=False, emoji=False)
         if live is None:
             live = self.console.is_terminal and not self.console.is_dumb_terminal
         self.live = live

@@ -42,3 +42,62 @@ def test_a_kv_cache_beyond_the_memory_is_refused(engine, monkeypatch):
     # where the free memory cannot be read, only llama.cpp's limit is checked
     monkeypatch.setattr(LocalProbe, "memory", lambda self: (None, None))
     check_parallel(engine, 200, engine.n_ctx)
+
+
+class _Offloaded:
+    """An engine whose target keeps ``share`` of its KV cache on a GPU with ``free`` bytes
+    free (this machine has no GPU: the model's two figures stand in for llama.cpp's)."""
+
+    def __init__(self, engine, share: float, free: int | None):
+        model = engine.target_model
+        self.target_model = type("M", (), {"kv_bytes_per_token": model.kv_bytes_per_token,
+                                           "kv_device_share": share, "device_free_bytes": lambda s: free})()
+
+
+def test_the_kv_memory_rule_applies_where_the_kv_cache_lives(engine, monkeypatch):
+    # issue 28 item 6: an explicit --parallel was held to half the free RAM with the KV cache on a GPU
+    per_seq = engine.n_ctx * engine.target_model.kv_bytes_per_token
+    monkeypatch.setattr(LocalProbe, "memory", lambda self: (64 << 30, 2 * per_seq))  # RAM: room for 1
+    on_gpu = _Offloaded(engine, 1.0, 100 * per_seq)  # the GPU: room for 50
+    check_parallel(on_gpu, 50, engine.n_ctx)
+    assert kv_room(on_gpu, engine.n_ctx) == 50
+    with pytest.raises(InputError, match=r"--parallel 51 needs .* of the GPU's free memory .* holds 50"):
+        check_parallel(on_gpu, 51, engine.n_ctx)
+    # RAM to spare does not make room on a small GPU
+    monkeypatch.setattr(LocalProbe, "memory", lambda self: (64 << 30, 1000 * per_seq))
+    small = _Offloaded(engine, 1.0, 4 * per_seq)
+    with pytest.raises(InputError, match="GPU's free memory"):
+        check_parallel(small, 3, engine.n_ctx)
+    # half the layers offloaded: half of each sequence's KV cache on each side
+    half = _Offloaded(engine, 0.5, 4 * per_seq)
+    check_parallel(half, 4, engine.n_ctx)
+    with pytest.raises(InputError, match=r"needs .* \(5 sequences.*GPU's free memory"):
+        check_parallel(half, 5, engine.n_ctx)
+    # a GPU that does not say what is free: only RAM's share is checked
+    check_parallel(_Offloaded(engine, 1.0, None), 200, engine.n_ctx)
+
+
+def test_a_model_says_where_its_kv_cache_lives(tiny_target, monkeypatch):
+    from edgespec.llama import Model
+    from edgespec.llama import model as model_module
+
+    with Engine(tiny_target, draft=None, n_ctx=64, n_threads=1) as cpu:
+        assert cpu.target_model.kv_device_share == 0.0  # n_gpu_layers 0: all in RAM
+    monkeypatch.setattr(model_module, "_supports_gpu_offload", lambda: True)
+    every, none = Model(tiny_target, n_gpu_layers=-1), Model(tiny_target, n_gpu_layers=0)
+    try:
+        assert every.kv_device_share == 1.0 and none.kv_device_share == 0.0
+        if every.n_layer >= 2:
+            part = Model(tiny_target, n_gpu_layers=1)
+            assert part.kv_device_share == pytest.approx(1 / every.n_layer)
+            part.close()
+    finally:
+        every.close()
+        none.close()
+    monkeypatch.setattr(model_module, "_supports_gpu_offload", lambda: False)
+    m = Model(tiny_target, n_gpu_layers=-1)
+    try:
+        assert m.kv_device_share == 0.0  # a CPU build keeps every layer here
+        assert m.device_free_bytes() is None or m.device_free_bytes() > 0
+    finally:
+        m.close()

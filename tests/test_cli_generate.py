@@ -199,6 +199,9 @@ def test_batch_parallel_beyond_llama_cpp_s_limit_is_refused_with_exit_2(run, tin
             "--parallel", "300")
     assert r.exit_code == 2, r.output
     assert "--parallel 300 is more sequences than llama.cpp holds in one context (256)" in r.stderr
+    # issue 28 item 6: the error alone, not "stopped: 0 result(s) written" before it
+    assert "stopped" not in r.stderr and r.stderr.strip().splitlines()[-1].startswith("error: --parallel 300")
+    assert [line for line in r.stderr.splitlines() if "result(s)" in line] == []
 
 
 def test_batch_parallel_whose_kv_cache_does_not_fit_is_refused_with_exit_2(run, tiny_target, tmp_path,

@@ -75,10 +75,16 @@ def find_local(name: str) -> "LocalModel | None":
 
 
 def unknown_model(text: str) -> CatalogError | ModelFileError:
-    """The error for a name that is no file, no catalog name and no local model: with the
-    closest names there are."""
-    from .local import known_names, suggest
+    """The error for a name that is no file, no catalog name and no local model: why,
+    when a store has an entry of that name that cannot be used; else with the closest
+    names there are."""
+    from .local import known_names, suggest, unusable
     from .table import MODELS
+
+    why = unusable(text)
+    if why is not None:
+        return ModelFileError(f"{text!r} is in a model store but cannot be used: {why} "
+                              "(`edgespec models list -v` lists what was skipped)")
 
     names = [m.name for m in MODELS] + [a for m in MODELS for a in m.aliases]
     names += known_names()

@@ -166,12 +166,13 @@ def _memo_key() -> tuple[str, str]:
 def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | None:
     headers = []
     size = 0
+    names = (f.name, *f.aliases)
     for part in f.files:
         try:
             h, n = cache.header(part)
         except ModelFileError as exc:  # the skip line names the file already
             why = str(exc).replace(f" of {part}", "").replace(f": {part}", "").replace(str(part), "it")
-            skipped.append(Skipped(str(part), f"{f.name}: {why}"))
+            skipped.append(Skipped(str(part), f"{f.name}: {why}", names))
             return None
         headers.append(h)
         size += n
@@ -179,10 +180,10 @@ def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | No
     if first.kind != "model":
         what = {"mmproj": "a vision projector (mmproj)", "lora": "a LoRA adapter"}.get(
             first.kind, f"a {first.kind} file")
-        skipped.append(Skipped(str(f.files[0]), f"{f.name}: {what}, not a model"))
+        skipped.append(Skipped(str(f.files[0]), f"{f.name}: {what}, not a model", names))
         return None
     if first.tokenizer is None:
-        skipped.append(Skipped(str(f.files[0]), f"{f.name}: no tokenizer in its header"))
+        skipped.append(Skipped(str(f.files[0]), f"{f.name}: no tokenizer in its header", names))
         return None
     if len(headers) > 1:
         from dataclasses import replace
@@ -353,14 +354,34 @@ def store_copy(model: Any) -> Path | None:
     return None
 
 
+def unusable(name: str) -> str | None:
+    """Why the store entry ``name`` names is no usable model (a corrupt manifest, a
+    missing blob, a file that is not a GGUF: what ``models list -v`` says), or None when
+    no entry is named so. For the error of a name that ``lookup`` does not find."""
+    key = name.strip().lower()
+    memo = _MEMO.get(_memo_key())
+    if memo is not None:
+        skipped = memo.skipped
+    else:  # list the stores (their own skips) and read the headers of this name's files
+        found, skipped = stores.find_all(Path.home())
+        cache = _Cache.load()
+        for f in found:
+            if key in (n.lower() for n in (f.name, *f.aliases)):
+                _model(f, cache, skipped)
+        cache.save()
+    reasons = [s.reason for s in skipped if key in (n.lower() for n in s.names)]
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
 def known_names() -> list[str]:
     """Every name and alias of the models in the stores (no header is read)."""
     return [n for f in _listed() for n in (f.name, *f.aliases)]
 
 
 def suggest(name: str, names: list[str], n: int = 3) -> list[str]:
-    """The names closest to ``name`` (for an unknown name's error message)."""
-    low = {k.lower(): k for k in names}
+    """The names closest to ``name`` (for an unknown name's error message), never
+    ``name`` itself."""
+    low = {k.lower(): k for k in names if k.strip().lower() != name.strip().lower()}
     close = difflib.get_close_matches(name.lower(), list(low), n=n, cutoff=0.5)
     contains = [k for k in low if name.lower() in k and k not in close][: max(0, n - len(close))]
     return [low[k] for k in close + contains]

@@ -61,10 +61,12 @@ class Found:
 
 @dataclass(frozen=True)
 class Skipped:
-    """Something in a store that is not a usable model, and why."""
+    """Something in a store that is not a usable model, and why. ``names``: the names it
+    would have had (so that using one says why, not "unknown model")."""
 
     path: str
     reason: str
+    names: tuple[str, ...] = ()
 
 
 class _Walk:
@@ -186,29 +188,38 @@ def ollama(home: Path, walk: _Walk) -> list[Found]:
     return out
 
 
+def _ollama_aliases(name: str) -> tuple[str, ...]:
+    """The other names of ``ollama:<model>:<tag>``: without the prefix, without ``:latest``."""
+    short = name[len("ollama:"):]
+    return (short,) + ((name[: -len(":latest")], short[: -len(":latest")]) if short.endswith(":latest") else ())
+
+
 def _ollama_manifest(root: Path, manifest: Path, parts: tuple[str, str, str, str],
                      skipped: list[Skipped]) -> Found | None:
     name = ollama_name(*parts)
+    aliases = _ollama_aliases(name)
+
+    def skip(why: str, names: tuple[str, ...] = (name, *aliases)) -> None:
+        skipped.append(Skipped(str(manifest), f"{name}: {why}", names))
+
     try:
         layers = json.loads(manifest.read_text(encoding="utf-8"))["layers"]
         kinds = [(str(layer["mediaType"]), str(layer["digest"])) for layer in layers]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
-        skipped.append(Skipped(str(manifest), f"{name}: corrupt manifest ({why})"))
+        skip(f"corrupt manifest ({why})")
         return None
     for media, digest in kinds:
         if media in _OLLAMA_SKIPPED_LAYERS:
-            skipped.append(Skipped(str(manifest), f"{name}: {_OLLAMA_SKIPPED_LAYERS[media]}"))
+            skip(_OLLAMA_SKIPPED_LAYERS[media], ())  # the model layer beside it is used
     digests = [d for m, d in kinds if m == OLLAMA_MODEL_LAYER]
     if not digests:
-        skipped.append(Skipped(str(manifest), f"{name}: the manifest names no model layer"))
+        skip("the manifest names no model layer")
         return None
     blob = root / "blobs" / digests[0].replace(":", "-")
     if not blob.is_file():
-        skipped.append(Skipped(str(manifest), f"{name}: its model blob {blob.name} is missing (dangling)"))
+        skip(f"its model blob {blob.name} is missing (dangling)")
         return None
-    short = name[len("ollama:"):]
-    aliases = (short,) + ((name[: -len(":latest")], short[: -len(":latest")]) if short.endswith(":latest") else ())
     return Found(name, "ollama", str(root), (blob,), aliases)
 
 
@@ -268,7 +279,9 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
                 if rel in by_file:
                     continue
                 if not f.exists():  # a link into blobs/ whose blob is gone
-                    walk.skipped.append(Skipped(str(f), f"hf:{repo}/{rel}: dangling link, its blob is missing"))
+                    names = (f"hf:{repo}/{rel}", f"{repo}/{rel}", f"hf:{repo}", repo, f.name)
+                    walk.skipped.append(Skipped(str(f), f"hf:{repo}/{rel}: dangling link, its blob is missing",
+                                                names))
                     continue
                 by_file[rel] = f
         rel_of = {f: rel for rel, f in by_file.items()}

@@ -32,9 +32,8 @@ from edgespec.cli.common import (
     load_engine,
     make_plan,
     out_console,
-    store_name,
 )
-from edgespec.cli.chat_commands import SlashCommands, _name
+from edgespec.cli.chat_commands import SlashCommands, shown_names
 from edgespec.cli.chat_input import History
 from edgespec.errors import ContextOverflowError, EdgespecError
 
@@ -142,11 +141,10 @@ class ChatSession(SlashCommands):
 
     def _banner(self) -> None:
         e = self.engine
-        plan = getattr(e, "plan", None)
-        target = store_name(getattr(plan, "target", None)) or _name(getattr(e, "target_path", None)) or "target"
+        target, draft = shown_names(e)
         drafter = e.drafter_name
         if drafter == "model":
-            drafter = f"model ({_name(getattr(e, 'draft_path', None))})"
+            drafter = f"model ({draft})"
         self.console.print(Text(  # k: the policy's bound, or the fixed k (--k, /k N)
             f"edgespec chat · {target} · drafter {drafter} · {self.readout.k_label(e.adaptive_k, e.k, e.k_max)}"
             f" · context {e.n_ctx:,} tokens"

@@ -83,7 +83,7 @@ class SlashCommands:
         used = len(e.prompt_tokens(self.messages)) if len(self.messages) > (1 if self.system else 0) else 0
         k = self.readout.k_label(e.adaptive_k, e.k, e.k_max)
         self.console.print(Text(
-            f"{_name(getattr(e, 'target_path', None))} · drafter {e.drafter_name} · {k}"
+            f"{shown_names(e)[0]} · drafter {e.drafter_name} · {k}"
             f" · conversation {used:,} of {e.n_ctx:,} tokens · {_plural(len(self.turns), 'reply', 'replies')}",
             style="bold",
         ))
@@ -142,7 +142,7 @@ class SlashCommands:
             return
         choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
         if choice not in ("none", "ngram", "model") and self.err.is_terminal:
-            with self.err.status(f"loading {Path(choice).name}…"):
+            with self.err.status(Text(f"loading {Path(choice).name}…")):
                 self.engine.set_drafter(choice)
         else:
             self.engine.set_drafter(choice)
@@ -212,5 +212,9 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
-def _name(path: Any) -> str:
-    return Path(str(path)).name if path else ""
+def shown_names(engine: Any) -> tuple[str, str]:
+    """The target's and the draft model's names for the screen: the name of a model in
+    another tool's store as it was given (not an Ollama blob's file name), else the file
+    name (``Model.label``); "" without a draft model."""
+    draft = getattr(engine, "draft_model", None)
+    return engine.target_model.label, draft.label if draft is not None else ""

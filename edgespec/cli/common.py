@@ -23,13 +23,24 @@ from edgespec.errors import EdgespecError, InputError
 EXIT_INTERRUPTED = 130
 
 
+# Model names come from users and from other tools' stores: Rich must print them as they
+# are, never as markup or emoji codes ("ollama:tm:0.5b" is not "ollama™0.5b", and the
+# brackets of an LM Studio repo "model[red]x[" stay). Styles are given as Text styles.
+PLAIN = {"highlight": False, "markup": False, "emoji": False}
+PIPE_WIDTH = 4096  # "no width limit" off a terminal: a table row stays one line
+
+
 def err_console() -> Console:
     """A console on stderr (no escape codes unless stderr is a terminal)."""
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return Console(stderr=True, soft_wrap=True, **PLAIN)
 
 
 def out_console() -> Console:
-    return Console(highlight=False)
+    """A console on stdout. Off a terminal (a pipe, a file) it has no width limit: a
+    table keeps each row on one line, whole names and all, for ``grep`` and ``cut``
+    (``--json`` is the interface for scripts)."""
+    con = Console(**PLAIN)
+    return con if con.is_terminal else Console(width=PIPE_WIDTH, **PLAIN)
 
 
 def print_error(message: str) -> None:
@@ -171,7 +182,8 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrid
         for line in describe_plan(p, verbose=verbose):
             err.print(Text(line, style="dim"))
     if err.is_terminal and not quiet:
-        with err.status(f"loading {Path(str(kwargs.get('target', 'model'))).name}…", spinner="dots"):
+        name = store_name(getattr(p, "target", None)) or Path(str(kwargs.get("target", "model"))).name
+        with err.status(Text(f"loading {name}…"), spinner="dots"):
             engine = Engine(**kwargs)
     else:
         engine = Engine(**kwargs)

@@ -252,7 +252,8 @@ def _run_batch(
             ))
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except EdgespecError:
-            err.print(Text(f"stopped: {writer.written} result(s) written to {output_file}"))
+            if writer.written:  # before any result (a refused --parallel), the error alone says it
+                err.print(Text(f"stopped: {writer.written} result(s) written to {output_file}"))
             raise
         finally:
             engine.close()

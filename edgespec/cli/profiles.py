@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec import catalog
-from edgespec.cli.common import cli_errors, err_console, out_console
+from edgespec.cli.common import cli_errors, err_console, out_console, store_name
 
 profiles_app = typer.Typer(
     name="profiles",
@@ -303,7 +303,7 @@ def models_pull(
         model = catalog.get_model(name)
         err = err_console()
         if err.is_terminal and not as_json:
-            with err.status(f"getting {model.name}…", spinner="dots"):
+            with err.status(Text(f"getting {model.name}…"), spinner="dots"):
                 path = catalog.resolve_model(model.name)
         else:
             path = catalog.resolve_model(model.name)
@@ -327,9 +327,10 @@ def models_check(
         dpath = catalog.resolve_model(draft)
         from edgespec import llama
 
-        check = getattr(llama, "check_vocab_files", None) or llama.check_vocab_compatible
+        # the names given, not an Ollama blob's "sha256-..." file name
+        tname, dname = store_name(target) or tpath.name, store_name(draft) or dpath.name
         try:
-            check(tpath, dpath)
+            llama.check_vocab_files(tpath, dpath, target_name=tname, draft_name=dname)
         except IncompatibleVocabError as exc:
             if as_json:
                 _print_json({"target": str(tpath), "draft": str(dpath), "compatible": False, "reason": str(exc)})
@@ -340,5 +341,5 @@ def models_check(
             _print_json({"target": str(tpath), "draft": str(dpath), "compatible": True, "reason": ""})
         else:
             out_console().print(
-                Text(f"compatible: {dpath.name} can draft for {tpath.name} (same vocabulary)")
+                Text(f"compatible: {dname} can draft for {tname} (same vocabulary)")
             )

@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 from ..errors import InputError, ModelFileError, ModelLoadError
 from . import rpc as _rpc
 from .backend import LLAMA_CPP_PYTHON_VERSION, _ensure_backend, _last_llama_errors, _llama, _log_mark
+from .backend import supports_gpu_offload as _supports_gpu_offload
 from .kernels import FAST_KERNELS
 
 _GGUF_MAGIC = b"GGUF"
@@ -75,6 +76,7 @@ class Model:
         tensor_split: Sequence[float] = (),
     ) -> None:
         self.path = check_gguf_file(path)
+        self.label = self.path.name  # how messages name it (Engine: a store's name, if it has one)
         # batch-invariant kernels (see "Batch-invariant numerics" in kernels.py)
         self.exact = exact and not FAST_KERNELS
         _ensure_backend()
@@ -85,6 +87,7 @@ class Model:
         params.use_extra_bufts = not self.exact
         self.rpc = _rpc.endpoints(rpc)
         self._set_devices(params, tensor_split)
+        self.n_gpu_layers: int = params.n_gpu_layers
         mark = _log_mark()
         if self.rpc:  # the servers' handshakes and uploads, watched (rpc.watch): no answer ends the process
             params.progress_callback = self._progress = _rpc.load_progress()
@@ -118,7 +121,7 @@ class Model:
         self._eog_cache: dict[int, bool] = {}
 
     def _set_devices(self, params, tensor_split: Sequence[float]) -> None:
-        devices = None
+        devices = self.devices = None
         if self.rpc:
             devices = _rpc.register(self.rpc)
             params.n_gpu_layers = 999  # every layer on the servers; only the embeddings stay here
@@ -132,8 +135,27 @@ class Model:
             self._split = _rpc.tensor_split_array(tensor_split)
             params.tensor_split = self._split
         if devices is not None:
+            self.devices = tuple(devices)
             self._devices = _rpc.device_array(devices)  # llama.cpp copies it; kept for clarity
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+
+    @property
+    def kv_device_share(self) -> float:
+        """The share of a context's KV cache that sits on a device (a GPU, an RPC server)
+        rather than in RAM: llama.cpp keeps the K and V of each offloaded layer with it."""
+        if self.n_gpu_layers <= 0 or not (self.rpc or _supports_gpu_offload()):
+            return 0.0
+        return min(self.n_gpu_layers, self.n_layer) / max(1, self.n_layer)
+
+    def device_free_bytes(self) -> int | None:
+        """The free memory of the devices its layers went to (this machine's GPUs, or
+        its RPC servers), as llama.cpp reports it now; None where none says."""
+        try:
+            devices = self.devices if self.devices is not None else _rpc.local_devices()
+            free = sum(_rpc.device_memory(d)[0] for d in devices)
+        except (OSError, AttributeError):  # a build without the device calls
+            return None
+        return free or None
 
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:

@@ -21,7 +21,7 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
     BOS/EOS ids and add-BOS/add-EOS flags, sizes within 128 of each other, and identical
     token text for every id from 5 up to the smaller size.
     """
-    names = f"target {target.path.name} and draft {draft.path.name}"
+    names = f"target {target.label} and draft {draft.label}"
     if target.vocab_type != draft.vocab_type:
         raise IncompatibleVocabError(
             f"{names} use different tokenizer types ({target.vocab_type} vs "
@@ -59,10 +59,13 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
             )
 
 
-def check_vocab_files(target_path: str | os.PathLike, draft_path: str | os.PathLike) -> None:
-    """``check_vocab_compatible`` on two files, loading only their vocabularies."""
+def check_vocab_files(target_path: str | os.PathLike, draft_path: str | os.PathLike, *,
+                      target_name: str | None = None, draft_name: str | None = None) -> None:
+    """``check_vocab_compatible`` on two files, loading only their vocabularies; the
+    message names them ``target_name`` and ``draft_name`` (default: their file names)."""
     t = Model(target_path, vocab_only=True)
     d = Model(draft_path, vocab_only=True)
+    t.label, d.label = target_name or t.label, draft_name or d.label
     try:
         check_vocab_compatible(t, d)
     finally:
