@@ -34,7 +34,8 @@ class BatchSeq:
     """One running sequence: its slot, its round machinery, its reply and its matcher."""
 
     def __init__(self, req: Any, slot: int, ids: list[int], params, max_tokens: int,
-                 stops: list[str], reserve: int, runner: Any, constraint: Constraint | None = None) -> None:
+                 stops: list[str], reserve: int, runner: Any, constraint: Constraint | None = None,
+                 logprobs: int | None = None) -> None:
         self.req, self.slot, self.ids, self.reserve = req, slot, ids, reserve
         self.t_start = time.perf_counter()
         self.t_gen: float | None = None  # when its first verify step began
@@ -51,10 +52,10 @@ class BatchSeq:
             target=runner.ctx.view(slot, reserve), drafter=drafter, committed=list(ids),
             params=params, rng=rng, policy=runner.new_policy(params.seed), stats=self.stats,
             n_vocab=model.n_vocab, is_eog=model.is_eog, eog_ids=model.eog_ids if params.bans_eog else (),
-            matcher=constraint.matcher() if constraint is not None else None)
+            matcher=constraint.matcher() if constraint is not None else None, logprobs=logprobs)
         self.budget = min(max_tokens, reserve - len(ids))
         self.produced = 0
-        self.reply = Reply(model, stops, max_tokens, params.min_tokens)
+        self.reply = Reply(model, stops, max_tokens, params.min_tokens, logprobs=logprobs is not None)
         self.proposal = None
         self.drafts: list[int] = []
         self.masks: list | None = None  # this step's verify-row masks (under a constraint)
@@ -82,9 +83,9 @@ class BatchSeq:
         if self.req.on_event is not None:
             self.req.on_event(Done(finish_reason=self.reply.finish_reason, stats=st, text=self.reply.text,
                                    token_ids=tuple(self.reply.ids), structured_complete=complete,
-                                   parsed=parsed))
+                                   parsed=parsed, logprobs=self.reply.logprobs_out()))
         return Result(self.reply.text, list(self.reply.ids), self.reply.finish_reason, st,
-                      structured_complete=complete, parsed=parsed)
+                      structured_complete=complete, parsed=parsed, logprobs=self.reply.logprobs_out())
 
 
 def step_masks(gen: Sequence[BatchSeq], is_eog) -> None:

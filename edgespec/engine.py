@@ -23,6 +23,7 @@ from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_b
 from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
+from .logprob import MAX_TOP
 from .sampling import SamplingParams
 from .costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
@@ -48,6 +49,7 @@ class Prepared(NamedTuple):
     max_tokens: int
     stops: list[str]
     constraint: Constraint | None = None
+    logprobs: int | None = None  # each token's logprob and this many alternatives
 
 
 def _is_drafter(draft: str | os.PathLike | None) -> bool:
@@ -367,7 +369,10 @@ class Engine:
         (OpenAI's shapes plus regex and grammar, see ``edgespec.constraints``) or
         ``constraint`` (one already compiled for this engine's target): structured
         output, the events' ``Done`` then says whether the structure is complete and
-        holds the parsed JSON. The prompt is checked before any work: one that
+        holds the parsed JSON. ``logprobs`` (an int, 0 to 20): every ``Token`` carries
+        the target's log-probability of it and of that many likeliest tokens at its
+        position (``edgespec.logprob``), ``Done`` all of them; the default None computes
+        none. The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
@@ -376,11 +381,12 @@ class Engine:
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
                 raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
-                **sampling_options) -> Prepared:
+                logprobs: int | None = None, **sampling_options) -> Prepared:
         """A generation request checked and tokenized: (prompt ids, sampling parameters,
-        max_tokens, stop strings, constraint or None). ``sampling_options`` are
-        ``SamplingParams``' fields (``sampling.params_from``). Raises on anything invalid
-        (``ConstraintError`` for a response_format that does not compile)."""
+        max_tokens, stop strings, constraint or None, logprobs or None).
+        ``sampling_options`` are ``SamplingParams``' fields (``sampling.params_from``).
+        Raises on anything invalid (``ConstraintError`` for a response_format that does
+        not compile)."""
         if constraint is not None and response_format is not None:
             raise InputError("pass response_format or a compiled constraint, not both")
         if constraint is None:
@@ -391,6 +397,9 @@ class Engine:
         params.check_vocab(self.target_model.n_vocab)
         if max_tokens < 1:
             raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
+        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                     or not 0 <= logprobs <= MAX_TOP):
+            raise InputError(f"logprobs must be an integer from 0 to {MAX_TOP} (got {logprobs!r})")
         stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
         prompt_ids = self.prompt_tokens(prompt, raw=raw)
         if not prompt_ids:
@@ -402,7 +411,7 @@ class Engine:
                 + (f" (the model was trained for {self.target_model.n_ctx_train})"
                    if self.target_model.n_ctx_train > self.n_ctx else "")
             )
-        return Prepared(prompt_ids, params, max_tokens, stops, constraint)
+        return Prepared(prompt_ids, params, max_tokens, stops, constraint, logprobs)
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:
         """Run ``stream`` to the end and return the text, token ids, reason and stats."""
@@ -412,4 +421,4 @@ class Engine:
                 done = ev
         assert done is not None
         return Result(done.text, list(done.token_ids), done.finish_reason, done.stats,
-                      done.structured_complete, done.parsed)
+                      done.structured_complete, done.parsed, done.logprobs)

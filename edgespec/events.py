@@ -13,6 +13,17 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """The target's log-probability of one committed token (``id``) at its position, and
+    ``top``: the likeliest tokens there as (id, logprob), highest first (requested with
+    ``logprobs``; ``edgespec.logprob`` says which distribution)."""
+
+    id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Token:
     """One committed token of the answer.
 
@@ -22,7 +33,8 @@ class Token:
     the drafter proposed this token and the target accepted it; False when the target
     produced it itself (the bonus token of a round, or a correction after a rejection).
     ``forced``: one of those accepted drafts was forced by the grammar (structured
-    output), not proposed by the drafter.
+    output), not proposed by the drafter. ``logprob``: its ``TokenLogprob`` when the
+    generation was asked for them (``logprobs``), else None.
     """
 
     id: int
@@ -30,6 +42,7 @@ class Token:
     from_draft: bool
     round: int
     forced: bool = False
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +173,8 @@ class Done:
     Under a constraint (structured output), ``structured_complete`` says whether the
     output completes the structure (False when ``max_tokens`` cut it; None without a
     constraint, or when a lazy grammar's trigger never appeared) and ``parsed`` holds
-    the parsed JSON value when a JSON structure is complete.
+    the parsed JSON value when a JSON structure is complete. ``logprobs``: one
+    ``TokenLogprob`` per token of ``token_ids`` when they were asked for, else None.
     """
 
     finish_reason: str
@@ -169,6 +183,7 @@ class Done:
     token_ids: tuple[int, ...]
     structured_complete: bool | None = None
     parsed: Any = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 Event = Token | Round | Done
@@ -177,7 +192,8 @@ Event = Token | Round | Done
 @dataclass(frozen=True)
 class Result:
     """A finished generation: its text, token ids, why it ended, and its stats; under a
-    constraint also ``structured_complete`` and ``parsed`` (as on ``Done``)."""
+    constraint also ``structured_complete`` and ``parsed``, and ``logprobs`` when asked
+    for (as on ``Done``)."""
 
     text: str
     token_ids: list[int]
@@ -185,6 +201,7 @@ class Result:
     stats: Stats
     structured_complete: bool | None = None
     parsed: Any = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
     def to_dict(self) -> dict:
         d = {
@@ -196,4 +213,7 @@ class Result:
         if self.structured_complete is not None:
             d["structured_complete"] = self.structured_complete
             d["parsed"] = self.parsed
+        if self.logprobs is not None:
+            d["logprobs"] = [{"id": lp.id, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
+                             for lp in self.logprobs]
         return d

@@ -24,9 +24,10 @@ from .speculative import SpeculativeLoop
 
 
 def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: int,
-        stops: list[str], constraint: Constraint | None = None) -> Iterator[Event]:
+        stops: list[str], constraint: Constraint | None = None, logprobs: int | None = None) -> Iterator[Event]:
     """The events of one generation from checked ``prompt_ids`` on ``engine`` (an
-    ``edgespec.Engine``; see ``Engine.stream``)."""
+    ``edgespec.Engine``; see ``Engine.stream``); ``logprobs``: each token's logprob and
+    that many alternatives (None: none)."""
     stats = Stats(drafter=engine.drafter.name, prompt_tokens=len(prompt_ids))
     t_start = time.perf_counter()
     target = engine.ctx
@@ -51,8 +52,9 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
     loop = SpeculativeLoop(target=target, drafter=engine.drafter, committed=list(prompt_ids),
                            params=params, rng=rng, policy=policy, stats=stats,
                            n_vocab=engine.target_model.n_vocab, is_eog=engine.target_model.is_eog,
-                           eog_ids=engine.target_model.eog_ids if params.bans_eog else (), matcher=matcher)
-    reply = Reply(engine.target_model, stops, max_tokens, params.min_tokens)
+                           eog_ids=engine.target_model.eog_ids if params.bans_eog else (), matcher=matcher,
+                           logprobs=logprobs)
+    reply = Reply(engine.target_model, stops, max_tokens, params.min_tokens, logprobs=logprobs is not None)
     t_gen = time.perf_counter()
     verify_t0 = target.t_decode
     try:
@@ -71,4 +73,5 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
         engine.last_stats = stats
     complete, parsed = matcher.outcome(reply.ids, reply.text) if matcher is not None else (None, None)
     yield Done(finish_reason=reply.finish_reason, stats=stats, text=reply.text,
-               token_ids=tuple(reply.ids), structured_complete=complete, parsed=parsed)
+               token_ids=tuple(reply.ids), structured_complete=complete, parsed=parsed,
+               logprobs=reply.logprobs_out())

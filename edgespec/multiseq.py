@@ -169,11 +169,11 @@ class BatchRunner:
     def _prepare(self, req: Request, slot: int) -> BatchSeq:
         if req.prepared is None:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
-        ids, params, max_tokens, stops, constraint = req.prepared
+        ids, params, max_tokens, stops, constraint, logprobs = req.prepared
         if len(ids) >= self.n_ctx_seq:
             raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
                                        f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
-        return BatchSeq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self, constraint)
+        return BatchSeq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self, constraint, logprobs)
 
     @property
     def has_room(self) -> bool:

@@ -33,6 +33,10 @@ greedy it is token for token the constrained run with no drafter (given batch-in
 kernels). The matcher moves with the KV cache: after every round it has consumed exactly
 the tokens committed after the prompt (asserted in ``settle``).
 
+Asked for ``logprobs`` (``SpeculativeLoop.logprobs``: how many alternatives per token),
+each committed token also gets the target's log-probability at its verify row, the row
+the token was chosen from (``edgespec.logprob``); not asked, nothing is computed.
+
 This module knows nothing about text, stop strings or the screen: it yields token ids
 with their ``from_draft`` flag and a ``Round`` record per round.
 """
@@ -48,8 +52,9 @@ import numpy as np
 from . import sampling
 from .constraints import Matcher, apply_mask
 from .drafters import Drafter
-from .events import Round, Stats
+from .events import Round, Stats, TokenLogprob
 from .llama import Context
+from .logprob import token_logprob
 from .policy import DraftPolicy, FixedPolicy
 from .sampling import SamplingParams
 
@@ -59,6 +64,7 @@ class RoundResult:
     tokens: list[int]
     from_draft: list[bool]
     info: Round
+    logprobs: list[TokenLogprob] | None = None  # one per token, when asked for
 
 
 @dataclass
@@ -79,6 +85,7 @@ class SpeculativeLoop:
     last_k: int = 0  # the draft-length bound of the last round
     matcher: Matcher | None = None  # the constraint's state (None: free generation)
     n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
+    logprobs: int | None = None  # None: none; N >= 0: each token's logprob and the top N
 
     def __post_init__(self) -> None:
         if self.n_prompt < 0:
@@ -180,15 +187,17 @@ class SpeculativeLoop:
         batch = len(drafts) + 1
         out: list[int] = []
         from_draft: list[bool] = []
+        lps: list[TokenLogprob] | None = None if self.logprobs is None else []
         n_acc = 0
         for i, d in enumerate(drafts):
             # p' at row i: the target's logits, penalised, masked by the grammar state
             # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
+            r = row(i, out)
             if params.greedy:
-                x = int(np.argmax(row(i, out)))
+                x = int(np.argmax(r))
                 ok = x == d
             else:
-                p = sampling.probs_from_logits(row(i, out), params)
+                p = sampling.probs_from_logits(r, params)
                 if q is None or q[i] is None:
                     x = sampling.sample(p, self.rng)
                     ok = x == d
@@ -197,6 +206,8 @@ class SpeculativeLoop:
                     ok = sampling.accept(float(p[d]), float(q_i[d]), self.rng)
                     if not ok:
                         x = sampling.sample(sampling.residual(p, q_i), self.rng)
+            if lps is not None:
+                lps.append(token_logprob(r, d if ok else x, self.logprobs))
             if not ok:
                 out.append(x)
                 from_draft.append(False)
@@ -222,6 +233,8 @@ class SpeculativeLoop:
             else:
                 out.append(sampling.sample(sampling.probs_from_logits(last, params), self.rng))
             from_draft.append(False)
+            if lps is not None:
+                lps.append(token_logprob(last, out[-1], self.logprobs))
 
         # Roll back: keep x_last and the accepted drafts (positions < L + n_acc).
         target.rollback(L + n_acc)
@@ -269,7 +282,7 @@ class SpeculativeLoop:
             rejected_ids=tuple(drafts[n_acc:]),
             forced=n_forced,
         )
-        return RoundResult(out, from_draft, info)
+        return RoundResult(out, from_draft, info, lps)
 
     def _row_reader(self, rows: np.ndarray, masks: list | None):
         """``row(i, out)``: verify row i as this round samples it, ``_logits`` then the

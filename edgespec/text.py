@@ -15,6 +15,14 @@ class TextAssembler:
     Text that might be the beginning of a stop string is held back until the next
     pieces decide; when a stop string completes, everything from its start on is
     dropped and ``hit`` becomes True.
+
+    A stop string counts when it ENDS in the piece just pushed with ``check`` on: the
+    pieces pushed with ``check=False`` (a reply shorter than its ``min_tokens``) never end
+    one, but they are held back like any others, so a stop string that starts in them
+    and ends in a checked piece (it straddles the ``min_tokens`` boundary) is caught and
+    cut at its start, and no text of it has been released. (vLLM's ``min_tokens``: stop
+    strings are looked for only once that many tokens are out, in the text the newest
+    token completed; llama-server looks for them there too.)
     """
 
     def __init__(self, stops: Sequence[str]) -> None:
@@ -25,21 +33,19 @@ class TextAssembler:
 
     def push(self, piece: str, check: bool = True) -> tuple[str, bool]:
         """Add ``piece``; the text that may be shown now, and whether a stop string
-        completed. ``check=False`` releases the piece without looking for stop strings
-        (a reply shorter than its ``min_tokens``)."""
+        completed in it. ``check=False``: a stop string that ends in this piece does not
+        count (a reply shorter than its ``min_tokens``)."""
         if self.hit:
             return "", True
-        if not check:
-            released, self._held = self._held + piece, ""
-            self.text += released
-            return released, False
         if not self.stops:
             self.text += piece
             return piece, False
-        buf = self._held + piece
+        held, buf = len(self._held), self._held + piece
         first = None
-        for s in self.stops:
-            i = buf.find(s)
+        for s in self.stops if check else ():
+            # only a stop string that ends in the new piece: one ending in the held text
+            # ended before the check began (the held text holds none that counted)
+            i = buf.find(s, max(0, held - len(s) + 1))
             if i >= 0 and (first is None or i < first):
                 first = i
         if first is not None:
@@ -59,9 +65,10 @@ class TextAssembler:
         self.text += released
         return released, False
 
-    def finish(self, piece: str = "") -> str:
-        """Release what is still held at the end of generation."""
-        released, _ = self.push(piece) if piece else ("", False)
+    def finish(self, piece: str = "", check: bool = True) -> str:
+        """Release what is still held at the end of generation (``piece``: the last text,
+        pushed with ``check`` as ``push`` takes it)."""
+        released, _ = self.push(piece, check) if piece else ("", False)
         if not self.hit and self._held:
             released += self._held
             self.text += self._held

@@ -12,7 +12,9 @@ import pytest
 from edgespec import Engine
 from edgespec.errors import InputError
 from edgespec.batchrun import BatchRun, Request
+from edgespec.events import Token
 from edgespec.sampling import SamplingParams, apply_logit_bias, ban, params_from
+from edgespec.text import TextAssembler
 from tiny_models import make_tiny_model
 
 PROMPT = "the quick brown fox"
@@ -108,3 +110,47 @@ def test_batch_sequences_honour_the_options_like_solo_runs(eos_first, plain):
         assert out[r.key].error is None
         assert out[r.key].result.token_ids == want.token_ids, r.options
     assert len(out[1].result.token_ids) >= 4 and out[1].result.finish_reason == "stop"
+
+
+def test_a_stop_string_straddling_min_tokens_counts_and_one_ending_before_does_not():
+    """A stop string counts when it ends in a piece checked for stops (the ``min_tokens``-th
+    token's or later): one that starts in the unchecked pieces before it is caught and cut
+    at its start, with none of it released; one that ends before is text."""
+    t = TextAssembler(["bc"])
+    assert t.push("ab", check=False) == ("a", False)  # "b" may start the stop string: held
+    assert t.push("cd", check=True) == ("", True)      # it ends here: the reply ends at "a"
+    assert t.text == "a" and t.hit
+    t = TextAssembler(["bc"])
+    assert t.push("abc", check=False) == ("abc", False)  # ended before the boundary: text
+    assert t.push("d", check=True) == ("d", False) and not t.hit
+    # a stop string inside held text, ended before the boundary, does not count later
+    t = TextAssembler(["bc", "xbcy"])
+    assert t.push("xbc", check=False) == ("", False)
+    assert t.push("z", check=True) == ("xbcz", False) and t.text == "xbcz"
+    assert TextAssembler(["bc"]).finish("abc", check=False) == "abc"
+
+
+def test_a_stop_string_across_the_min_tokens_boundary_ends_the_reply(plain):
+    free = [ev for ev in plain.stream(PROMPT, max_tokens=24, ignore_eos=True) if isinstance(ev, Token)]
+    pieces = [ev.text for ev in free if ev.id >= 0]  # the text each token released
+    text = "".join(ev.text for ev in free)
+    # the stop string: the last character of one token's text and the first of the next
+    # one's, where it first occurs in the reply (token j + 1 completes it, 1-based)
+    j = next(j for j in range(2, len(pieces)) if pieces[j - 1] and pieces[j]
+             and text.index(pieces[j - 1][-1] + pieces[j][0]) == len("".join(pieces[:j])) - 1)
+    stop = pieces[j - 1][-1] + pieces[j][0]
+    start = text.index(stop)
+    for min_tokens in (j, j + 1):  # the boundary's token is the one before, or the one completing it
+        got = plain.generate(PROMPT, max_tokens=24, ignore_eos=True, stop=stop, min_tokens=min_tokens)
+        assert got.finish_reason == "stop" and got.text == text[:start], min_tokens
+        assert len(got.token_ids) == j + 1
+        streamed = "".join(ev.text for ev in plain.stream(PROMPT, max_tokens=24, ignore_eos=True, stop=stop,
+                                                          min_tokens=min_tokens) if isinstance(ev, Token))
+        assert streamed == got.text  # nothing of the stop string was streamed
+    # it ends in token j + 1: with min_tokens j + 2 it does not count
+    late = plain.generate(PROMPT, max_tokens=24, ignore_eos=True, stop=stop, min_tokens=j + 2)
+    assert late.text.startswith(text[:start + len(stop)]) and len(late.token_ids) >= j + 2
+    # a batch sequence ends at the same token (it builds its reply the same way)
+    options = {"max_tokens": 24, "ignore_eos": True, "stop": stop, "min_tokens": j + 1}
+    out = next(iter(BatchRun(plain, [Request(0, PROMPT, options)], parallel=2)))
+    assert out.result.text == text[:start] and len(out.result.token_ids) == j + 1

@@ -43,7 +43,7 @@ OTHERS = ["min_tokens"]
 
 # a value that asks for something, per refused field
 ASKING = {
-    "n": 2, "best_of": 2, "logprobs": True, "top_logprobs": 3, "n_probs": 5, "post_sampling_probs": True,
+    "best_of": 2, "n_probs": 5, "post_sampling_probs": True,
     "echo": True, "suffix": "x", "functions": [{"name": "f"}], "function_call": "auto",
     "grammar_lazy": True, "grammar_triggers": [{"type": "word", "value": "<tool_call>"}], "typical_p": 0.5,
     "dynatemp_range": 0.5, "mirostat": 2, "dry_multiplier": 0.8, "xtc_probability": 0.5, "top_n_sigma": 1.0,
@@ -55,7 +55,7 @@ ASKING = {
     "reasoning_budget_tokens": 100, "thinking_budget_tokens": 100,
 }
 # values clients send as defaults: accepted
-INERT = {"n": 1, "logprobs": False, "top_logprobs": None, "grammar_lazy": False, "typical_p": 1.0,
+INERT = {"best_of": 1, "grammar_lazy": False, "typical_p": 1.0,
          "mirostat": 0, "top_n_sigma": -1, "add_generation_prompt": True, "modalities": ["text"],
          "function_call": "none", "dry_multiplier": 0.0}
 MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]

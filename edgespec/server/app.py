@@ -59,6 +59,7 @@ from edgespec import __version__
 from edgespec.errors import InputError
 from edgespec.events import Done
 
+from .choices import choice_jobs, serve_choices
 from .guard import Guard, check_origins
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
@@ -194,6 +195,18 @@ def create_app(
     def tokenize_text(text: str) -> list[int]:
         return engine.tokenize(text, add_special=False, parse_special=False)
 
+    def submit(jobs: list[Job]) -> None:
+        try:
+            if len(jobs) == 1:
+                worker.submit(jobs[0])
+            else:
+                worker.submit_all(jobs)
+        except QueueFull as e:
+            raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
+                           code="queue_full", headers={"Retry-After": str(retry_after)}) from None
+        except WorkerDied as e:
+            raise error_for(e, param=None) from None
+
     async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
                   chat: bool) -> Response:
         options = options_for(req)
@@ -201,14 +214,17 @@ def create_app(
             options["raw"] = True
         if structure.constraint is not None:
             options["constraint"] = structure.constraint
+
+        def reply_for(index: int, queue_wait: float) -> ReplyBody:
+            return ReplyBody(chat=chat, model=model_id, req=req, queue_wait=queue_wait, structure=structure,
+                             index=index, token_bytes=engine.target_model.token_to_bytes)
+
+        if req.choices() > 1:  # n > 1: one job per choice (choices.py)
+            return await serve_choices(request, worker, choice_jobs(structure.prompt, options, req.choices()),
+                                       reply_for, stream=req.stream, param="messages" if chat else "prompt",
+                                       submit=submit, watch=_watch_disconnect)
         job = Job(prompt=structure.prompt, options=options)
-        try:
-            worker.submit(job)
-        except QueueFull as e:
-            raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
-                           code="queue_full", headers={"Retry-After": str(retry_after)}) from None
-        except WorkerDied as e:
-            raise error_for(e, param=None) from None
+        submit([job])
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
             first = await worker.next_event(job)
@@ -219,7 +235,7 @@ def create_app(
             watcher.cancel()
             raise
         assert isinstance(first, Started)
-        reply = ReplyBody(chat=chat, model=model_id, req=req, queue_wait=first.queue_wait, structure=structure)
+        reply = reply_for(0, first.queue_wait)
         if req.stream:
             return StreamingResponse(sse(reply, job, watcher, worker.next_event),
                                      media_type="text/event-stream",

@@ -87,6 +87,12 @@ FIELDS: tuple[KnownField, ...] = (
     _f("stream", HONOURED, "server-sent events"),
     _f("stream_options", HONOURED, "include_usage adds a usage chunk"),
     _f("return_tokens", HONOURED, "adds the generated token ids (llama-server)"),
+    _f("n", HONOURED, "choices per request, 1 to 16, generated from one prompt (prefix shared); "
+       "choice i samples with seed + i"),
+    _f("logprobs", HONOURED, "chat: true adds each token's log-probability (choices[].logprobs.content); "
+       "completions: N (0 to 20) adds the legacy logprobs object with N alternatives"),
+    _f("top_logprobs", HONOURED, "chat: alternatives per token, 0 to 20 (with logprobs: true); completions: "
+       "as logprobs: N"),
     _f("response_format", HONOURED, "text, json_object, json_schema; edgespec's regex and grammar (Lark or GBNF)",
        group=S),
     _f("json_schema", HONOURED, "llama-server's bare JSON Schema: as response_format json_schema", group=S),
@@ -98,12 +104,10 @@ FIELDS: tuple[KnownField, ...] = (
     _f("tool_choice", HONOURED, "none, auto, required or a named function", CHAT, group=S),
     _f("parallel_tool_calls", HONOURED, "false: at most one call per answer", CHAT, group=S),
     # -- refused unless they ask for nothing ---------------------------------------------
-    _f("n", REFUSED, "one choice per request (n: 1 is accepted)", inert=_one),
-    _f("best_of", REFUSED, "one choice per request (best_of: 1 is accepted)", COMPLETIONS, inert=_one),
-    _f("logprobs", REFUSED, "token log-probabilities are not returned"),
-    _f("top_logprobs", REFUSED, "token log-probabilities are not returned"),
-    _f("n_probs", REFUSED, "token probabilities are not returned"),
-    _f("post_sampling_probs", REFUSED, "token probabilities are not returned"),
+    _f("best_of", REFUSED, "choices are not ranked: use n (best_of: 1 or equal to n is accepted)", COMPLETIONS,
+       inert=lambda v, b: _one(v, b) or (v == b.get("n") and not isinstance(v, bool))),
+    _f("n_probs", REFUSED, "llama-server's probabilities object is not returned: use logprobs / top_logprobs"),
+    _f("post_sampling_probs", REFUSED, "logprobs are of the distribution before temperature and the filters"),
     _f("echo", REFUSED, "the prompt is not echoed", COMPLETIONS),
     _f("suffix", REFUSED, "fill-in-the-middle is not supported", COMPLETIONS),
     _f("functions", REFUSED, "the legacy function calling is not supported: use tools", CHAT),
@@ -122,7 +126,7 @@ FIELDS: tuple[KnownField, ...] = (
     _f("n_indent", REFUSED, "indentation limits are not implemented"),
     _f("t_max_predict_ms", REFUSED, "time limits are not implemented"),
     _f("t_max_prompt_ms", REFUSED, "time limits are not implemented"),
-    _f("n_cmpl", REFUSED, "one choice per request", inert=_one),
+    _f("n_cmpl", REFUSED, "llama-server's name for n is not read: use n", inert=_one),
     _f("lora", REFUSED, "LoRA adapters are not supported"),
     _f("response_fields", REFUSED, "responses always have their full shape"),
     _f("grammar_lazy", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",

@@ -17,6 +17,11 @@ tools reads its text with ``tools.CallStream``: ``message.tool_calls`` (ids, typ
 ``finish_reason: "tool_calls"``; streamed, ``delta.tool_calls`` by index: a call's id,
 type and name first, then its arguments piece by piece. The whole and the streamed
 answer are read by the same parser, so they agree.
+
+Asked for ``logprobs`` (``logprobs.LogprobWriter``), a choice carries them: the whole
+answer's in the body, each streamed chunk those of the tokens it carries (a token whose
+text is still held back, e.g. a possible stop string, comes with a later chunk). With
+``n`` > 1 there is one ``ReplyBody`` per choice (``index``), joined by ``choices``.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
-from edgespec.events import Done, Round, Stats, Token
+from edgespec.events import Done, Round, Stats, Token, TokenLogprob
 from edgespec.sampling import SamplingOptionError
 
+from .logprobs import LogprobWriter
 from .schema import ApiError, ChatRequest, CompletionRequest
 from .structured import Structure
 from .tools import CallStream, Piece
@@ -68,7 +74,8 @@ class ReplyBody:
     """Builds the OpenAI response objects for one generation, from its events."""
 
     def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
-                 structure: Structure | None = None) -> None:
+                 structure: Structure | None = None, index: int = 0,
+                 token_bytes: Callable[[int, bool], bytes] | None = None) -> None:
         self.chat = chat
         self.model = model
         self.req = req
@@ -81,9 +88,17 @@ class ReplyBody:
         self.drafted = 0
         self.accepted = 0
         self.done: Done | None = None
+        self.index = index  # of this choice, with n > 1
+        # logprobs, when asked for: the writer, and a stream's tokens not yet in a chunk
+        self.logprobs = LogprobWriter(token_bytes, chat=chat) \
+            if token_bytes is not None and req.logprob_count() is not None else None
+        self._pending: list[TokenLogprob] = []
 
     def feed(self, event: Any) -> None:
-        if isinstance(event, Round):
+        if isinstance(event, Token):
+            if self.logprobs is not None and event.logprob is not None:
+                self._pending.append(event.logprob)
+        elif isinstance(event, Round):
             self.drafted += event.drafted
             self.accepted += event.accepted
         elif isinstance(event, Done):
@@ -123,7 +138,7 @@ class ReplyBody:
             "prompt_tokens": stats.prompt_tokens,
             "completion_tokens": stats.generated_tokens,
             "total_tokens": stats.prompt_tokens + stats.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": stats.prompt_tokens - stats.prompt_tokens_processed},
+            "prompt_tokens_details": {"cached_tokens": max(0, stats.prompt_tokens - stats.prompt_tokens_processed)},
         }
 
     def timings(self, stats: Stats) -> dict:
@@ -138,7 +153,7 @@ class ReplyBody:
             "draft_n": stats.drafted,
             "draft_n_accepted": stats.accepted,
             "forced_n": stats.forced,  # drafts the grammar forced (in draft_n too)
-            "cache_n": stats.prompt_tokens - stats.prompt_tokens_processed,
+            "cache_n": max(0, stats.prompt_tokens - stats.prompt_tokens_processed),
             "queue_ms": round(self.queue_wait * 1000, 3),
         }
 
@@ -155,19 +170,26 @@ class ReplyBody:
                 "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                                for c in self.calls.calls]}
 
-    def body(self) -> dict:
+    def choice(self) -> dict:
+        """This choice of the whole response."""
         done = self.done
         assert done is not None
+        lps = self.logprobs.object(done.logprobs or ()) if self.logprobs is not None else None
         if self.chat:
-            choice = {"index": 0, "message": self.message(), "logprobs": None,
+            choice = {"index": self.index, "message": self.message(), "logprobs": lps,
                       "finish_reason": self.finish_reason()}
         else:
-            choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
+            choice = {"index": self.index, "text": done.text, "logprobs": lps, "finish_reason": done.finish_reason}
         info = self.structure_info()
         if info is not None:
             choice["structure"] = info
+        return choice
+
+    def body(self) -> dict:
+        done = self.done
+        assert done is not None
         out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-               "choices": [choice], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
+               "choices": [self.choice()], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
         if self.req.return_tokens:
             out["token_ids"] = list(done.token_ids)
         return out
@@ -183,14 +205,23 @@ class ReplyBody:
                 delta["content"] = text
             if tool_call is not None:
                 delta["tool_calls"] = [tool_call]
-            choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice: dict = {"index": self.index, "delta": delta, "logprobs": self._chunk_logprobs(),
+                            "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": self.index, "text": text or "", "logprobs": self._chunk_logprobs(),
+                      "finish_reason": finish}
         if from_draft is not None:
             choice["from_draft"] = from_draft
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [choice],
                 "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
+
+    def _chunk_logprobs(self) -> dict | None:
+        """The logprobs of the tokens no chunk has carried yet (None when none are)."""
+        if self.logprobs is None or not self._pending:
+            return None
+        lps, self._pending = self._pending, []
+        return self.logprobs.object(lps)
 
     def text_chunks(self, text: str, from_draft: bool | None) -> list[dict]:
         """The chunks of a piece of the answer's text."""
@@ -208,7 +239,8 @@ class ReplyBody:
             call["function"] = {"arguments": p.arguments}
         return self.chunk(tool_call=call, from_draft=from_draft)
 
-    def last_chunks(self) -> list[dict]:
+    def last_chunks(self, usage: bool = True) -> list[dict]:
+        """The chunks that end this choice (``usage``: and the usage chunk, when asked)."""
         done = self.done
         assert done is not None
         chunks = [self._piece_chunk(p, None) for p in self.calls.finish()] if self.calls is not None else []
@@ -220,10 +252,15 @@ class ReplyBody:
         if self.req.return_tokens:
             last["token_ids"] = list(done.token_ids)
         chunks.append(last)
-        if self.req.include_usage():
-            chunks.append({"id": self.id, "object": last["object"], "created": self.created, "model": self.model,
-                           "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
+        if usage and self.req.include_usage():
+            chunks.append(self.usage_chunk(done.stats))
         return chunks
+
+    def usage_chunk(self, stats: Stats) -> dict:
+        """The stream's usage chunk (``stream_options.include_usage``), no choices."""
+        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [], "usage": self.usage(stats),
+                "timings": self.timings(stats)}
 
 
 def event(obj: dict | str) -> str:
@@ -241,6 +278,7 @@ async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task,
         while True:
             item = await next_event(job)
             if isinstance(item, Token):
+                reply.feed(item)
                 for chunk in reply.text_chunks(item.text, item.from_draft):
                     yield event(chunk)
             elif isinstance(item, Round):

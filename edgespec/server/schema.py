@@ -5,7 +5,9 @@ error, not a guess). Which fields are honoured, refused (a 400 naming the field)
 ignored is the one table in ``fields``; the models here declare exactly the honoured
 ones (OpenAI's, and llama-server's ``top_k``, ``min_p``, ``repeat_penalty``,
 ``repeat_last_n``, ``n_predict``, ``ignore_eos``, ``logit_bias``, ``return_tokens``),
-and ``refusal()`` checks the rest against the table.
+and ``refusal()`` checks the rest against the table. ``logprobs`` differs by endpoint:
+chat's is OpenAI's bool (with ``top_logprobs``), completions' the legacy count
+(``logprob_count()`` reads either); ``n`` is the number of choices (``choices()``).
 
 Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
 ``json_schema``, and edgespec's ``regex`` / ``grammar``), llama-server's top-level
@@ -30,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
+MAX_CHOICES = 16  # n
+MAX_TOP_LOGPROBS = 20  # top_logprobs (OpenAI's limit), and the legacy logprobs: N
 
 
 class ApiError(Exception):
@@ -165,6 +169,8 @@ class _Request(BaseModel):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     return_tokens: bool = False
+    n: Optional[int] = Field(None, ge=1, le=MAX_CHOICES)
+    top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: Optional[dict[str, Any]] = None
     json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
     grammar: Optional[str] = None                 # llama-server: a GBNF grammar
@@ -260,7 +266,17 @@ class _Request(BaseModel):
             opts["penalty_last_n"] = self.repeat_last_n
         if self.logit_bias:
             opts["logit_bias"] = self.bias_pairs(tokenize)
+        if (count := self.logprob_count()) is not None:
+            opts["logprobs"] = count
         return opts
+
+    def choices(self) -> int:
+        """How many choices to generate (``n``)."""
+        return self.n or 1
+
+    def logprob_count(self) -> int | None:
+        """None when no logprobs are asked for, else the alternatives per token."""
+        raise NotImplementedError
 
     def bias_pairs(self, tokenize: Callable[[str], list[int]]) -> tuple[tuple[int, float], ...]:
         """``logit_bias`` as (token id, bias) pairs, llama-server's way: a key or entry
@@ -285,6 +301,16 @@ class ChatRequest(_Request):
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
     parallel_tool_calls: Optional[bool] = None
+    logprobs: Optional[bool] = None
+
+    def logprob_count(self) -> int | None:
+        """OpenAI's chat rule: ``logprobs: true`` asks, ``top_logprobs`` says how many
+        alternatives (and needs ``logprobs: true``)."""
+        if not self.logprobs:
+            if self.top_logprobs:
+                raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+            return None
+        return self.top_logprobs or 0
 
     @field_validator("tool_choice")
     @classmethod
@@ -331,6 +357,30 @@ class ChatRequest(_Request):
 class CompletionRequest(_Request):
     endpoint: ClassVar[str] = "completions"
     prompt: Union[str, list[str], list[int]]
+    logprobs: Optional[Union[bool, int]] = None  # the legacy count of alternatives
+
+    @field_validator("logprobs")
+    @classmethod
+    def _logprob_count(cls, v: bool | int | None) -> bool | int | None:
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS} (got {v})")
+        return v
+
+    def logprob_count(self) -> int | None:
+        """The legacy rule: ``logprobs: N`` (N alternatives per token; true is 0);
+        ``top_logprobs: N`` counts the same, for clients that send the chat name."""
+        given, top = self.logprobs, self.top_logprobs
+        if given is None:
+            return top
+        if given is False:
+            if top:
+                raise ApiError(400, "top_logprobs needs logprobs", param="top_logprobs")
+            return None
+        if given is True:
+            return top or 0
+        if top is not None and top != given:
+            raise ApiError(400, f"logprobs={given} and top_logprobs={top} disagree: give one", param="top_logprobs")
+        return given
 
     @field_validator("prompt")
     @classmethod

@@ -156,6 +156,21 @@ class Worker:
             except queue.Full:
                 raise QueueFull(f"{self.max_queue} requests are already waiting") from None
 
+    def submit_all(self, jobs: list[Job]) -> None:
+        """Queue every one of ``jobs`` or none (the choices of one request, ``n`` > 1):
+        ``QueueFull`` when the queue has no room for all of them, as ``submit``."""
+        self.start()
+        with self._lock:  # only submits add to the queue, all under this lock: the room stays
+            if self._died is not None:
+                raise WorkerDied(self.failure())
+            if self._stopping:
+                raise QueueFull("the server is shutting down")
+            if self._jobs.qsize() + len(jobs) > self.max_queue:
+                raise QueueFull(f"{self._jobs.qsize()} requests are waiting and {len(jobs)} choices do not fit "
+                                f"in the queue of {self.max_queue}")
+            for job in jobs:
+                self._jobs.put_nowait(job)
+
     async def next_event(self, job: Job, poll: float = 1.0) -> Any:
         """The job's next event; ``Failed(WorkerDied)`` once the worker has ended and no
         event is left for it (checked every ``poll`` seconds while waiting)."""
