@@ -91,7 +91,8 @@ def generate(
             "--input", "-i",
             help=(
                 "Batch: a JSONL file, one object per line: id, prompt or messages, and optionally "
-                "max_tokens, temperature, top_k, top_p, min_p, seed, stop, raw ('-' = stdin)."
+                "max_tokens, temperature, top_k, top_p, min_p, seed, stop, raw, response_format, "
+                "lenient_schema ('-' = stdin)."
             ),
         ),
     ] = None,

@@ -23,7 +23,8 @@ RegexOpt = Annotated[Optional[str], typer.Option(
     "--regex", help="Structured output: the reply matches this regular expression.")]
 LenientOpt = Annotated[bool, typer.Option(
     "--lenient-schema", help="Ignore schema keywords the constraint engine does not implement "
-                             "(uniqueItems, ...), with a warning, instead of refusing the schema.")]
+                             "(uniqueItems, ...), with a warning, instead of refusing the schema "
+                             "(in a batch: every line's schema).")]
 
 
 MAX_FILE_BYTES = 4 * 1024 * 1024

@@ -118,8 +118,8 @@ def schema_options(schema: object, *, param: str = "response_format.json_schema.
     refuses it (``_explain`` words that) unless lenient."""
     detail = infinite_recursion(schema)
     if detail:
-        raise ConstraintError(f"the {what} is satisfied by no finite value: {detail}; make that property "
-                              "optional, or give it a way out (anyOf with null)", param=param)
+        raise ConstraintError(f"the {what} is satisfied by no finite value: {detail}; let the recursion "
+                              "end (make the property optional, or allow null with anyOf)", param=param)
     if has_one_of(schema) and overlapping_one_of(schema) is None:
         return {"coerce_one_of": True}
     return {}
