@@ -5,7 +5,8 @@ skipped, settings checked by the engine's own ``SamplingParams.validate``) is
 ``edgespec.jobs``; its names are re-exported here.
 
 The output file is append-only, one ``{"id", "text", "finish_reason", "stats"}`` object
-per line. Each line goes to the kernel in a single ``write`` on an ``O_APPEND`` descriptor
+per line (under a constraint followed by ``structured_complete``, ``parsed`` and, where
+they apply, ``structure_error`` and ``relaxed``). Each line goes to the kernel in a single ``write`` on an ``O_APPEND`` descriptor
 (and is fsynced), so a ``kill -9`` loses at most the line in flight. A run resumes by
 reading the ids already in the output and skipping them. A torn last line left by a
 crash of some other kind (power loss, a full disk, another writer) is repaired or cut
@@ -46,8 +47,10 @@ from edgespec.jobs import (  # noqa: F401 - re-exported: the batch API reads job
 )
 
 
-# The keys of a result line, in the order ``ResultWriter.write`` puts them.
+# The keys of a result line, in the order ``ResultWriter.write`` puts them; a
+# constrained one has some of STRUCTURE_KEYS after them, in that order.
 RESULT_KEYS = ("id", "text", "finish_reason", "stats")
+STRUCTURE_KEYS = ("structured_complete", "parsed", "structure_error", "relaxed")
 _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str, int), "text": (str,), "finish_reason": (str,), "stats": (dict,),
 }
@@ -103,7 +106,36 @@ def _torn_result(raw: bytes) -> bool:
             return True  # torn inside the value
         if isinstance(value, bool) or not isinstance(value, _RESULT_TYPES[key]):
             return False
-    # all four values are whole: what is left can only be the closing brace, torn off
+    # all four values are whole: what is left can only be the structure's keys, in
+    # order (any JSON value each), and the closing brace, torn off
+    for key in STRUCTURE_KEYS:
+        pos = skip_ws(pos)
+        if pos >= end:
+            return True
+        start = pos
+        for lit in (",", json.dumps(key)):
+            pos = skip_ws(pos)
+            if pos >= end:
+                return True
+            pos = literal(pos, lit)
+            if pos is None:
+                break
+        if pos is None:
+            pos = start  # not this key: perhaps a later one
+            continue
+        pos = skip_ws(pos)
+        if pos >= end:
+            return True
+        pos = literal(pos, ":")
+        if pos is None:
+            return False
+        pos = skip_ws(pos)
+        if pos >= end:
+            return True
+        try:
+            _, pos = _decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return True  # torn inside the value
     return skip_ws(pos) >= end
 
 
@@ -273,12 +305,16 @@ class ResultWriter:
 
 
 def result_record(job: Job, result: Any) -> dict[str, Any]:
-    """The output line for one finished job."""
+    """The output line for one finished job; under a constraint, after ``stats``, the
+    structure's keys of ``Result.to_dict`` (``structured_complete``, ``parsed``, and
+    ``structure_error`` / ``relaxed`` where they apply)."""
+    structure = result.structure_dict() if hasattr(result, "structure_dict") else {}
     return {
         "id": job.id,
         "text": result.text,
         "finish_reason": result.finish_reason,
         "stats": result.stats.to_dict(),
+        **{k: structure[k] for k in STRUCTURE_KEYS if k in structure},
     }
 
 
@@ -300,6 +336,7 @@ class BatchSummary:
     total: int = 0          # valid jobs in the input
     skipped: int = 0        # already in the output (resumed)
     done: int = 0           # generated and written now
+    incomplete: int = 0     # of those, structured answers that are not complete (structure_error)
     failed: list[tuple[Job, EdgespecError]] = field(default_factory=list)
 
 
@@ -355,6 +392,7 @@ def run_batch(
         record = result_record(job, result)
         writer.write(record)
         summary.done += 1
+        summary.incomplete += "structure_error" in record
         observer.job_done(job, record)
     return summary
 
@@ -388,6 +426,7 @@ def _run_parallel(engine: Any, todo: list[Job], writer: ResultWriter, defaults: 
         record = result_record(job, outcome.result)
         writer.write(record)
         summary.done += 1
+        summary.incomplete += "structure_error" in record
         observer.job_done(job, record)
 
 

@@ -78,10 +78,12 @@ def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict
         return options
     from .constraints import compile_constraint
 
-    key = json.dumps(rf, sort_keys=True, default=str)
+    lenient = bool(options.get("lenient_schema"))
+    key = json.dumps([rf, lenient], sort_keys=True, default=str)
     if key not in compiled:
-        compiled[key] = compile_constraint(rf, engine.target_model)
-    return {**{k: v for k, v in options.items() if k != "response_format"}, "constraint": compiled[key]}
+        compiled[key] = compile_constraint(rf, engine.target_model, lenient=lenient)
+    rest = {k: v for k, v in options.items() if k not in ("response_format", "lenient_schema")}
+    return {**rest, "constraint": compiled[key]}
 
 
 def _size(n: float) -> str:

@@ -79,13 +79,12 @@ class BatchSeq:
         st.t_total, st.t_generate = now - self.t_start, now - (self.t_gen or now)
         st.k_final = self.loop.last_k
         m = self.matcher
-        complete, parsed = m.outcome(self.reply.ids, self.reply.text) if m is not None else (None, None)
+        done = Done(finish_reason=self.reply.finish_reason, stats=st, text=self.reply.text,
+                    token_ids=tuple(self.reply.ids), logprobs=self.reply.logprobs_out(),
+                    **(m.outcome(self.reply) if m is not None else {}))
         if self.req.on_event is not None:
-            self.req.on_event(Done(finish_reason=self.reply.finish_reason, stats=st, text=self.reply.text,
-                                   token_ids=tuple(self.reply.ids), structured_complete=complete,
-                                   parsed=parsed, logprobs=self.reply.logprobs_out()))
-        return Result(self.reply.text, list(self.reply.ids), self.reply.finish_reason, st,
-                      structured_complete=complete, parsed=parsed, logprobs=self.reply.logprobs_out())
+            self.req.on_event(done)
+        return Result.from_done(done)
 
 
 def step_masks(gen: Sequence[BatchSeq], is_eog) -> None:

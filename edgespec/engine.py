@@ -366,13 +366,15 @@ class Engine:
         ``presence_penalty``, ``penalty_last_n``, ``seed``, ``logit_bias``,
         ``ignore_eos``, ``min_tokens`` (``SamplingParams``), ``stop`` (a string or
         several), ``raw`` (no chat template for a text prompt), ``response_format``
-        (OpenAI's shapes plus regex and grammar, see ``edgespec.constraints``) or
-        ``constraint`` (one already compiled for this engine's target): structured
-        output, the events' ``Done`` then says whether the structure is complete and
-        holds the parsed JSON. ``logprobs`` (an int, 0 to 20): every ``Token`` carries
-        the target's log-probability of it and of that many likeliest tokens at its
-        position (``edgespec.logprob``), ``Done`` all of them; the default None computes
-        none. The prompt is checked before any work: one that
+        (OpenAI's shapes plus regex and grammar, see ``edgespec.constraints``; with
+        ``lenient_schema`` keywords the engine lacks are relaxed) or ``constraint`` (one
+        already compiled for this engine's target): structured output, the events'
+        ``Done`` then says whether the structure is complete (if not, why:
+        ``structure_error``), holds the parsed JSON and what was ``relaxed``.
+        ``logprobs`` (an int, 0 to 20): every ``Token`` carries the target's
+        log-probability of it and of that many likeliest tokens at its position
+        (``edgespec.logprob``), ``Done`` all of them; the default None computes none.
+        The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
@@ -381,16 +383,18 @@ class Engine:
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
                 raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
-                logprobs: int | None = None, **sampling_options) -> Prepared:
+                logprobs: int | None = None, lenient_schema: bool = False,
+                **sampling_options) -> Prepared:
         """A generation request checked and tokenized: (prompt ids, sampling parameters,
         max_tokens, stop strings, constraint or None, logprobs or None).
         ``sampling_options`` are ``SamplingParams``' fields (``sampling.params_from``).
         Raises on anything invalid (``ConstraintError`` for a response_format that does
-        not compile)."""
+        not compile). ``lenient_schema``: schema keywords the constraint engine lacks are
+        relaxed instead of refused (the result's ``relaxed`` says which)."""
         if constraint is not None and response_format is not None:
             raise InputError("pass response_format or a compiled constraint, not both")
         if constraint is None:
-            constraint = compile_constraint(response_format, self.target_model)
+            constraint = compile_constraint(response_format, self.target_model, lenient=lenient_schema)
         elif constraint.tokenizer is not tokenizer_for(self.target_model):
             raise InputError("the constraint was compiled for another model than this engine's target")
         params = sampling.params_from(sampling_options)
@@ -420,5 +424,4 @@ class Engine:
             if isinstance(ev, Done):
                 done = ev
         assert done is not None
-        return Result(done.text, list(done.token_ids), done.finish_reason, done.stats,
-                      done.structured_complete, done.parsed, done.logprobs)
+        return Result.from_done(done)

@@ -89,6 +89,15 @@ class ConstraintStateError(EdgespecError):
     exit_code = 6
 
 
+class IncompleteStructureError(EdgespecError):
+    """A structured answer ended before its structure was complete (``max_tokens`` ran
+    out, the context filled up, a stop string cut it). The library reports it on the
+    result (``structured_complete`` False, ``structure_error``); the command line raises
+    this after writing the partial text, so that its exit code says so."""
+
+    exit_code = 10
+
+
 class RpcError(EdgespecError):
     """An RPC server (``--rpc HOST:PORT``) that cannot be reached, is not one, speaks
     another protocol version, or is missing from this llama.cpp build."""

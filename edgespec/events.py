@@ -172,9 +172,12 @@ class Done:
 
     Under a constraint (structured output), ``structured_complete`` says whether the
     output completes the structure (False when ``max_tokens`` cut it; None without a
-    constraint, or when a lazy grammar's trigger never appeared) and ``parsed`` holds
-    the parsed JSON value when a JSON structure is complete. ``logprobs``: one
-    ``TokenLogprob`` per token of ``token_ids`` when they were asked for, else None.
+    constraint, or when a lazy grammar's trigger never appeared), ``parsed`` holds
+    the parsed JSON value when a JSON structure is complete, ``structure_error`` says
+    why it is not when ``structured_complete`` is False (``max_tokens`` ran out, the
+    context filled up, a stop string cut it), and ``relaxed`` lists what lenient mode
+    relaxed in the schema (then ``parsed`` is checked against the relaxed schema only).
+    ``logprobs``: one ``TokenLogprob`` per token of ``token_ids`` when they were asked for, else None.
     """
 
     finish_reason: str
@@ -184,6 +187,8 @@ class Done:
     structured_complete: bool | None = None
     parsed: Any = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    structure_error: str | None = None
+    relaxed: tuple[str, ...] = ()
 
 
 Event = Token | Round | Done
@@ -192,8 +197,8 @@ Event = Token | Round | Done
 @dataclass(frozen=True)
 class Result:
     """A finished generation: its text, token ids, why it ended, and its stats; under a
-    constraint also ``structured_complete`` and ``parsed``, and ``logprobs`` when asked
-    for (as on ``Done``)."""
+    constraint also ``structured_complete``, ``parsed``, ``structure_error`` and
+    ``relaxed`` (as on ``Done``), and ``logprobs`` when asked for."""
 
     text: str
     token_ids: list[int]
@@ -202,18 +207,35 @@ class Result:
     structured_complete: bool | None = None
     parsed: Any = None
     logprobs: tuple[TokenLogprob, ...] | None = None
+    structure_error: str | None = None
+    relaxed: tuple[str, ...] = ()
+
+    @classmethod
+    def from_done(cls, done: Done) -> "Result":
+        return cls(done.text, list(done.token_ids), done.finish_reason, done.stats, done.structured_complete,
+                   done.parsed, done.logprobs, done.structure_error, tuple(done.relaxed))
+
+    def structure_dict(self) -> dict:
+        """The structure's keys of ``to_dict`` (empty without a constraint):
+        ``structured_complete`` and ``parsed``, ``structure_error`` when it is not
+        complete, ``relaxed`` when lenient mode relaxed something."""
+        d: dict = {}
+        if self.structured_complete is not None:
+            d["structured_complete"] = self.structured_complete
+            d["parsed"] = self.parsed
+        if self.structure_error is not None:
+            d["structure_error"] = self.structure_error
+        if self.relaxed:
+            d["relaxed"] = list(self.relaxed)
+        return d
 
     def to_dict(self) -> dict:
-        d = {
+        return {
             "text": self.text,
             "token_ids": list(self.token_ids),
             "finish_reason": self.finish_reason,
             "stats": self.stats.to_dict(),
+            **self.structure_dict(),
+            **({} if self.logprobs is None else {"logprobs": [
+                {"id": lp.id, "logprob": lp.logprob, "top": [list(t) for t in lp.top]} for lp in self.logprobs]}),
         }
-        if self.structured_complete is not None:
-            d["structured_complete"] = self.structured_complete
-            d["parsed"] = self.parsed
-        if self.logprobs is not None:
-            d["logprobs"] = [{"id": lp.id, "logprob": lp.logprob, "top": [list(t) for t in lp.top]}
-                             for lp in self.logprobs]
-        return d

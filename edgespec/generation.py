@@ -71,7 +71,6 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
         stats.t_total = time.perf_counter() - t_start
         stats.k_final = loop.last_k
         engine.last_stats = stats
-    complete, parsed = matcher.outcome(reply.ids, reply.text) if matcher is not None else (None, None)
+    structure = matcher.outcome(reply) if matcher is not None else {}
     yield Done(finish_reason=reply.finish_reason, stats=stats, text=reply.text,
-               token_ids=tuple(reply.ids), structured_complete=complete, parsed=parsed,
-               logprobs=reply.logprobs_out())
+               token_ids=tuple(reply.ids), logprobs=reply.logprobs_out(), **structure)

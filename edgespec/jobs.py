@@ -4,8 +4,9 @@ An input file has one JSON object per line: an ``id`` (string or integer), exact
 ``prompt`` (a string) or ``messages`` (a list of ``{"role", "content"}``), and optional
 per-line generation settings (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
 ``min_p``, ``seed``, ``stop``, ``raw``, and ``response_format`` in OpenAI's shape for
-structured output). The sampling settings are checked by ``SamplingParams.validate`` and
-a ``response_format`` is compiled by ``constraints.grammar_spec`` (strict: a schema
+structured output, with ``lenient_schema``). The sampling settings are checked by
+``SamplingParams.validate`` and a ``response_format`` is compiled by
+``constraints.grammar_spec`` (strict unless the line or the batch is lenient: a schema
 keyword the constraint engine lacks is an error), the very checks the engine runs, so a
 line the engine would refuse is refused here, before the batch starts. Every bad line (not UTF-8, not JSON,
 a bad value) is reported with its line number and skipped; nothing is dropped silently.
@@ -26,7 +27,7 @@ from edgespec.sampling import SamplingOptionError, SamplingParams
 
 
 GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw",
-                   "response_format")
+                   "response_format", "lenient_schema")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "seed")  # checked by SamplingParams
 ALLOWED_KEYS = frozenset(("id", "prompt", "messages") + GENERATION_KEYS)
 
@@ -79,7 +80,7 @@ def _check_text(name: str, value: str) -> None:
         ) from None
 
 
-def _validate(obj: Any) -> Job:
+def _validate(obj: Any, lenient: bool = False) -> Job:
     """Check one decoded line; raises ValueError with a message naming the key."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
@@ -127,11 +128,11 @@ def _validate(obj: Any) -> Job:
         value = obj[name]
         if name == "max_tokens":
             _check_int(name, value, 1)
-        elif name == "raw":
+        elif name in ("raw", "lenient_schema"):
             if not isinstance(value, bool):
-                raise ValueError("'raw' must be true or false")
+                raise ValueError(f"'{name}' must be true or false")
         elif name == "response_format":
-            _check_response_format(value)
+            _check_response_format(value, obj.get("lenient_schema", lenient) is True)
         elif name == "stop":
             if isinstance(value, str):
                 value = [value]
@@ -155,13 +156,13 @@ def _validate(obj: Any) -> Job:
 _checked_formats: dict[str, str | None] = {}  # a batch's lines usually share one schema
 
 
-def _check_response_format(value: Any) -> None:
+def _check_response_format(value: Any, lenient: bool = False) -> None:
     """Compile a line's ``response_format`` (without a model) or say why not, once per
-    distinct value."""
-    key = json.dumps(value, sort_keys=True)
+    distinct value. ``lenient``: the line's ``lenient_schema``, else the batch's."""
+    key = json.dumps([value, lenient], sort_keys=True)
     if key not in _checked_formats:
         try:
-            grammar_spec(value)
+            grammar_spec(value, lenient=lenient)
             _checked_formats[key] = None
         except ConstraintError as e:
             _checked_formats[key] = f"'{e.param}': {e}"
@@ -178,10 +179,11 @@ def _json_text(value: Any) -> str:
         return repr(value)
 
 
-def parse_line(text: str | bytes, line: int, source: str = "<input>") -> Job:
+def parse_line(text: str | bytes, line: int, source: str = "<input>", *, lenient: bool = False) -> Job:
     """Parse and validate one input line (1-based ``line`` for messages).
 
-    ``text`` may be the line's raw bytes, which must be UTF-8.
+    ``text`` may be the line's raw bytes, which must be UTF-8. ``lenient``: the batch's
+    ``--lenient-schema``, for a line that does not set ``lenient_schema`` itself.
     """
     if isinstance(text, bytes):
         try:
@@ -199,7 +201,7 @@ def parse_line(text: str | bytes, line: int, source: str = "<input>") -> Job:
     except RecursionError:
         raise InputLineError(source, line, "not valid JSON (nested too deeply)") from None
     try:
-        job = _validate(obj)
+        job = _validate(obj, lenient)
     except ValueError as e:
         raise InputLineError(source, line, str(e)) from None
     return Job(line=line, id=job.id, prompt=job.prompt, options=job.options)
@@ -216,8 +218,9 @@ class InputFile:
     identity: tuple[int, int] | None = None
 
 
-def read_jobs(path: str | os.PathLike | IO[str] | IO[bytes]) -> InputFile:
-    """Read a whole JSONL input. ``"-"`` reads standard input.
+def read_jobs(path: str | os.PathLike | IO[str] | IO[bytes], *, lenient: bool = False) -> InputFile:
+    """Read a whole JSONL input. ``"-"`` reads standard input. ``lenient``: schemas are
+    checked as ``--lenient-schema`` compiles them (a line's ``lenient_schema`` wins).
 
     Blank lines are ignored. A line that is not UTF-8 is a bad line like any other:
     reported with its number and skipped. A duplicate id is an error on the later line
@@ -227,16 +230,16 @@ def read_jobs(path: str | os.PathLike | IO[str] | IO[bytes]) -> InputFile:
         import sys
 
         stdin = getattr(sys.stdin, "buffer", sys.stdin)
-        return _read_jobs(stdin, "<stdin>", _identity(stdin))
+        return _read_jobs(stdin, "<stdin>", _identity(stdin), lenient)
     if isinstance(path, (str, os.PathLike)):
         try:
             with open(path, "rb") as f:
-                return _read_jobs(f, str(path), _identity(f))
+                return _read_jobs(f, str(path), _identity(f), lenient)
         except FileNotFoundError:
             raise InputError(f"input file not found: {path}") from None
         except OSError as e:
             raise InputError(f"cannot read input file {path}: {e.strerror or e}") from None
-    return _read_jobs(path, getattr(path, "name", "<input>"), _identity(path))
+    return _read_jobs(path, getattr(path, "name", "<input>"), _identity(path), lenient)
 
 
 def _identity(f: Any) -> tuple[int, int] | None:
@@ -248,7 +251,8 @@ def _identity(f: Any) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] | None = None) -> InputFile:
+def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] | None = None,
+               lenient: bool = False) -> InputFile:
     jobs: list[Job] = []
     errors: list[InputLineError] = []
     first_line: dict[str, int] = {}
@@ -258,7 +262,7 @@ def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] 
         if not text.strip():
             continue
         try:
-            job = parse_line(text, n, source)
+            job = parse_line(text, n, source, lenient=lenient)
         except InputLineError as e:
             errors.append(e)
             continue

@@ -29,7 +29,7 @@ from rich.style import Style
 from rich.text import Text
 
 from edgespec.events import Done, Round, Stats, Token
-from edgespec.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, num as _num
+from edgespec.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""
@@ -137,11 +137,12 @@ class Readout:
         if stats.t_generate > 0:
             parts.append(f"{stats.tokens_per_second:.1f} tok/s")
         if stats.drafter != "none":
-            # forced tokens are drafted for free: counted apart from the drafter's own
-            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted - stats.forced,
-                                    stats.accepted - stats.forced_accepted, stats.k_final)
+            # the grammar's forced tokens are drafts too (as in Stats and --json): counted
+            # with the drafter's, then said apart
+            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted,
+                                    stats.k_final)
             if stats.forced:
-                parts.append(f"forced {stats.forced_accepted}")
+                parts.append(forced_part(stats.forced_accepted, stats.accepted))
             speed = self.speedup_text(stats)
             if speed:
                 parts.append(speed)
@@ -247,8 +248,7 @@ class Reply:
         s.rounds += 1
         s.drafting += r.drafted > 0
         s.drafted += r.drafted
-        s.accepted += r.accepted - min(r.forced, r.accepted)
-        s.drafted -= r.forced
+        s.accepted += r.accepted
         s.forced += min(r.forced, r.accepted)
         s.k = r.k
         s.drafter = r.drafter
@@ -321,7 +321,7 @@ class Reply:
         if drafting:
             parts += [s.drafter, *drafting_parts(s.rounds, s.drafting, s.drafted, s.accepted, s.k, live=True)]
             if s.forced:
-                parts.append(f"forced {s.forced}")
+                parts.append(forced_part(s.forced, s.accepted, live=True))
         else:
             parts.append("plain decoding")
         parts.append(f"{tps:.1f} tok/s" if tps else "– tok/s")

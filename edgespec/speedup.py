@@ -22,6 +22,10 @@ the run was plain decoding, and the estimate would only measure its own error (t
 mean round against the median plain step: a few percent, either way): the readout says
 so instead of printing a ratio.
 
+**Forced tokens** (structured output) are drafts: the grammar proposed them, the target
+verified them, and ``Stats.drafted`` / ``accepted`` count them as ``--json`` shows.
+The lines count them with the drafter's and then say how many were forced.
+
 **k.** What the status line and the summary show as k is the length actually drafted
 (the mean over the rounds that drafted), with the bound the policy or ``--k`` allows.
 """
@@ -95,3 +99,9 @@ def drafting_parts(rounds: int, drafting: int, drafted: int, accepted: int, boun
     if drafting < MIN_DRAFTING * rounds:
         parts.append(f"drafted in {drafting} of {num(rounds)} rounds" + ("" if live else ": about plain decoding"))
     return parts
+
+
+def forced_part(forced: int, accepted: int, live: bool = False) -> str:
+    """How many of the accepted drafts the grammar forced (structured output): drafts like
+    the drafter's, counted in ``accepted`` too, so never beside "nothing drafted"."""
+    return f"forced {forced}" if live else f"forced {forced} of the {accepted} accepted"

@@ -124,6 +124,20 @@ def test_writer_drops_a_torn_last_line(tmp_path):
     assert [json.loads(line)["id"] for line in lines] == ["a", "b"]
 
 
+def test_a_structured_line_torn_anywhere_is_dropped_and_a_foreign_tail_is_not():
+    """A constrained result line has the structure's keys after stats (issue 28 item 3):
+    every prefix of it still reads as a torn result; other keys after stats do not."""
+    from edgespec.batch import _torn_result
+
+    line = json.dumps({"id": 7, "text": '{"a":', "finish_reason": "length", "stats": {"rounds": 2},
+                       "structured_complete": False, "parsed": None,
+                       "structure_error": "max_tokens (4) ran out before the JSON was complete",
+                       "relaxed": ["Unimplemented keys: uniqueItems"]}, separators=(",", ":"))
+    for cut in range(1, len(line)):
+        assert _torn_result(line[:cut].encode()), line[:cut]
+    assert not _torn_result(line[:-1].replace('"parsed"', '"mine"').encode())
+
+
 def test_writer_repairs_a_whole_object_missing_its_newline(tmp_path):
     out = tmp_path / "out.jsonl"
     a = json.dumps({"id": "a", "text": "t", "finish_reason": "stop", "stats": {}})

@@ -244,6 +244,8 @@ def test_a_jsonl_line_carries_response_format():
     ({"type": "regex", "regex": "a("}, "regex"),
     ({"type": "yaml"}, "type"),
     ("json", "response_format"),
+    # issue 28 item 7: refused when the file is read, not per line at run time
+    ({"type": "json_schema", "json_schema": {"name": "t", "schema": {"$ref": "#"}}}, "no finite value"),
 ])
 def test_a_bad_response_format_names_the_line(value, words):
     with pytest.raises(InputLineError) as e:
@@ -251,6 +253,20 @@ def test_a_bad_response_format_names_the_line(value, words):
     msg = str(e.value)
     assert msg.startswith("in.jsonl:7: ") and "response_format" in msg and words in msg
     assert "\n" not in msg
+
+
+def test_a_line_may_be_lenient_and_the_batch_may_be_lenient_for_every_line():
+    """issue 28 item 6: lenient mode in a batch, per line or for the whole file."""
+    loose = {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "array", "uniqueItems": True}}}
+    line = {"id": 1, "prompt": "hi", "response_format": loose}
+    with pytest.raises(InputLineError, match="uniqueItems"):
+        parse_line(json.dumps(line), 1)
+    assert parse_line(json.dumps({**line, "lenient_schema": True}), 1).options["lenient_schema"] is True
+    assert parse_line(json.dumps(line), 1, lenient=True).options["response_format"] == loose
+    with pytest.raises(InputLineError, match="uniqueItems"):  # the line's own word wins
+        parse_line(json.dumps({**line, "lenient_schema": False}), 1, lenient=True)
+    with pytest.raises(InputLineError, match="'lenient_schema' must be true or false"):
+        parse_line(json.dumps({"id": 1, "prompt": "hi", "lenient_schema": "yes"}), 1)
 
 
 # -- the command line: a JSONL batch with response_format lines ------------------------------

@@ -34,8 +34,19 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     (lambda d: ["--grammar", str(d / "bad.gbnf")], "invalid GBNF grammar"),
     (lambda d: ["--regex", "a", "--schema", str(d / "ok.json")], "cannot be combined"),
     (lambda d: ["--regex", "a", "--lenient-schema"], "--lenient-schema applies to --schema only"),
+    # issue 28 item 7: no finite value, an overlapping oneOf, a file without end
+    (lambda d: ["--schema", str(d / "self.json")], "satisfied by no finite value"),
+    (lambda d: ["--schema", str(d / "selfreq.json")], "'#/properties/a' refers to '#'"),
+    (lambda d: ["--schema", str(d / "oneof.json")], "--lenient-schema"),
+    (lambda d: ["--schema", "/dev/zero"], "larger than 4 MiB"),
+    (lambda d: ["--grammar", str(d / "big.lark")], "larger than 4 MiB"),
 ])
 def test_a_bad_constraint_is_one_line_and_exit_2_before_loading(tmp_path, make_args, words):
+    (tmp_path / "self.json").write_text(json.dumps({"$ref": "#"}))
+    (tmp_path / "selfreq.json").write_text(json.dumps(
+        {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}))
+    (tmp_path / "oneof.json").write_text(json.dumps({"oneOf": [{"type": "number"}, {"type": "integer"}]}))
+    (tmp_path / "big.lark").write_text('start: "a"\n' + "// padding\n" * 400_000)
     (tmp_path / "bad.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
     (tmp_path / "notjson.json").write_text("{nope")
     (tmp_path / "ok.json").write_text("{}")
@@ -53,10 +64,76 @@ def test_lenient_schema_warns_about_what_it_ignores(tmp_path, tiny_target):
                                 "maxItems": 3, "uniqueItems": True}))
     r = run("--target", str(tiny_target), "--draft", "ngram", "--schema", str(path), "--lenient-schema",
             "--json", "-n", "24", "hello", timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "uniqueItems" in r.stderr and "relaxed" in r.stderr
     out = json.loads(r.stdout)
+    assert r.returncode == (0 if out["structured_complete"] else 10), r.stderr
+    assert "uniqueItems" in r.stderr and "relaxed" in r.stderr
     assert set(out) >= {"text", "token_ids", "finish_reason", "stats", "structured_complete", "parsed"}
+    # --json says it too (issue 28 item 7): parsed was checked against the relaxed schema only
+    assert any("uniqueItems" in w for w in out["relaxed"])
+
+
+NEEDS_MORE = {"type": "object", "properties": {"note": {"type": "string", "minLength": 40}}, "required": ["note"]}
+
+
+@pytest.mark.parametrize("extra", [[], ["-q"], ["--json"], ["--json", "-q"]])
+def test_a_cut_structured_answer_is_exit_10_with_its_text_written(tmp_path, tiny_target, extra):
+    """issue 28 item 3: the partial text on stdout, one error line on stderr that says
+    why (also with -q), and exit code 10 (docs/cli.md)."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(NEEDS_MORE))
+    r = run("--target", str(tiny_target), "--draft", "ngram", "--schema", str(path), "-n", "6", *extra,
+            "hello", timeout=300)
+    assert r.returncode == 10, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [errors[0]] and "incomplete: max_tokens (6) ran out before the JSON was complete" in errors[0]
+    if "-q" in extra:
+        assert r.stderr.strip().splitlines() == errors
+    text = json.loads(r.stdout)["text"] if "--json" in extra else r.stdout
+    assert text.startswith('{"note"')
+    if "--json" in extra:
+        out = json.loads(r.stdout)
+        assert out["structured_complete"] is False and out["structure_error"] in errors[0]
+
+
+def test_a_special_token_the_model_lacks_is_exit_2(tmp_path, tiny_target):
+    """issue 28 item 6: refused when the grammar meets the model, before generating."""
+    path = tmp_path / "g.lark"
+    path.write_text('start: <tool_call> "x"\n')
+    r = run("--target", str(tiny_target), "--grammar", str(path), "hello", timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "error:" in r.stderr and "<tool_call>" in r.stderr and str(path) in r.stderr
+
+
+def test_a_batch_takes_lenient_schema_and_says_what_was_cut(tmp_path, tiny_target):
+    """issue 28 items 3 and 6: --lenient-schema in a batch (for the lines' own schemas
+    too, as a line's "lenient_schema": true is); a line cut by max_tokens carries its
+    finish_reason and structure_error, and the batch ends with exit code 10."""
+    loose = {"type": "array", "items": {"enum": [1, 2, 3]}, "maxItems": 2, "uniqueItems": True}
+    lines = [{"id": 1, "prompt": "hello", "response_format": {"type": "json_schema",
+                                                              "json_schema": {"name": "a", "schema": loose}}},
+             {"id": 2, "prompt": "hello", "max_tokens": 4, "response_format": {
+                 "type": "json_schema", "json_schema": {"name": "b", "schema": NEEDS_MORE}}}]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    base = ["--target", str(tiny_target), "--draft", "ngram", "--input", str(inp), "--output", str(out), "-n", "24"]
+    strict = run(*base, timeout=300)
+    assert strict.returncode == 1 and "uniqueItems" in strict.stderr and "--lenient-schema" in strict.stderr
+    out.unlink()
+    r = run(*base, "--lenient-schema", timeout=300)
+    assert r.returncode == 10, r.stderr
+    assert "1 structured answer(s) incomplete" in r.stderr
+    got = {rec["id"]: rec for rec in map(json.loads, out.read_text().splitlines())}
+    assert any("uniqueItems" in w for w in got[1]["relaxed"])
+    assert got[2]["finish_reason"] == "length" and got[2]["structured_complete"] is False
+    assert got[2]["structure_error"] == "max_tokens (4) ran out before the JSON was complete"
+    assert list(got[2])[:4] == ["id", "text", "finish_reason", "stats"]
+    # per line, without the option
+    lines[0]["lenient_schema"] = True
+    inp.write_text(json.dumps(lines[0]) + "\n")
+    out.unlink()
+    r = run(*base, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert any("uniqueItems" in w for w in json.loads(out.read_text())["relaxed"])
 
 
 @pytest.mark.integration

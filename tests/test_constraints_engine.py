@@ -128,8 +128,31 @@ def test_max_tokens_inside_the_structure_is_length_and_incomplete(engines):
     assert r.finish_reason == "length" and r.structured_complete is False and r.parsed is None
     d = r.to_dict()
     assert d["structured_complete"] is False and d["parsed"] is None
+    # the reason, on the result and in its dict (what --json and a batch line show)
+    assert r.structure_error == "max_tokens (5) ran out before the JSON was complete"
+    assert d["structure_error"] == r.structure_error and "relaxed" not in d
     free = engines["ngram"].generate(PROMPT, max_tokens=5)
     assert free.structured_complete is None and "structured_complete" not in free.to_dict()
+    assert free.structure_error is None and "structure_error" not in free.to_dict()
+
+
+def test_a_stop_string_that_cuts_the_structure_says_so(engines):
+    full = engines["ngram"].generate(PROMPT, max_tokens=40, response_format=rf({"enum": ["abcdef"]}))
+    assert full.parsed == "abcdef" and full.structure_error is None
+    r = engines["ngram"].generate(PROMPT, max_tokens=40, stop=["cd"], response_format=rf({"enum": ["abcdef"]}))
+    assert r.finish_reason == "stop" and r.structured_complete is False and r.parsed is None
+    assert r.structure_error == "a stop string ended the reply before the JSON was complete"
+
+
+def test_lenient_mode_says_on_the_result_what_it_relaxed(engines):
+    schema = {"type": "array", "items": {"enum": [1, 2]}, "maxItems": 2, "uniqueItems": True}
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        engines["ngram"].generate(PROMPT, max_tokens=5, response_format=rf(schema))
+    r = engines["ngram"].generate(PROMPT, max_tokens=24, response_format=rf(schema), lenient_schema=True)
+    assert any("uniqueItems" in w for w in r.relaxed)
+    assert any("uniqueItems" in w for w in r.to_dict()["relaxed"])
+    strict = engines["ngram"].generate(PROMPT, max_tokens=24, response_format=rf({"type": "array", "maxItems": 2}))
+    assert strict.relaxed == () and "relaxed" not in strict.to_dict()
 
 
 def test_regex_and_grammar_outputs_match(engines):
@@ -157,7 +180,8 @@ def test_a_constraint_from_another_model_is_refused(engines, tiny_small_vocab):
 
     other = Model(tiny_small_vocab, vocab_only=True)
     try:
-        c = compile_constraint({"type": "json_object"}, other)
+        # (JSON would not even bind: this vocabulary has no "{", and binding says so)
+        c = compile_constraint({"type": "regex", "regex": "[a-z]+"}, other)
         with pytest.raises(InputError, match="another model"):
             engines["none"].generate(PROMPT, constraint=c)
     finally:

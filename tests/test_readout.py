@@ -227,6 +227,18 @@ def test_nothing_drafted_is_plain_decoding_not_a_loss():
     assert "~1.93× vs plain" in line and "k 4.0 avg (≤15)" in line and "rounds" not in line
 
 
+def test_forced_tokens_are_drafts_in_the_summary_as_in_json():
+    """issue 28 item 7: "nothing drafted: plain decoding · forced 18" while --json had 18
+    drafted and 18 accepted in 6 rounds. The grammar's drafts count as drafts."""
+    readout = Readout(Console(file=io.StringIO()), err_console=Console(file=io.StringIO()))
+    st = _stats(6, 6, 18, 18, 24, 0.5)
+    st.forced = st.forced_accepted = 18
+    line = readout.summary(st, "stop")
+    assert "nothing drafted" not in line and "plain decoding" not in line
+    assert f"accepted {st.accepted}/{st.drafted}" in line and "forced 18 of the 18 accepted" in line
+    assert "k 3.0 avg" in line and "3.00 accepted/round" in line
+
+
 def test_the_status_line_shows_the_length_drafted_and_no_ratio_without_drafts(monkeypatch):
     import edgespec.readout as ro
 

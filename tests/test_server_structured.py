@@ -116,7 +116,8 @@ def test_json_object_regex_and_grammar(client):
     if choice["finish_reason"] == "stop":
         assert isinstance(json.loads(choice["message"]["content"]), dict)
     else:
-        assert choice["structure"] == {"type": "json_object", "complete": False}
+        assert choice["structure"] == {"type": "json_object", "complete": False,
+                                       "error": "max_tokens (64) ran out before the JSON was complete"}
     for fmt in ({"type": "regex", "regex": "(yes|no), [0-9]{2}"},
                 {"type": "grammar", "grammar": 'root ::= ("yes" | "no") ", " [0-9] [0-9]'}):
         resp = client.post("/v1/completions", json={"prompt": PROMPT, "response_format": fmt})
@@ -131,11 +132,68 @@ def test_max_tokens_inside_the_structure_is_length_and_incomplete(client):
     body = {"messages": MESSAGES, "response_format": FORMAT, "max_tokens": 3}
     choice = client.post("/v1/chat/completions", json=body).json()["choices"][0]
     assert choice["finish_reason"] == "length"
-    assert choice["structure"] == {"type": "json_schema", "complete": False}
+    assert choice["structure"] == {"type": "json_schema", "complete": False,
+                                   "error": "max_tokens (3) ran out before the JSON was complete"}
     with pytest.raises(json.JSONDecodeError):
         json.loads(choice["message"]["content"])
     _, finish, structure = chunks_text(streamed(client, "/v1/chat/completions", body), chat=True)
-    assert finish == "length" and structure["complete"] is False
+    assert finish == "length" and structure["complete"] is False and "max_tokens (3)" in structure["error"]
+
+
+def test_the_openai_clients_parse_fails_on_a_cut_answer_as_against_openai(client):
+    """issue 28 item 3: finish_reason "length" makes the official client's parse() raise
+    LengthFinishReasonError, as it does against OpenAI, instead of parsing half a value."""
+    openai = pytest.importorskip("openai")
+    pydantic = pytest.importorskip("pydantic")
+
+    class Record(pydantic.BaseModel):
+        ok: bool
+        tag: str
+
+    api = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client, max_retries=0)
+    with pytest.raises(openai.LengthFinishReasonError):
+        api.chat.completions.parse(model="edgespec", messages=MESSAGES, response_format=Record, max_tokens=3)
+
+
+def deep_schema(levels: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(levels - 1):
+        schema = {"type": "array", "items": schema, "maxItems": 1}
+    return schema
+
+
+def test_json_nested_past_the_parsers_limit_is_a_400_naming_it(client):
+    """issue 28 item 7: 200 nested arrays are valid JSON; the parser's depth limit is
+    named, not called invalid JSON. One level less than the limit is read."""
+    from edgespec.server.schema import JSON_DEPTH_LIMIT
+
+    ok = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2,
+                                                   "json_schema": deep_schema(JSON_DEPTH_LIMIT - 1)})
+    assert "levels deep" not in ok.text and "not valid JSON" not in ok.text, ok.text
+    resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "json_schema": deep_schema(JSON_DEPTH_LIMIT)})
+    assert resp.status_code == 400
+    message = resp.json()["error"]["message"]
+    assert f"more than {JSON_DEPTH_LIMIT} levels deep" in message and "not valid JSON" not in message
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"json_schema": {"$ref": "#"}}, "json_schema", "no finite value"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}}}},
+     "response_format.json_schema.schema", "'#/properties/a' refers to '#'"),
+    ({"json_schema": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}, "json_schema", '"lenient_schema": true'),
+    ({"response_format": {"type": "grammar", "grammar": 'start: <tool_call> "x"'}}, "response_format.grammar",
+     "<tool_call>"),
+    ({"grammar": "root ::= x\nx ::= x"}, "grammar", "can never be satisfied"),
+])
+def test_structures_that_can_never_be_satisfied_are_400_before_any_model_work(client, body, param, words):
+    """issue 28 items 6 and 7: these were 500s (a 200 and an error event when streamed)."""
+    for stream in (False, True):
+        resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, **body, "stream": stream})
+        assert resp.status_code == 400, resp.text
+        err = resp.json()["error"]
+        assert err["param"] == param and words in err["message"], err
+        assert "\n" not in err["message"] and "NoExtensionBias" not in err["message"]
 
 
 @pytest.mark.parametrize("body, param, words", [
@@ -291,7 +349,8 @@ def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, ch
     else:
         assert len(calls) == 1 and out["finish_reason"] == "tool_calls", out
     complete = out["finish_reason"] == "tool_calls"
-    assert out["structure"] == {"type": "tool_calls", "complete": complete}
+    assert out["structure"] == {"type": "tool_calls", "complete": complete, **(
+        {} if complete else {"error": "max_tokens (96) ran out before the structure was complete"})}
     if isinstance(choice, dict):
         assert [n for n, _ in calls] == ["clock"] * len(calls)
     content, streamed_calls, finish = assemble(streamed(tool_client, "/v1/chat/completions", body))

@@ -36,8 +36,9 @@ from edgespec.cli.common import (
     read_prompt,
 )
 from edgespec.batch import BatchObserver
-from edgespec.cli.structured import GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, response_format_from_options
-from edgespec.errors import EdgespecError, InputError
+from edgespec.cli.structured import (GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, bind_option, check_complete,
+                                     response_format_from_options)
+from edgespec.errors import EdgespecError, IncompleteStructureError, InputError
 
 
 class OnError(str, Enum):
@@ -90,7 +91,8 @@ def generate(
             "--input", "-i",
             help=(
                 "Batch: a JSONL file, one object per line: id, prompt or messages, and optionally "
-                "max_tokens, temperature, top_k, top_p, min_p, seed, stop, raw ('-' = stdin)."
+                "max_tokens, temperature, top_k, top_p, min_p, seed, stop, raw, response_format, "
+                "lenient_schema ('-' = stdin)."
             ),
         ),
     ] = None,
@@ -130,9 +132,10 @@ def generate(
         stop=tuple(stop or ()),
     )
     with cli_errors():
-        response_format, spec = response_format_from_options(schema, grammar, regex, lenient_schema)
+        batch = input_file is not None or output_file is not None
+        response_format, spec = response_format_from_options(schema, grammar, regex, lenient_schema, batch=batch)
         _warn(spec, quiet)
-        if input_file is not None or output_file is not None:
+        if batch:
             if prompt is not None or prompt_file is not None:
                 raise InputError("a batch (--input) takes its prompts from the file; drop the prompt argument")
             if input_file is None or output_file is None:
@@ -140,9 +143,9 @@ def generate(
             if json_output:
                 raise InputError("--json is for one prompt; a batch already writes JSON lines to --output")
             if response_format is not None:
-                if lenient_schema:
-                    raise InputError("--lenient-schema is for one prompt; a batch takes strict schemas")
                 options["response_format"] = response_format
+            if lenient_schema:  # every line's schema, as a line's own "lenient_schema": true
+                options["lenient_schema"] = True
             _run_batch(
                 input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
                 parallel=parse_parallel(parallel),
@@ -159,16 +162,18 @@ def generate(
             if spec is not None:
                 from edgespec.constraints import bind
 
-                options["constraint"] = bind(spec, engine.target_model)
+                options["constraint"] = bind_option(bind, spec, engine.target_model, schema or grammar or "--regex")
             if json_output:
                 result = engine.generate(text, raw=raw, **options)
                 payload = result.to_dict()
                 sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
                 sys.stdout.flush()
+                done: Any = result
             else:
-                _run_single(engine, text, options, raw=raw, show_rejected=show_rejected, quiet=quiet)
+                done = _run_single(engine, text, options, raw=raw, show_rejected=show_rejected, quiet=quiet)
         finally:
             engine.close()
+        check_complete(done)
 
 
 def _warn(spec: Any, quiet: bool) -> None:
@@ -178,7 +183,7 @@ def _warn(spec: Any, quiet: bool) -> None:
             err_console().print(Text(f"warning: the constraint is relaxed: {w}", style="yellow"))
 
 
-def _run_single(engine: Any, text: str, options: dict, *, raw: bool, show_rejected: bool, quiet: bool) -> None:
+def _run_single(engine: Any, text: str, options: dict, *, raw: bool, show_rejected: bool, quiet: bool) -> Any:
     from edgespec.readout import Readout
 
     err = err_console()
@@ -188,7 +193,7 @@ def _run_single(engine: Any, text: str, options: dict, *, raw: bool, show_reject
     if engine.drafter_name != "none":
         readout.print_legend()
     try:
-        readout.show(engine.stream(text, raw=raw, **options))
+        return readout.show(engine.stream(text, raw=raw, **options)).done
     except KeyboardInterrupt:
         raise typer.Exit(EXIT_INTERRUPTED) from None  # the readout already said so
 
@@ -210,7 +215,7 @@ def _run_batch(
     err = err_console()
     if quiet:
         err.quiet = True
-    inp = read_jobs(input_file)
+    inp = read_jobs(input_file, lenient=bool(options.get("lenient_schema")))
     for e in inp.errors[:MAX_REPORTED_BAD_LINES]:
         prefix = "error" if on_error == "stop" else "skipping"
         err.print(Text(f"{prefix}: {e}"))
@@ -267,9 +272,13 @@ def _run_batch(
         parts.append(f"{len(inp.errors)} bad input line(s) skipped")
     if summary.failed:
         parts.append(f"{len(summary.failed)} prompt(s) failed")
+    if summary.incomplete:
+        parts.append(f"{summary.incomplete} structured answer(s) incomplete (their lines say why: structure_error)")
     err.print(Text("; ".join(parts)))
     if inp.errors or summary.failed:
         raise typer.Exit(1)
+    if summary.incomplete:
+        raise typer.Exit(IncompleteStructureError.exit_code)
 
 
 class _BatchProgress(BatchObserver):

@@ -21,14 +21,18 @@ from ..errors import ConstraintError, ConstraintStateError
 from ..llama import Model
 from .formats import (JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, lark_json,
                       regex_grammar)
-from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits
+from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits, probe
 from .batch import batch_masks
 from .tokenizer import tokenizer_for
 
 
 def bind(spec: GrammarSpec, model: Model) -> Constraint:
-    """A checked spec bound to ``model``'s tokenizer."""
-    return Constraint(spec, tokenizer_for(model), model.n_vocab)
+    """A checked spec bound to ``model``'s tokenizer, checked again with it before any
+    generation (``matcher.probe``): a special token the model lacks, or a grammar that
+    allows no first token or forces tokens without end, is a ``ConstraintError``."""
+    constraint = Constraint(spec, tokenizer_for(model), model.n_vocab)
+    probe(constraint)
+    return constraint
 
 
 def compile_constraint(response_format: dict | None, model: Model, *, lenient: bool = False) -> Constraint | None:
@@ -67,6 +71,7 @@ __all__ = [
     "lark_grammar",
     "lark_json",
     "mask_logits",
+    "probe",
     "regex_grammar",
     "tokenizer_for",
 ]

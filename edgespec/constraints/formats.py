@@ -39,11 +39,13 @@ from llguidance import LLMatcher
 from llguidance.gbnf_to_lark import any_to_lark
 
 from ..errors import ConstraintError
+from .schema_check import has_one_of, infinite_recursion, overlapping_one_of
 
 JSON_LAYOUT = {"item_separator": ",", "key_separator": ":", "whitespace_flexible": False}
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema", "regex", "grammar")
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z][\w-]*\s*::=", re.MULTILINE)
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
+_ONE_OF_AS_ANY_OF = "oneOf not fully supported, falling back to anyOf"  # llguidance's warning
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,15 @@ class GrammarSpec:
     """A checked constraint before it meets a tokenizer: ``kind`` ("json", "regex" or
     "grammar"), the llguidance ``grammar`` (its JSON text), the JSON ``schema`` (None
     for the other kinds), a lazy ``trigger`` (free text until it appears, see
-    ``matcher.py``) and what lenient mode relaxed (``warnings``)."""
+    ``matcher.py``), what lenient mode relaxed (``warnings``) and the request field it
+    came from (``param``)."""
 
     kind: str
     grammar: str
     schema: object = None
     trigger: str | None = None
     warnings: tuple[str, ...] = ()
+    param: str = "response_format"  # the request's field, for a later error (matcher.probe)
 
 
 def one_line(message: str) -> str:
@@ -72,14 +76,17 @@ def one_line(message: str) -> str:
     return text.replace(":;", ":")[:400]
 
 
-def check_grammar(grammar: str, *, param: str, what: str, lenient: bool = False) -> tuple[str, ...]:
+def check_grammar(grammar: str, *, param: str, what: str, lenient: bool = False,
+                  one_of_proven: bool = False) -> tuple[str, ...]:
     """Validate a llguidance grammar; raise ``ConstraintError`` on an error, and on a
     warning unless ``lenient`` (a warning means something was relaxed). Returns the
-    warnings that lenient mode let through."""
+    warnings that lenient mode let through. ``one_of_proven``: every ``oneOf`` is
+    disjoint (``schema_options``), so holding it as ``anyOf`` relaxes nothing."""
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     # without a tokenizer llguidance cannot look up a special token (<tool_call>): that
     # warning relaxes nothing (the token is looked up when the grammar meets a model)
-    messages = [m for m in messages if not m.startswith("no tokenizer - can't validate")]
+    messages = [m for m in messages if not m.startswith("no tokenizer - can't validate")
+                and not (one_of_proven and m.startswith(_ONE_OF_AS_ANY_OF))]
     if is_error or (messages and not lenient):
         raise ConstraintError(_explain(messages[0] if messages else "invalid", what, lenient), param=param)
     return tuple(one_line(m) for m in messages)
@@ -93,7 +100,32 @@ def _explain(message: str, what: str, lenient: bool) -> str:
         return (f"the {what} uses {'keyword' if len(keys) == 1 else 'keywords'} {words}, which "
                 "the constraint engine (llguidance) does not implement; remove it, or ask for "
                 "lenient mode (--lenient-schema) to ignore it")
+    if "coerce_one_of" in message:  # an option only we can set: say what the user can do
+        return (f"the {what} uses 'oneOf' with branches that a value could match more than one of, "
+                "which the constraint engine (llguidance) cannot hold exactly; make the branches "
+                "disjoint (a required property with a different 'const' in each, or different types), "
+                "use 'anyOf', or ask for lenient mode (--lenient-schema) to hold it as anyOf")
     return f"invalid {what}: {one_line(message)}"
+
+
+def schema_options(schema: object, *, param: str = "response_format.json_schema.schema",
+                   what: str = "JSON schema") -> dict:
+    """Check what llguidance would only find while generating (``schema_check``), and
+    return the compile options the schema needs: ``coerce_one_of`` where every
+    ``oneOf`` has disjoint branches (then it is exactly an ``anyOf``; llguidance proves
+    some of those itself, not all). A schema without a finite value is a
+    ``ConstraintError``; a ``oneOf`` that may overlap is left to llguidance, which
+    refuses it (``_explain`` words that) unless lenient."""
+    detail = infinite_recursion(schema)
+    if detail:
+        raise ConstraintError(f"the {what} is satisfied by no finite value: {detail}; let the recursion "
+                              "end (make the property optional, or allow null with anyOf)", param=param)
+    if has_one_of(schema) and overlapping_one_of(schema) is None:
+        return {"coerce_one_of": True}
+    return {}
+
+
+_PROVEN_ONE_OF = '"coerce_one_of": true'  # how lark_json marks a schema whose oneOfs are disjoint
 
 
 def lark_json(schema: dict | bool, *, compact: bool = True, lenient: bool = False) -> str:
@@ -102,8 +134,9 @@ def lark_json(schema: dict | bool, *, compact: bool = True, lenient: bool = Fals
     JSON layout unless ``compact`` is False (then llguidance's defaults, or the schema's
     own ``x-guidance``). ``lenient``: keywords llguidance lacks are ignored (with a
     warning that ``compile_lark(..., lenient=True)`` keeps) instead of refused."""
-    if isinstance(schema, dict) and (compact or lenient):
-        options = {**(JSON_LAYOUT if compact else {}), **schema.get("x-guidance", {})}
+    extra = schema_options(schema, param="grammar")
+    if isinstance(schema, dict) and (compact or lenient or extra):
+        options = {**(JSON_LAYOUT if compact else {}), **extra, **schema.get("x-guidance", {})}
         schema = {**schema, "x-guidance": {**options, **({"lenient": True} if lenient else {})}}
     return "%json" + json.dumps(schema)
 
@@ -113,20 +146,22 @@ def json_schema_grammar(schema: object, *, lenient: bool = False,
     """A JSON Schema (a dict, or True for any JSON value) as a checked grammar spec."""
     if not isinstance(schema, (dict, bool)):
         raise ConstraintError(f"the JSON schema must be an object, not {type(schema).__name__}", param=param)
+    extra = schema_options(schema, param=param)
     try:
         grammar = LLMatcher.grammar_from_json_schema(
-            json.dumps(schema), defaults=dict(JSON_LAYOUT), overrides={"lenient": lenient})
+            json.dumps(schema), defaults=dict(JSON_LAYOUT), overrides={"lenient": lenient, **extra})
     except (ValueError, TypeError) as exc:
         raise ConstraintError(f"invalid JSON schema: {one_line(str(exc))}", param=param) from None
-    warnings = check_grammar(grammar, param=param, what="JSON schema", lenient=lenient)
-    return GrammarSpec("json", grammar, schema=schema, warnings=warnings)
+    warnings = check_grammar(grammar, param=param, what="JSON schema", lenient=lenient,
+                             one_of_proven=bool(extra.get("coerce_one_of")))
+    return GrammarSpec("json", grammar, schema=schema, warnings=warnings, param=param)
 
 
 def regex_grammar(regex: object, *, param: str = "response_format.regex") -> GrammarSpec:
     if not isinstance(regex, str) or not regex:
         raise ConstraintError("the regex must be a non-empty string", param=param)
     grammar = LLMatcher.grammar_from_regex(regex)
-    return GrammarSpec("regex", grammar, warnings=check_grammar(grammar, param=param, what="regex"))
+    return GrammarSpec("regex", grammar, warnings=check_grammar(grammar, param=param, what="regex"), param=param)
 
 
 def is_gbnf(text: str) -> bool:
@@ -154,8 +189,9 @@ def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None
             raise ConstraintError(f"invalid GBNF grammar: {one_line(str(exc))}", param=param) from None
     grammar = LLMatcher.grammar_from_lark(text)
     # a %json{...} inside may use a keyword llguidance lacks: refused unless lenient
-    warnings = check_grammar(grammar, param=param, what="grammar", lenient=lenient)
-    return GrammarSpec("grammar", grammar, trigger=trigger, warnings=warnings)
+    warnings = check_grammar(grammar, param=param, what="grammar", lenient=lenient,
+                             one_of_proven=_PROVEN_ONE_OF in text)
+    return GrammarSpec("grammar", grammar, trigger=trigger, warnings=warnings, param=param)
 
 
 def grammar_spec(response_format: object, *, lenient: bool = False) -> GrammarSpec | None:

@@ -32,13 +32,13 @@ import bisect
 import json
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from llguidance import LLMatcher, LLTokenizer
 
-from ..errors import ConstraintStateError
-from .formats import GrammarSpec
+from ..errors import ConstraintError, ConstraintStateError
+from .formats import GrammarSpec, one_line
 from .trigger import TriggerGuard
 
 
@@ -86,6 +86,43 @@ class Constraint:
             return True, json.loads(text)
         except ValueError:  # a stop string cut the text the matcher accepted
             return False, None
+
+
+def probe(constraint: Constraint) -> None:
+    """Check a constraint against its model's tokenizer before any generation: llguidance
+    validates special tokens (``<tool_call>``) only with a tokenizer, and a grammar whose
+    start allows no token, or forces tokens without end (a rule that requires itself),
+    fails only on its first mask. Each is a ``ConstraintError`` (a 400, exit code 2)
+    naming the field, instead of a ``ConstraintStateError`` mid-request."""
+    spec = constraint.spec
+    what = {"json": "JSON schema", "regex": "regex"}.get(spec.kind, "grammar")
+    is_error, messages = LLMatcher.validate_grammar_with_warnings(spec.grammar, constraint.tokenizer)
+    if is_error:
+        reason = one_line(messages[0]) if messages else "invalid"
+        raise ConstraintError(f"the {what} does not fit this model: {reason}", param=spec.param)
+    try:
+        m = Matcher(constraint)
+        if m.active:
+            m.fill_mask(0)
+            m.forced()
+    except ConstraintStateError as exc:
+        text = str(exc)
+        reason = ("it forces output without end (a required part that contains itself?)" if "Too many" in text
+                  else "it allows no output at all (a rule that only refers to itself?)")
+        raise ConstraintError(f"the {what} can never be satisfied: {reason}", param=spec.param) from None
+
+
+def cut_reason(kind: str, finish_reason: str, n_tokens: int, max_tokens: int) -> str:
+    """Why a reply's structure is not complete, in words every surface shows the same way
+    (``Result.structure_error``, ``--json``, a batch line, the command's error)."""
+    what = "the JSON" if kind == "json" else "the structure"
+    if finish_reason == "length":
+        if n_tokens >= max_tokens:
+            return f"max_tokens ({max_tokens}) ran out before {what} was complete"
+        return f"the context filled up (after {n_tokens} tokens) before {what} was complete"
+    if finish_reason == "stop":
+        return f"a stop string ended the reply before {what} was complete"
+    return f"the reply ended ({finish_reason}) before {what} was complete"
 
 
 def allowed_array(bits: np.ndarray, n: int) -> np.ndarray:
@@ -166,12 +203,19 @@ class Matcher:
         never started)."""
         return self._m.is_accepting() if self.active else None
 
-    def outcome(self, reply_ids: Sequence[int], text: str) -> tuple[bool | None, object]:
-        """(structured_complete, parsed) of a finished reply: judged without the tokens
+    def outcome(self, reply: Any) -> dict:
+        """The structure's fields of a finished reply's ``Done`` (``structured_complete``,
+        ``parsed``, ``structure_error``, ``relaxed``). ``reply``: a ``reply.Reply``
+        (``ids``, ``text``, ``finish_reason``, ``max_tokens``). Judged without the tokens
         consumed past its end (its EOG, or the rest of a round cut by max_tokens or a
         stop string), so the matcher is first rolled back to the reply's length."""
-        self.rollback(self.consumed - len(reply_ids))
-        return self.constraint.outcome(text, self.complete())
+        self.rollback(self.consumed - len(reply.ids))
+        complete, parsed = self.constraint.outcome(reply.text, self.complete())
+        error = None
+        if complete is False:
+            error = cut_reason(self.constraint.kind, reply.finish_reason, len(reply.ids), reply.max_tokens)
+        return dict(structured_complete=complete, parsed=parsed, structure_error=error,
+                    relaxed=tuple(self.constraint.warnings))
 
     # -- advancing -----------------------------------------------------------------------
     def consume(self, tokens: Sequence[int]) -> None:

@@ -9,8 +9,8 @@ the ``ApiError`` the client gets (a 400 for bad input, a 500 that holds no trace
 anything unexpected). Knows nothing of routes or of the worker's thread.
 
 A constrained answer (``response_format``, tools) says how it ended in its choice:
-``"structure": {"type": ..., "complete": true|false}`` (and ``"relaxed"``: what
-``lenient_schema`` relaxed, if anything); ``finish_reason`` is
+``"structure": {"type": ..., "complete": true|false}`` (and ``"error"``: why it is not
+complete; ``"relaxed"``: what ``lenient_schema`` relaxed, if anything); ``finish_reason`` is
 ``"length"`` when ``max_tokens`` cut it inside the structure. A chat answer that calls
 tools reads its text with ``tools.CallStream``: ``message.tool_calls`` (ids, type
 ``function``, the function's name and its arguments as a JSON string) and
@@ -127,6 +127,8 @@ class ReplyBody:
                 return None  # tool_choice auto, answered in free text
             complete = complete and all(c.complete for c in self.calls.calls)
         info = {"type": self.structure.kind, "complete": bool(complete)}
+        if not complete and done.structure_error:  # why, in the words every surface uses
+            info["error"] = done.structure_error
         relaxed = getattr(self.structure.constraint, "warnings", ())
         if relaxed:  # what lenient_schema let through: never relaxed silently
             info["relaxed"] = list(relaxed)

@@ -398,12 +398,22 @@ class CompletionRequest(_Request):
         return self.prompt
 
 
+JSON_DEPTH_LIMIT = 200
+"""The deepest nesting of arrays and objects, the body's own object included, that the
+request parser (pydantic-core's) reads; one level more is its "recursion limit exceeded"
+(tests/test_server_structured.py checks the boundary)."""
+
+
 def describe_validation_error(e: ValidationError) -> tuple[str, str | None]:
     """One message for the first problem pydantic found, and the field it concerns."""
     err = e.errors(include_url=False)[0]
     kind = err.get("type", "")
     if kind == "json_invalid":
         detail = err.get("ctx", {}).get("error", "")
+        if detail.startswith("recursion limit exceeded"):  # valid JSON, only too deep for the parser
+            return (f"the request body nests arrays and objects more than {JSON_DEPTH_LIMIT} levels deep, the "
+                    "limit of the server's JSON parser (pydantic's); a schema that deep can be written with "
+                    "$defs and $ref"), None
         return f"the request body is not valid JSON ({detail})" if detail else "the request body is not valid JSON", None
     if kind == "model_type" or (kind.endswith("_type") and not err.get("loc")):
         return "the request body must be a JSON object", None

@@ -81,7 +81,10 @@ def argument_schema(i: int, function: Any, *, lenient: bool = False) -> dict:
     kind = schema.setdefault("type", "object")
     if kind != "object":
         raise InputError(f"tools[{i}].function.parameters must describe an object (its type is {kind!r})")
-    guidance = {**ARGUMENT_LAYOUT, **({"lenient": True} if lenient else {})}
+    from edgespec.constraints.formats import schema_options  # llguidance: only once a request has tools
+
+    extra = schema_options(schema, param="tools", what=f"tools[{i}].function.parameters schema")
+    guidance = {**ARGUMENT_LAYOUT, **extra, **({"lenient": True} if lenient else {})}
     schema["x-guidance"] = {**guidance, **(schema.get("x-guidance") or {})}
     return schema
 
