@@ -285,6 +285,19 @@ class ChatRequest(_Request):
     tools: Optional[list[Tool]] = None
     tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
     parallel_tool_calls: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
+
+    def continues(self) -> bool:
+        """Whether the answer continues the final message (a prefill) instead of opening a
+        new turn: by default when the conversation ends with an assistant message (without
+        tool calls), as llama-server does; ``continue_final_message: false`` opens a new
+        turn after it, ``true`` insists (a 400 when there is nothing to continue)."""
+        last = self.messages[-1]
+        ends = last.role == "assistant" and not last.tool_calls
+        if self.continue_final_message and not ends:
+            raise ApiError(400, "continue_final_message: the last message must be an assistant message "
+                                "(without tool calls) to continue", param="continue_final_message")
+        return ends and self.continue_final_message is not False
 
     @field_validator("tool_choice")
     @classmethod
