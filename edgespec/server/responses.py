@@ -68,9 +68,10 @@ class ReplyBody:
     """Builds the OpenAI response objects for one generation, from its events."""
 
     def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
-                 structure: Structure | None = None) -> None:
+                 structure: Structure | None = None, fingerprint: str | None = None) -> None:
         self.chat = chat
         self.model = model
+        self.fingerprint = fingerprint  # OpenAI's system_fingerprint: the key is always there
         self.req = req
         self.queue_wait = queue_wait
         self.structure = structure or Structure(prompt=None)
@@ -167,6 +168,7 @@ class ReplyBody:
         if info is not None:
             choice["structure"] = info
         out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+               "system_fingerprint": self.fingerprint,
                "choices": [choice], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
         if self.req.return_tokens:
             out["token_ids"] = list(done.token_ids)
@@ -189,7 +191,8 @@ class ReplyBody:
         if from_draft is not None:
             choice["from_draft"] = from_draft
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice],
+                "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint,
+                "choices": [choice],
                 "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
 
     def text_chunks(self, text: str, from_draft: bool | None) -> list[dict]:
@@ -222,7 +225,7 @@ class ReplyBody:
         chunks.append(last)
         if self.req.include_usage():
             chunks.append({"id": self.id, "object": last["object"], "created": self.created, "model": self.model,
-                           "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
+                           "system_fingerprint": self.fingerprint, "choices": [], "usage": self.usage(done.stats), "timings": last["timings"]})
         return chunks
 
 
