@@ -263,12 +263,14 @@ def test_responses_json_schema_through_the_structured_path(oai):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
     ({"previous_response_id": "resp_123"}, "previous_response_id"),
     ({"store": True}, "store"),
     ({"background": True}, "background"),
     ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, "input.0.type"),
+    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+    ({"tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, "tools"),  # ChatML: no call format
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input.0.content.0.type"),
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
@@ -341,3 +343,67 @@ def test_a_hang_up_is_counted_as_499_whatever_the_parallelism(engine, parallel):
         counted = re.findall(r'^edgespec_requests_total\{endpoint="/v1/chat/completions",status="(\d+)"\} (\d+)$',
                              text, re.M)
         assert counted == [("499", "2")]
+
+
+# -- the Responses API's tools, on a tiny model with Qwen2.5's template ---------------------------
+
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"],
+                          "additionalProperties": False}}
+
+
+@pytest.fixture(scope="module")
+def tool_live(tmp_path_factory):
+    from pathlib import Path
+
+    from tiny_models import make_tiny_model
+
+    template = (Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja").read_text()
+    path = make_tiny_model(tmp_path_factory.mktemp("tools") / "qwen_template.gguf", seed=0,
+                           chat_template=template, name="edgespec-tiny-tools")
+    with Engine(path, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as e, \
+            LiveServer(create_app(e, max_tokens=64, defaults={"temperature": 0.0})) as srv:
+        yield srv
+
+
+def test_responses_tools_as_the_chat_path_calls_them(tool_live):
+    openai = pytest.importorskip("openai")
+    chat_tool = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
+    want = httpx.post(f"{tool_live.url}/v1/chat/completions", timeout=60, json={
+        "messages": MESSAGES, "tools": [chat_tool], "tool_choice": "required", "max_tokens": 64,
+        "parallel_tool_calls": False}).json()
+    (want_call,) = want["choices"][0]["message"]["tool_calls"]
+    with openai.OpenAI(base_url=f"{tool_live.url}/v1", api_key="none", max_retries=0) as c:
+        r = c.responses.create(model="x", input=MESSAGES, tools=[WEATHER], tool_choice="required",
+                               max_output_tokens=64, parallel_tool_calls=False)
+        calls = [o for o in r.output if o.type == "function_call"]
+        assert [(o.name, o.arguments) for o in calls] == [("get_weather", want_call["function"]["arguments"])]
+        # (the tiny model may go on after its call until max_tokens: then it is incomplete, as on chat)
+        status = "incomplete" if want["choices"][0]["finish_reason"] == "length" else "completed"
+        assert r.status == status and r.usage.input_tokens == want["usage"]["prompt_tokens"]
+        json.loads(calls[0].arguments)  # held to the parameters' schema
+        # streamed: the call's item, its arguments piece by piece, then done
+        with c.responses.create(model="x", input=MESSAGES, tools=[WEATHER], stream=True, max_output_tokens=64,
+                                tool_choice={"type": "function", "name": "get_weather"},
+                                parallel_tool_calls=False) as stream:
+            events = list(stream)
+        added = [e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+        assert len(added) == 1 and added[0].item.name == "get_weather"
+        args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert done[0].arguments == args == want_call["function"]["arguments"]
+        assert events[-1].type == f"response.{status}"
+        assert [o.type for o in events[-1].response.output][-1] == "function_call"
+        # the round trip: the call and its result go back as input items, as the chat path renders them
+        back = [*MESSAGES, {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather",
+                            "arguments": calls[0].arguments},
+                {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}]
+        r2 = c.responses.create(model="x", input=back, tools=[WEATHER], tool_choice="none", max_output_tokens=8)
+    chat_back = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": calls[0].call_id, "type": "function", "function": {"name": "get_weather",
+                                                                   "arguments": calls[0].arguments}}]},
+                 {"role": "tool", "tool_call_id": calls[0].call_id, "content": "sunny, 21 C"}]
+    want2 = httpx.post(f"{tool_live.url}/v1/chat/completions", timeout=60, json={
+        "messages": chat_back, "tools": [chat_tool], "tool_choice": "none", "max_tokens": 8}).json()
+    assert r2.usage.input_tokens == want2["usage"]["prompt_tokens"]
+    assert r2.output_text == want2["choices"][0]["message"]["content"]

@@ -2,7 +2,7 @@
 
 ``create_app(engine)`` wraps one loaded ``Engine`` in an ASGI app: ``/v1/models``,
 ``/v1/chat/completions`` and ``/v1/completions`` (streamed and not; each also without
-``/v1``), the Responses API's text subset (``responses_api``), llama-server's
+``/v1``), the Responses API's text and tool subset (``responses_api``), llama-server's
 ``/tokenize`` and ``/detokenize`` (``routes_extra``), ``/health``, ``/metrics`` and a
 chat page at ``/``. Generations run one at a time on a worker thread,
 fed by a bounded FIFO queue (``worker``); the counters behind ``/metrics`` live in

@@ -6,7 +6,7 @@ caller closes it). Routes:
 * ``GET /v1/models``                    the one model this server holds
 * ``POST /v1/chat/completions``         chat, through the target's chat template
 * ``POST /v1/completions``              raw text (or token ids) in, text out
-* ``POST /v1/responses``                OpenAI's Responses API, its text subset (``responses_api``)
+* ``POST /v1/responses``                OpenAI's Responses API, text and tools (``responses_api``)
 * ``POST /tokenize``, ``/detokenize``   llama-server's, over the target's vocabulary (``routes_extra``)
 * ``GET /health``                       ``{"status": "ok", ...}`` while the worker runs
 * ``GET /metrics``                      Prometheus text (``metrics``)

@@ -1,47 +1,48 @@
-"""OpenAI's Responses API (``POST /v1/responses``), its text subset, over the chat path.
+"""OpenAI's Responses API (``POST /v1/responses``), its text and tool subset, over the chat path.
 
-A Responses request is turned into the chat completion it means and answered by the
-app's own chat handler (``Api.chat``: the same queue, key, guard, limits, prefix reuse,
-hang-up handling and structured output), then the chat answer is rewritten as a
-Responses object, or its chunks as Responses events. Served:
+A Responses request becomes the chat completion it means, answered by the app's own chat
+handler (``Api.chat``: the same queue, key, guard, limits, prefix reuse, hang-ups,
+structured output and tool calls); the answer is rewritten as a Responses object, its
+chunks as Responses events. Served:
 
-* ``input``: a string (one user message) or a list of messages (``{"role", "content"}``,
-  ``"type": "message"`` optional; roles user, assistant, system, developer; content a
-  string or ``input_text`` / ``output_text`` parts); ``instructions`` (a system message
-  first); ``max_output_tokens``, ``temperature``, ``top_p``; ``text.format`` ``text``,
-  ``json_object`` or ``json_schema`` (``name``, ``schema``, ``strict``: the chat path's
-  ``response_format``, compiled before any model work); the chat path's extra sampling
-  fields (``seed``, ``top_k``, ``stop`` ...) pass through.
-* ``stream``: ``response.created``, ``response.in_progress``,
-  ``response.output_item.added``, ``response.content_part.added``,
-  ``response.output_text.delta`` ..., ``response.output_text.done``,
-  ``response.content_part.done``, ``response.output_item.done``, then
-  ``response.completed`` (or ``response.incomplete`` when ``max_output_tokens`` cut it,
-  ``response.failed`` after an ``error`` event if the generation failed midway), each
-  with its ``sequence_number``.
-* ``usage``: ``input_tokens`` (``input_tokens_details.cached_tokens``: the reused prefix),
-  ``output_tokens``, ``total_tokens``; ``status`` ``completed``, or ``incomplete`` with
-  ``incomplete_details.reason`` ``max_output_tokens``.
+* ``input``: a string (one user message) or a list of items: messages (``role`` user,
+  assistant, system or developer; ``content`` a string or ``input_text`` /
+  ``output_text`` parts; ``"type": "message"`` optional), ``function_call`` items (a call
+  the model made, sent back) and ``function_call_output`` items (its result);
+  ``instructions`` (a system message first); ``max_output_tokens``, ``temperature``,
+  ``top_p``; ``text.format`` ``text`` / ``json_object`` / ``json_schema`` (the chat path's
+  ``response_format``); function ``tools``, ``tool_choice`` (none, auto, required,
+  ``{"type": "function", "name"}``), ``parallel_tool_calls``; the chat path's extra
+  sampling fields (``seed``, ``top_k``, ``stop`` ...) pass through.
+* ``output``: a ``message`` item (one ``output_text`` part) for text, a ``function_call``
+  item (``call_id``, ``name``, ``arguments``) per call; ``usage`` (``input_tokens`` with
+  ``cached_tokens``, ``output_tokens``, ``total_tokens``); ``status`` ``completed``, or
+  ``incomplete`` with ``incomplete_details.reason: "max_output_tokens"``.
+* ``stream``: ``response.created``, ``response.in_progress``, per item
+  ``response.output_item.added``, then for text ``response.content_part.added``,
+  ``response.output_text.delta`` ..., ``.done``, ``response.content_part.done``, for a
+  call ``response.function_call_arguments.delta`` ..., ``.done``, and
+  ``response.output_item.done``; last ``response.completed`` or ``response.incomplete``
+  (``response.failed`` after an ``error`` event if the generation fails midway); each
+  event has its ``sequence_number``.
 
-Not served, and refused with a 400 that names the field (``REFUSED``): tools and tool
-choice, anything that needs stored state (``previous_response_id``, ``conversation``,
-``store: true``, ``background``), ``include``, reusable ``prompt`` templates,
-``top_logprobs``, ``truncation: "auto"``, and input items or parts that are not text
-(images, files, tool results). Metadata and hints (``model``, ``metadata``, ``user``,
-``reasoning``, ``service_tier`` ...) are ignored, as on the chat path.
+Refused with a 400 naming the field (``REFUSED`` and the input checks): tools that are
+not functions, what needs stored state (``previous_response_id``, ``conversation``,
+``store: true``, ``background``), ``include``, ``prompt`` templates, ``top_logprobs``,
+``truncation: "auto"``, input that is not text, calls or results (images, files).
+Metadata and hints (``model``, ``metadata``, ``user``, ``reasoning`` ...) are ignored.
 """
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
-from typing import Any, AsyncIterator, Callable, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .responses_events import ResponseBuilder
 from .routes_extra import Api
 from .schema import ApiError, describe_validation_error
 
@@ -57,8 +58,6 @@ def _none_or(*inert: Any) -> Callable[[Any], bool]:
 
 # field -> (asks for nothing with this value, why it is refused)
 REFUSED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tools": (lambda v: v in (None, []), "tools are not served on /v1/responses: use /v1/chat/completions"),
-    "tool_choice": (_none_or("none", "auto"), "tools are not served on /v1/responses: use /v1/chat/completions"),
     "previous_response_id": (_none_or(), "responses are not stored: send the whole conversation as input"),
     "conversation": (_none_or(), "conversations are not stored: send the whole conversation as input"),
     "store": (_none_or(False), "responses are not stored (send store: false)"),
@@ -93,6 +92,9 @@ class ResponsesRequest(BaseModel):
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
     stream: bool = False
     text: Optional[TextOptions] = None
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[str, dict[str, Any]]] = None
+    parallel_tool_calls: Optional[bool] = None
 
     def refusal(self) -> ApiError | None:
         for name, value in (self.model_extra or {}).items():
@@ -126,7 +128,38 @@ class ResponsesRequest(BaseModel):
             return [*out, {"role": "user", "content": self.input}]
         if not self.input:
             raise ApiError(400, "input: the input is empty", param="input")
-        return [*out, *(_message(i, item) for i, item in enumerate(self.input))]
+        for i, item in enumerate(self.input):
+            kind = item.get("type", "message")
+            if kind == "function_call":
+                call = {"id": _text(item, "call_id", i), "type": "function",
+                        "function": {"name": _text(item, "name", i), "arguments": _text(item, "arguments", i)}}
+                if out and out[-1]["role"] == "assistant":  # the calls of one turn: one message
+                    out[-1].setdefault("tool_calls", []).append(call)
+                else:
+                    out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            elif kind == "function_call_output":
+                result = _parts_text(i, item.get("output") or "", "output")
+                out.append({"role": "tool", "tool_call_id": _text(item, "call_id", i), "content": result})
+            else:
+                out.append(_message(i, item))
+        return out
+
+    def chat_tools(self) -> dict:
+        """``tools``, ``tool_choice`` and ``parallel_tool_calls`` in the chat path's shape."""
+        out: dict[str, Any] = {}
+        if self.tools:
+            out["tools"] = [_tool(i, t) for i, t in enumerate(self.tools)]
+        choice = self.tool_choice
+        if isinstance(choice, dict):
+            if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
+                raise ApiError(400, "tool_choice: a named choice is {\"type\": \"function\", \"name\": ...}",
+                               param="tool_choice")
+            choice = {"type": "function", "function": {"name": choice["name"]}}
+        if choice is not None and not (choice in ("none", "auto") and not self.tools):
+            out["tool_choice"] = choice
+        if self.parallel_tool_calls is not None:
+            out["parallel_tool_calls"] = self.parallel_tool_calls
+        return out
 
     def chat_body(self) -> dict:
         body: dict[str, Any] = {"messages": self.messages(), "stream": self.stream}
@@ -137,6 +170,7 @@ class ResponsesRequest(BaseModel):
         fmt = self.response_format()
         if fmt is not None:
             body["response_format"] = fmt
+        body.update(self.chat_tools())
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         extra = self.model_extra or {}
@@ -144,29 +178,50 @@ class ResponsesRequest(BaseModel):
         return body
 
 
+def _text(item: dict, key: str, i: int) -> str:
+    value = item.get(key)
+    if not isinstance(value, str):
+        raise ApiError(400, f"input.{i}.{key}: a string is required", param=f"input.{i}.{key}")
+    return value
+
+
+def _tool(i: int, tool: dict) -> dict:
+    """A Responses function tool as a chat tool; a 400 naming ``tools.i`` for other kinds."""
+    if tool.get("type") != "function":
+        raise ApiError(400, f"tools.{i}.type: {tool.get('type')!r} tools are not supported: this server calls "
+                            "functions", param=f"tools.{i}.type", code="unsupported_parameter")
+    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+    return {"type": "function", "function": fn}
+
+
 def _message(i: int, item: dict) -> dict:
     """One input item as a chat message; a 400 naming ``input.i...`` for what is not text."""
     kind = item.get("type", "message")
     if kind != "message":
         raise ApiError(400, f"input.{i}.type: {kind!r} items are not supported: this server takes text "
-                            "messages", param=f"input.{i}.type", code="unsupported_parameter")
+                            "messages, function calls and their outputs", param=f"input.{i}.type",
+                       code="unsupported_parameter")
     role = item.get("role")
     if role not in ROLES:
         raise ApiError(400, f"input.{i}.role must be one of {', '.join(ROLES)} (got {role!r})",
                        param=f"input.{i}.role")
-    content = item.get("content")
+    return {"role": role, "content": _parts_text(i, item.get("content"), "content")}
+
+
+def _parts_text(i: int, content: Any, key: str) -> str:
+    """A string, or the text of a list of text parts (a 400 for anything else)."""
     if isinstance(content, str):
-        return {"role": role, "content": content}
+        return content
     if not isinstance(content, list):
-        raise ApiError(400, f"input.{i}.content must be a string or a list of text parts", param=f"input.{i}.content")
+        raise ApiError(400, f"input.{i}.{key} must be a string or a list of text parts", param=f"input.{i}.{key}")
     texts = []
     for j, part in enumerate(content):
         ptype = part.get("type") if isinstance(part, dict) else None
         if ptype not in ("input_text", "output_text", "text") or not isinstance(part.get("text"), str):
-            raise ApiError(400, f"input.{i}.content.{j}: {ptype!r} parts are not supported: this server takes "
-                                "text (input_text)", param=f"input.{i}.content.{j}.type", code="unsupported_parameter")
+            raise ApiError(400, f"input.{i}.{key}.{j}: {ptype!r} parts are not supported: this server takes "
+                                "text (input_text)", param=f"input.{i}.{key}.{j}.type", code="unsupported_parameter")
         texts.append(part["text"])
-    return {"role": role, "content": "".join(texts)}
+    return "".join(texts)
 
 
 def _parse(body: bytes) -> ResponsesRequest:
@@ -182,7 +237,8 @@ def _parse(body: bytes) -> ResponsesRequest:
 
 
 # the chat request's field -> the Responses request's, for a 400 the chat path gives
-CHAT_PARAMS = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
+CHAT_PARAMS = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input",
+               "tools": "tools", "tool_choice": "tool_choice"}
 
 
 def _renamed(e: ApiError) -> ApiError:
@@ -192,97 +248,6 @@ def _renamed(e: ApiError) -> ApiError:
             e.param = CHAT_PARAMS[head] + (dot + rest if head != "messages" else "")
             e.message = e.message.replace(head, e.param, 1) if e.message.startswith(head) else e.message
     return e
-
-
-class ResponseBuilder:
-    """The Responses objects of one answer, from the chat completion's objects."""
-
-    def __init__(self, req: ResponsesRequest, model: str) -> None:
-        self.req = req
-        self.model = model
-        self.id = "resp_" + uuid.uuid4().hex[:24]
-        self.item_id = "msg_" + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.sequence = 0
-
-    def item(self, text: str, status: str) -> dict:
-        return {"id": self.item_id, "type": "message", "status": status, "role": "assistant",
-                "content": [] if status == "in_progress" else [self.part(text)]}
-
-    @staticmethod
-    def part(text: str) -> dict:
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-    def response(self, status: str, *, text: str = "", usage: Mapping | None = None,
-                 error: dict | None = None) -> dict:
-        fmt = self.req.text.format.model_dump(by_alias=True, exclude_none=True) \
-            if self.req.text is not None and self.req.text.format is not None else {"type": "text"}
-        done = status in ("completed", "incomplete")
-        return {
-            "id": self.id, "object": "response", "created_at": self.created, "status": status,
-            "error": error, "model": self.model,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": self.req.instructions, "max_output_tokens": self.req.max_output_tokens,
-            "output": [self.item(text, status)] if done else [],
-            "parallel_tool_calls": False, "previous_response_id": None, "store": False,
-            "temperature": self.req.temperature, "top_p": self.req.top_p, "text": {"format": fmt},
-            "tool_choice": "none", "tools": [], "truncation": "disabled", "metadata": {},
-            "usage": self.usage(usage) if usage is not None else None,
-        }
-
-    @staticmethod
-    def usage(chat: Mapping) -> dict:
-        cached = (chat.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return {"input_tokens": chat["prompt_tokens"], "input_tokens_details": {"cached_tokens": cached},
-                "output_tokens": chat["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": chat["total_tokens"]}
-
-    def whole(self, completion: Mapping) -> dict:
-        """The Responses object for a whole chat completion."""
-        choice = completion["choices"][0]
-        status = "incomplete" if choice["finish_reason"] == "length" else "completed"
-        out = self.response(status, text=choice["message"].get("content") or "", usage=completion["usage"])
-        if "structure" in choice:
-            out["output"][0]["structure"] = choice["structure"]
-        return out
-
-    def event(self, kind: str, **fields: Any) -> str:
-        obj = {"type": kind, "sequence_number": self.sequence, **fields}
-        self.sequence += 1
-        return f"event: {kind}\ndata: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-    async def events(self, chunks: AsyncIterator[Any]) -> AsyncIterator[str]:
-        """The Responses events of a streamed chat completion (``chunks``: its SSE text)."""
-        where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        yield self.event("response.created", response=self.response("in_progress"))
-        yield self.event("response.in_progress", response=self.response("in_progress"))
-        yield self.event("response.output_item.added", output_index=0, item=self.item("", "in_progress"))
-        yield self.event("response.content_part.added", **where, part=self.part(""))
-        text, finish, usage = "", None, None
-        async for raw in chunks:
-            for line in (raw.decode() if isinstance(raw, bytes) else raw).splitlines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[len("data: "):])
-                if "error" in chunk:
-                    err = chunk["error"]
-                    yield self.event("error", code=err.get("code"), message=err.get("message"),
-                                     param=err.get("param"))
-                    yield self.event("response.failed", response=self.response(
-                        "failed", error={"code": err.get("code") or "server_error", "message": err.get("message")}))
-                    return
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices", []):
-                    piece = choice.get("delta", {}).get("content")
-                    if piece:
-                        text += piece
-                        yield self.event("response.output_text.delta", **where, delta=piece, logprobs=[])
-                    finish = choice.get("finish_reason") or finish
-        status = "incomplete" if finish == "length" else "completed"
-        yield self.event("response.output_text.done", **where, text=text, logprobs=[])
-        yield self.event("response.content_part.done", **where, part=self.part(text))
-        yield self.event("response.output_item.done", output_index=0, item=self.item(text, status))
-        yield self.event(f"response.{status}", response=self.response(status, text=text, usage=usage))
 
 
 def add_routes(app: FastAPI, api: Api) -> None:
