@@ -407,3 +407,23 @@ def test_responses_tools_as_the_chat_path_calls_them(tool_live):
         "messages": chat_back, "tools": [chat_tool], "tool_choice": "none", "max_tokens": 8}).json()
     assert r2.usage.input_tokens == want2["usage"]["prompt_tokens"]
     assert r2.output_text == want2["choices"][0]["message"]["content"]
+
+
+def test_a_responses_stream_that_hangs_up_stops_its_generation(engine):
+    slow = SlowEngine(engine, delay=0.02)
+    with LiveServer(create_app(slow, max_tokens=400)) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+        with http.stream("POST", "/v1/responses", json={"input": "hi", "stream": True}) as resp:
+            deltas = 0
+            for line in resp.iter_lines():
+                deltas += line == "event: response.output_text.delta"
+                if deltas >= 3:
+                    break
+        deadline = time.monotonic() + 5
+        while slow.closed < 1:
+            assert time.monotonic() < deadline, "the generation went on after the client left"
+            time.sleep(0.01)
+        assert slow.events_yielded < 100
+        deadline = time.monotonic() + 5
+        while 'edgespec_requests_total{endpoint="/v1/responses",status="499"} 1' not in http.get("/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
