@@ -104,12 +104,19 @@ def _template_call(i: int, call: Any) -> dict:
 
 
 def render(model, messages: Sequence[dict], *, add_generation_prompt: bool = True,
-           tools: Sequence[dict] | None = None) -> str:
+           tools: Sequence[dict] | None = None, continue_final: bool = False) -> str:
     """``messages`` rendered with ``model``'s template (an ``edgespec.llama.Model``);
-    ``tools`` (OpenAI's tool objects) go to the template as its ``tools``."""
+    ``tools`` (OpenAI's tool objects) go to the template as its ``tools``.
+
+    ``continue_final``: the last message is an assistant's that the model is to go on
+    writing (a prefill). The conversation is rendered without a generation prompt and
+    cut just after that message's text, so the turn stays open (transformers'
+    ``continue_final_message``); an empty one is the new turn's opening itself."""
     from jinja2.exceptions import TemplateError
 
     msgs = validate_messages(messages)
+    if continue_final:
+        return _render_open(model, messages, msgs, tools)
     source = model.chat_template or CHATML
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
@@ -123,6 +130,23 @@ def render(model, messages: Sequence[dict], *, add_generation_prompt: bool = Tru
         )
     except TemplateError as exc:
         raise InputError(f"the model's chat template failed on these messages: {exc}") from exc
+
+
+def _render_open(model, messages: Sequence[dict], msgs: list[dict], tools: Sequence[dict] | None) -> str:
+    """The conversation with its final assistant message left open (see ``render``)."""
+    last = msgs[-1] if msgs else None
+    if last is None or last["role"] != "assistant" or last.get("tool_calls"):
+        raise InputError("only a final assistant message without tool calls can be continued")
+    content = last["content"]
+    if not content.strip():
+        return render(model, messages[:-1], add_generation_prompt=True, tools=tools)
+    text = render(model, messages, add_generation_prompt=False, tools=tools)
+    for written in (content, content.strip()):  # templates may strip a message's text
+        at = text.rfind(written)
+        if at >= 0:
+            return text[:at + len(written)]
+    raise InputError("the model's chat template does not write the final assistant message as it was sent, "
+                     "so it cannot be continued")
 
 
 def tokenize_rendered(model, text: str) -> list[int]:

@@ -36,17 +36,22 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """uvicorn serving ``app`` on 127.0.0.1 in a background thread (a context manager)."""
+    """uvicorn serving ``app`` on 127.0.0.1 in a background thread (a context manager).
+    ``hosts``: listen on these addresses instead, one socket each on one free port (as
+    ``serve --host A,B`` does, through ``edgespec.server.listen``); ``url`` is the first's."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, hosts: list[str] | None = None) -> None:
         import uvicorn
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        from edgespec.server.listen import bind, url_host
+
+        self.sockets = bind(hosts, 0) if hosts else None
+        self.port = self.sockets[0].getsockname()[1] if self.sockets else free_port()
+        self.url = f"http://{url_host(hosts[0]) if hosts else '127.0.0.1'}:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -60,6 +65,8 @@ class LiveServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(15)
+        for sock in self.sockets or ():
+            sock.close()
 
 
 @contextlib.contextmanager

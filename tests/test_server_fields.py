@@ -49,8 +49,7 @@ ASKING = {
     "dynatemp_range": 0.5, "mirostat": 2, "dry_multiplier": 0.8, "xtc_probability": 0.5, "top_n_sigma": 1.0,
     "adaptive_target": 0.5, "min_keep": 5, "samplers": ["top_k"], "n_indent": 4, "t_max_predict_ms": 100,
     "t_max_prompt_ms": 100, "n_cmpl": 2, "lora": [{"id": 0, "scale": 1.0}], "response_fields": ["content"],
-    "chat_template_kwargs": {"enable_thinking": False}, "continue_final_message": True,
-    "add_generation_prompt": False, "audio": {"voice": "alloy", "format": "wav"},
+    "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False, "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"], "web_search_options": {"search_context_size": "low"},
     "reasoning_budget_tokens": 100, "thinking_budget_tokens": 100,
 }

@@ -45,7 +45,8 @@ def test_sixteen_clients_two_requests_four_hang_ups(tiny_target, tiny_noisy):
                 assert health.json()["busy"] is False and health.json()["queue"] == 0
                 metrics = http.get("/metrics").text
                 ok = int(re.search(r'endpoint="/v1/chat/completions",status="200"\} (\d+)', metrics).group(1))
-                assert ok == CLIENTS * REQUESTS
+                gone = int(re.search(r'endpoint="/v1/chat/completions",status="499"\} (\d+)', metrics).group(1))
+                assert ok == CLIENTS * REQUESTS - HANG_UPS and gone == HANG_UPS  # a hang-up is a 499
                 assert not re.search(r'status="5\d\d"', metrics)
                 done = int(re.search(r"^edgespec_generations_total (\d+)$", metrics, re.M).group(1))
                 running = int(re.search(r'stage="running"\} (\d+)', metrics).group(1))

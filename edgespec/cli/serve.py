@@ -6,8 +6,9 @@ uvicorn serves ``edgespec.server.create_app(engine)`` until Ctrl-C or SIGTERM. u
 stops accepting, gives running requests a few seconds, then cancels them (which stops
 their generations); the engine is closed on the way out.
 
-It binds 127.0.0.1 unless told otherwise, and warns when it listens beyond this machine
-without ``--api-key``. Web pages from other origins may not use it unless
+It binds 127.0.0.1 unless told otherwise (``--host`` takes several addresses, comma-separated:
+``edgespec.server.listen`` binds a socket for each and uvicorn serves them all), and warns
+when it listens beyond this machine without ``--api-key``. Web pages from other origins may not use it unless
 ``--allow-origin`` / ``EDGESPEC_ORIGINS`` allows them (``edgespec.server.guard``).
 """
 
@@ -68,7 +69,8 @@ def serve(
     rpc: RpcOpt = None,
     tensor_split: TensorSplitOpt = None,
     exact: ExactOpt = False,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only).")]
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only); "
+                                                      "several, comma-separated: 127.0.0.1,::1.")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = 8080,
     api_key: Annotated[
@@ -91,16 +93,24 @@ def serve(
                           help="Requests generated at once, sharing each decode (parallel slots; each slot "
                                "holds --n-ctx tokens of KV). 1: one at a time, reusing the last prompt's cache.")
     ] = 1,
+    alias: Annotated[
+        Optional[str], typer.Option("--alias", help="The model id that /v1/models shows and replies carry "
+                                                   "(default: the target's name).")
+    ] = None,
 ) -> None:
     """Serve the model pair over an OpenAI-compatible HTTP API, with a chat page at /."""
     import uvicorn
 
     from edgespec.server import create_app
+    from edgespec.server.listen import bind, parse_hosts, url_host
 
     err = err_console()
-    if not api_key and not is_loopback(host):
-        err.print(Text(f"warning: listening on {host} without --api-key: anyone who can reach this machine "
-                       "can use the model", style="yellow"))
+    with cli_errors():
+        hosts = parse_hosts(host)
+    for h in hosts:
+        if not api_key and not is_loopback(h):
+            err.print(Text(f"warning: listening on {h} without --api-key: anyone who can reach this machine "
+                           "can use the model", style="yellow"))
     with cli_errors():
         p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
                       rpc=rpc, tensor_split=tensor_split)
@@ -115,24 +125,30 @@ def serve(
 
             app = create_app(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
-                model_name=store_name(p.target),
+                model_name=alias or store_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
                 on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin),
             )
-            shown = f"[{host}]" if ":" in host else host
+            sockets = bind(hosts, port)
+            port = sockets[0].getsockname()[1]
+            shown = url_host(hosts[0])
+            more = "".join(f" · also http://{url_host(h)}:{port}/" for h in hosts[1:])
             err.print(Text(f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
-                           f" · drafter {engine.drafter_name} · Ctrl-C to stop", style="bold"))
-            config = uvicorn.Config(app, host=host, port=port, log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
+                           f"{more} · drafter {engine.drafter_name} · Ctrl-C to stop", style="bold"))
+            config = uvicorn.Config(app, host=hosts[0], port=port,
+                                    log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=True)
             server = uvicorn.Server(config)
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
             # at the handler it found: make that a no-op so that a stop is a clean exit.
             previous = {s: signal.signal(s, _ignore) for s in (signal.SIGINT, signal.SIGTERM)}
             try:
-                server.run()
+                server.run(sockets=sockets)
             finally:
                 for s, handler in previous.items():
                     signal.signal(s, handler)
+                for sock in sockets:
+                    sock.close()
             if not server.started:
                 raise typer.Exit(1)  # uvicorn said why (the port is taken, ...)
             if fatal:

@@ -1,8 +1,10 @@
 """The OpenAI-compatible HTTP server and its chat page (``edgespec serve``).
 
 ``create_app(engine)`` wraps one loaded ``Engine`` in an ASGI app: ``/v1/models``,
-``/v1/chat/completions`` and ``/v1/completions`` (streamed and not), ``/health``,
-``/metrics`` and a chat page at ``/``. Generations run one at a time on a worker thread,
+``/v1/chat/completions`` and ``/v1/completions`` (streamed and not; each also without
+``/v1``), the Responses API's text and tool subset (``responses_api``), llama-server's
+``/tokenize`` and ``/detokenize`` (``routes_extra``), ``/health``, ``/metrics`` and a
+chat page at ``/``. Generations run one at a time on a worker thread,
 fed by a bounded FIFO queue (``worker``); the counters behind ``/metrics`` live in
 ``metrics``; the OpenAI request and response shapes in ``schema``.
 

@@ -6,11 +6,17 @@ caller closes it). Routes:
 * ``GET /v1/models``                    the one model this server holds
 * ``POST /v1/chat/completions``         chat, through the target's chat template
 * ``POST /v1/completions``              raw text (or token ids) in, text out
+* ``POST /v1/responses``                OpenAI's Responses API, text and tools (``responses_api``)
+* ``POST /tokenize``, ``/detokenize``   llama-server's, over the target's vocabulary (``routes_extra``)
 * ``GET /health``                       ``{"status": "ok", ...}`` while the worker runs
 * ``GET /metrics``                      Prometheus text (``metrics``)
 * ``GET /``                             the chat page (``static/chat.html``)
 
-With ``api_key`` every ``/v1`` route and ``/metrics`` need the key; ``/health`` without
+Each ``/v1/X`` route is also served as ``/X`` (llama-server does so: a client whose base
+URL lacks ``/v1`` works), by the same handler, so behind the same key and guard.
+
+With ``api_key`` every API route and ``/metrics`` need the key (``Authorization: Bearer``
+or ``X-Api-Key``: ``guard.key_ok``); ``/health`` without
 it says only ``{"status": ...}`` (liveness for load balancers), with it the full body;
 ``/`` is a static page that holds nothing and asks for the key. Before any route,
 ``guard.Guard`` refuses a Host that is not this server and a web page from an origin
@@ -43,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -59,8 +64,9 @@ from edgespec import __version__
 from edgespec.errors import InputError
 from edgespec.events import Done
 
+from . import responses_api, routes_extra
 from .choices import choice_jobs, serve_choices
-from .guard import Guard, check_origins
+from .guard import Guard, check_origins, given_keys, key_ok
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
@@ -74,7 +80,8 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 1024
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
                    "frequency_penalty", "presence_penalty", "seed")
-ROUTES = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions")
+API_ROUTES = ("/models", "/chat/completions", "/completions", *responses_api.ROUTES)
+ROUTES = ("/", "/health", "/metrics", *(f"/v1{r}" for r in API_ROUTES), *API_ROUTES, *routes_extra.ROUTES)
 
 
 def create_app(
@@ -93,7 +100,8 @@ def create_app(
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
-    ``api_key``: when set, every ``/v1`` request needs ``Authorization: Bearer <key>``.
+    ``api_key``: when set, every API request needs ``Authorization: Bearer <key>`` (or
+    ``X-Api-Key: <key>``).
     ``max_queue``: requests that may wait while one generates (503 beyond).
     ``parallel``: generations that share each decode (slots of one multi-sequence
     batch); 1 serves one at a time and reuses the previous request's KV prefix.
@@ -122,6 +130,7 @@ def create_app(
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     model_id = model_name or Path(str(engine.target_path)).stem
+    fingerprint = routes_extra.system_fingerprint(engine)
     created = int(time.time())
     base_options = {k: v for k, v in (defaults or {}).items() if v is not None}
 
@@ -161,16 +170,12 @@ def create_app(
 
     # -- helpers --------------------------------------------------------------------------
     def has_key(request: Request) -> bool:
-        if api_key is None:
-            return True
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(given.strip().encode(), api_key.encode())
+        return key_ok(request.headers, api_key)
 
     def check_key(request: Request) -> None:
         if not has_key(request):
-            header = request.headers.get("authorization", "")
-            raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'"
-                           if not header else "the API key is wrong",
+            raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>' "
+                           "or 'X-Api-Key: <key>'" if not given_keys(request.headers) else "the API key is wrong",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
     async def read_body(request: Request) -> bytes:
@@ -217,7 +222,7 @@ def create_app(
 
         def reply_for(index: int, queue_wait: float) -> ReplyBody:
             return ReplyBody(chat=chat, model=model_id, req=req, queue_wait=queue_wait, structure=structure,
-                             index=index, token_bytes=engine.target_model.token_to_bytes)
+                             index=index, token_bytes=engine.target_model.token_to_bytes, fingerprint=fingerprint)
 
         if req.choices() > 1:  # n > 1: one job per choice (choices.py)
             return await serve_choices(request, worker, choice_jobs(structure.prompt, options, req.choices()),
@@ -293,7 +298,13 @@ def create_app(
         check_key(request)  # with --api-key, Prometheus scrapes with the key (bearer auth)
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    async def chat(request: Request, body: bytes) -> Response:
+        """A chat completion for ``body`` (also the Responses API's way in)."""
+        req = parse(ChatRequest, body)
+        return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
+
     @app.get("/v1/models")
+    @app.get("/models")
     async def models(request: Request) -> JSONResponse:
         check_key(request)
         return JSONResponse({"object": "list", "data": [{
@@ -303,17 +314,21 @@ def create_app(
         }]})
 
     @app.post("/v1/chat/completions")
+    @app.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
         check_key(request)
-        req = parse(ChatRequest, await read_body(request))
-        return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
+        return await chat(request, await read_body(request))
 
     @app.post("/v1/completions")
+    @app.post("/completions")
     async def completions(request: Request) -> Response:
         check_key(request)
         req = parse(CompletionRequest, await read_body(request))
         return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
+    api = routes_extra.Api(engine=engine, model_id=model_id, check_key=check_key, read_body=read_body, chat=chat)
+    routes_extra.add_routes(app, api)
+    responses_api.add_routes(app, api)
     return app
 
 

@@ -45,6 +45,13 @@ def _equals(*inert: Any) -> Callable[[Any, Mapping[str, Any]], bool]:
         value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
 
 
+def _continues(body: Mapping[str, Any]) -> bool:
+    """The request continues its final assistant message (``ChatRequest.continues``)."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    return getattr(last, "role", None) == "assistant" and body.get("continue_final_message") is not False
+
+
 @dataclass(frozen=True)
 class KnownField:
     """One request field: its status, where it applies, and what it does here."""
@@ -103,6 +110,8 @@ FIELDS: tuple[KnownField, ...] = (
        group=S),
     _f("tool_choice", HONOURED, "none, auto, required or a named function", CHAT, group=S),
     _f("parallel_tool_calls", HONOURED, "false: at most one call per answer", CHAT, group=S),
+    _f("continue_final_message", HONOURED, "a final assistant message is continued (the default, as "
+       "llama-server); false opens a new turn after it", CHAT),
     # -- refused unless they ask for nothing ---------------------------------------------
     _f("best_of", REFUSED, "choices are not ranked: use n (best_of: 1 or equal to n is accepted)", COMPLETIONS,
        inert=lambda v, b: _one(v, b) or (v == b.get("n") and not isinstance(v, bool))),
@@ -134,9 +143,8 @@ FIELDS: tuple[KnownField, ...] = (
     _f("grammar_triggers", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",
        group=S),
     _f("chat_template_kwargs", REFUSED, "the chat template takes no extra arguments", CHAT),
-    _f("continue_final_message", REFUSED, "the template always opens a new assistant turn", CHAT),
-    _f("add_generation_prompt", REFUSED, "the template always opens a new assistant turn", CHAT,
-       inert=_equals(True)),
+    _f("add_generation_prompt", REFUSED, "the template opens a new assistant turn, or continues a final "
+       "assistant message", CHAT, inert=lambda v, b: _equals(True)(v, b) or (v is False and _continues(b))),
     _f("audio", REFUSED, "audio output is not supported", CHAT),
     _f("modalities", REFUSED, "text is the only modality", CHAT, inert=lambda v, b: v in (None, ["text"])),
     _f("web_search_options", REFUSED, "web search is not supported", CHAT),

@@ -24,6 +24,10 @@ the answers. So, as Ollama does:
   one is answered 204 with the methods and headers it asked for (and Chrome's Private
   Network Access header); from any other origin it is a 403.
 
+**The API key** (``key_ok``), when the server has one, may come as ``Authorization:
+Bearer KEY`` (OpenAI's clients) or ``X-Api-Key: KEY`` (clients written for other APIs
+send that instead, as llama-server accepts); either one that matches will do.
+
 Hand-written rather than Starlette's ``CORSMiddleware``: that one only decides which
 response headers to add, while a cross-site request it does not allow still runs
 (a ``text/plain`` POST needs no preflight), and it cannot allow "the server's own
@@ -35,8 +39,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import secrets
 import socket
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from edgespec.errors import InputError
@@ -60,6 +65,27 @@ def check_origins(values: Iterable[str]) -> tuple[str, ...]:
                              "http://localhost:3000 or https://*.example.com), 'null' or '*'")
         out.append(value)
     return tuple(out)
+
+
+def given_keys(headers: Mapping[str, str]) -> list[str]:
+    """The API keys a request presents (``headers``: lower-case names): the bearer token
+    of ``Authorization`` and the value of ``X-Api-Key``, those that are there."""
+    keys = []
+    scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        keys.append(token.strip())
+    if headers.get("x-api-key", "").strip():
+        keys.append(headers["x-api-key"].strip())
+    return keys
+
+
+def key_ok(headers: Mapping[str, str], api_key: str | None) -> bool:
+    """Whether the request may use a server whose key is ``api_key`` (None: no key, anyone
+    may): one of the keys it presents is that key (compared in constant time)."""
+    if api_key is None:
+        return True
+    want = api_key.encode()
+    return any(secrets.compare_digest(k.encode(), want) for k in given_keys(headers))
 
 
 def local_name(name: str, hostname: str | None = None) -> bool:
@@ -129,7 +155,7 @@ class Guard:
             cors = [("access-control-allow-origin", allow), ("vary", "Origin"),
                     ("access-control-allow-methods", "GET, POST, OPTIONS"),
                     ("access-control-allow-headers",
-                     headers.get("access-control-request-headers") or "Authorization, Content-Type"),
+                     headers.get("access-control-request-headers") or "Authorization, X-Api-Key, Content-Type"),
                     ("access-control-max-age", str(PREFLIGHT_MAX_AGE))]
             if headers.get("access-control-request-private-network") == "true":
                 cors.append(("access-control-allow-private-network", "true"))

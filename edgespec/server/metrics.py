@@ -121,7 +121,13 @@ class Metrics:
 
 
 class CountRequests:
-    """ASGI middleware: counts every HTTP response by route and status for /metrics."""
+    """ASGI middleware: counts every HTTP response by route and status for /metrics.
+
+    A request whose client hung up before its response was complete counts as 499
+    (nginx's and llama-server's "client closed request"), whether or not a status line
+    had gone out: a stream cut midway is a hang-up, not a 200, however the request was
+    served (one at a time or in parallel slots). Seen here, on the way in: an
+    ``http.disconnect`` that arrives before the last body message was sent."""
 
     def __init__(self, app: Any, metrics: "Metrics", routes: tuple[str, ...]) -> None:
         self.app = app
@@ -133,19 +139,30 @@ class CountRequests:
             await self.app(scope, receive, send)
             return
         status = 0
+        complete = hung_up = False
+
+        async def receive_watched() -> dict:
+            nonlocal hung_up
+            message = await receive()
+            if message["type"] == "http.disconnect" and not complete:
+                hung_up = True
+            return message
 
         async def send_counted(message: dict) -> None:
-            nonlocal status
+            nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
             await send(message)
 
         try:
-            await self.app(scope, receive, send_counted)
+            await self.app(scope, receive_watched, send_counted)
         except Exception:
             status = status or 500  # (Starlette's outer error middleware answers it)
             raise
         finally:
             path = scope.get("path", "")
             # status 0: the client went away before any answer (a request stopped in the queue)
-            self.metrics.count_request(path if path in self.routes else "other", status or 499)
+            self.metrics.count_request(path if path in self.routes else "other",
+                                       499 if hung_up or not status else status)

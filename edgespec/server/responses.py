@@ -75,9 +75,10 @@ class ReplyBody:
 
     def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
                  structure: Structure | None = None, index: int = 0,
-                 token_bytes: Callable[[int, bool], bytes] | None = None) -> None:
+                 token_bytes: Callable[[int, bool], bytes] | None = None, fingerprint: str | None = None) -> None:
         self.chat = chat
         self.model = model
+        self.fingerprint = fingerprint  # OpenAI's system_fingerprint: the key is always there
         self.req = req
         self.queue_wait = queue_wait
         self.structure = structure or Structure(prompt=None)
@@ -191,6 +192,7 @@ class ReplyBody:
         done = self.done
         assert done is not None
         out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
+               "system_fingerprint": self.fingerprint,
                "choices": [self.choice()], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
         if self.req.return_tokens:
             out["token_ids"] = list(done.token_ids)
@@ -215,7 +217,8 @@ class ReplyBody:
         if from_draft is not None:
             choice["from_draft"] = from_draft
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [choice],
+                "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint,
+                "choices": [choice],
                 "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
 
     def _chunk_logprobs(self) -> dict | None:
@@ -261,8 +264,8 @@ class ReplyBody:
     def usage_chunk(self, stats: Stats) -> dict:
         """The stream's usage chunk (``stream_options.include_usage``), no choices."""
         return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": [], "usage": self.usage(stats),
-                "timings": self.timings(stats)}
+                "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint,
+                "choices": [], "usage": self.usage(stats), "timings": self.timings(stats)}
 
 
 def event(obj: dict | str) -> str:

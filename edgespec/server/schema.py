@@ -302,6 +302,7 @@ class ChatRequest(_Request):
     tool_choice: Optional[Any] = None  # "none" | "auto" | "required" | NamedToolChoice
     parallel_tool_calls: Optional[bool] = None
     logprobs: Optional[bool] = None
+    continue_final_message: Optional[bool] = None
 
     def logprob_count(self) -> int | None:
         """OpenAI's chat rule: ``logprobs: true`` asks, ``top_logprobs`` says how many
@@ -311,6 +312,18 @@ class ChatRequest(_Request):
                 raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
             return None
         return self.top_logprobs or 0
+
+    def continues(self) -> bool:
+        """Whether the answer continues the final message (a prefill) instead of opening a
+        new turn: by default when the conversation ends with an assistant message (without
+        tool calls), as llama-server does; ``continue_final_message: false`` opens a new
+        turn after it, ``true`` insists (a 400 when there is nothing to continue)."""
+        last = self.messages[-1]
+        ends = last.role == "assistant" and not last.tool_calls
+        if self.continue_final_message and not ends:
+            raise ApiError(400, "continue_final_message: the last message must be an assistant message "
+                                "(without tool calls) to continue", param="continue_final_message")
+        return ends and self.continue_final_message is not False
 
     @field_validator("tool_choice")
     @classmethod

@@ -80,15 +80,25 @@ def plan_completion(engine: Any, req: CompletionRequest) -> Structure:
     return Structure(prompt=req.engine_prompt(), kind=fmt["type"], param=field, constraint=constraint)
 
 
+def _continued(model: Any, messages: list[dict]) -> list[int]:
+    """The prompt ids of a conversation whose final assistant message the model goes on
+    writing (``ChatRequest.continues``)."""
+    try:
+        return tokenize_rendered(model, render(model, messages, continue_final=True))
+    except InputError as e:
+        raise ApiError(400, str(e), param="messages") from None
+
+
 def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     messages = [m.to_engine() for m in req.messages]
     mode = req.tool_mode()
     fmt, field = req.constraint_format()
     if mode == "none":
+        prompt = _continued(engine.target_model, messages) if req.continues() else messages
         if fmt is None:
-            return Structure(prompt=messages)
+            return Structure(prompt=prompt)
         constraint = _compile_format(fmt, engine.target_model, lenient=req.lenient_schema, field=field)
-        return Structure(prompt=messages, kind=fmt["type"], param=field, constraint=constraint)
+        return Structure(prompt=prompt, kind=fmt["type"], param=field, constraint=constraint)
     if fmt is not None:
         raise ApiError(400, f"{field} cannot be combined with tools: a tool call has its own structure "
                             "(send tool_choice \"none\" to answer in this format instead)", param=field)
@@ -112,7 +122,8 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
         raise ApiError(400, f"the tools' parameters do not compile: {e}".replace(
             "(--lenient-schema)", '("lenient_schema": true in the request)'), param="tools") from None
     try:
-        text = render(model, messages, tools=[t.model_dump(exclude_none=True) for t in tools])
+        text = render(model, messages, tools=[t.model_dump(exclude_none=True) for t in tools],
+                      continue_final=req.continues())
     except InputError as e:
         raise ApiError(400, str(e), param="messages") from None
     return Structure(prompt=tokenize_rendered(model, text), kind="tool_calls", param="tools",

@@ -292,6 +292,7 @@ class Worker:
                     # counted before the client hears of it: /metrics is never behind a reply
                     self.metrics.observe_generation(event.stats)
                     finished = True
+                    self._current = None  # and idle: /health after a reply never says busy
                 job.post(event)
         except EdgespecError as e:
             job.post(Failed(e))
@@ -366,4 +367,5 @@ class Worker:
         if isinstance(event, Done):
             # counted before the client hears of it: /metrics is never behind a reply
             self.metrics.observe_generation(event.stats)
+            self._active.discard(job)  # and its slot no longer busy (/health after a reply)
         job.post(event)
