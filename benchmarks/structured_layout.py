@@ -113,6 +113,18 @@ def print_model(name: str, runs: list[dict], summary: dict) -> None:
               f"{100 * s['mask_share']:5.2f}%")
 
 
+def markdown(report: dict) -> str:
+    """The summary of a saved run as a Markdown table (for docs/structured-output.md)."""
+    lines = ["| model | layout | valid | ended on length | score | tokens | rounds | tok/s | "
+             f"time to the answer vs {BASE} |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, m in report["models"].items():
+        for lay, s in m["summary"].items():
+            ratio = "-" if s[f"time_vs_{BASE}"] is None else f"{s[f'time_vs_{BASE}']:.2f}x ({s['time_pairs']} tasks)"
+            lines.append(f"| {name} | {lay} | {s['valid']}/{s['n']} | {s['length']} | {s['score']:.2f} | "
+                         f"{s['tokens']} | {s['rounds']} | {s['tok_s']:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
@@ -121,7 +133,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the runs and the summary here")
+    ap.add_argument("--render", default=None, help="print a saved run's summary as Markdown, and exit")
     args = ap.parse_args()
+    if args.render:
+        print(markdown(json.loads(Path(args.render).read_text())))
+        return
     from edgespec import Engine
 
     layouts = args.layouts.split(",")

@@ -105,3 +105,53 @@ def test_lark_json_takes_the_same_default_and_any_named_layout(model):
     assert takes(own, model, f"<call>{TEXT['indented']}</call>")
     with pytest.raises(ConstraintError, match="unknown JSON layout"):
         lark_json(TICKET, layout="tight")
+
+
+@pytest.mark.integration
+def test_the_real_model_writes_the_default_layout_under_a_schema():
+    """On the real 0.5B, a schema with an enum-string array and no ``maxItems`` (the
+    shape that looped in compact): the answer ends, follows the schema, and is written
+    the way ``json.dumps`` writes it, every separator forced by the grammar."""
+    from edgespec import Engine
+    from edgespec.catalog import resolve_model
+
+    prompt = ("Which topics does this message raise? 'I was charged twice for my order and "
+              "I want the extra payment refunded.' Priority low or high?")
+    with Engine(resolve_model("qwen2.5-coder-0.5b"), draft="ngram", n_ctx=1024) as e:
+        r = e.generate(prompt, max_tokens=96, response_format=js(TICKET))
+    assert r.finish_reason == "stop" and r.structured_complete is True
+    assert set(r.parsed) == {"priority", "topics"} and r.parsed["topics"]
+    assert r.text == json.dumps(r.parsed)
+    assert r.stats.forced_accepted > 0
+
+
+RECIPE = ("Turn this recipe note into structured data: the dish, the number of servings and every "
+          "ingredient with its quantity and unit.\n\nLemon lentil soup (serves 4): 250 g red lentils, "
+          "1 onion, 2 carrots, 3 cloves garlic,\n1.2 l vegetable stock, 1 lemon (juice), 2 tbsp olive oil. "
+          "Fry onion, carrot and garlic in\nthe oil, add lentils and stock, simmer 25 minutes, blend, finish "
+          "with the lemon juice.\n\n")
+RECIPE_SCHEMA = {"type": "object", "properties": {
+    "dish": {"type": "string"}, "servings": {"type": "integer"},
+    "ingredients": {"type": "array", "items": {
+        "type": "object", "properties": {
+            "name": {"type": "string"}, "quantity": {"type": "number"},
+            "unit": {"enum": ["g", "kg", "ml", "l", "tbsp", "tsp", "piece", "clove"]}},
+        "required": ["name", "quantity", "unit"], "additionalProperties": False}}},
+    "required": ["dish", "servings", "ingredients"], "additionalProperties": False}
+
+
+@pytest.mark.integration
+def test_the_real_model_ends_an_array_without_max_items_where_the_text_does():
+    """The held-out recipe of benchmarks/layout_tasks.py on the 0.5B: in the default
+    (spaced) layout the ingredient list ends after the seven the note names; in compact
+    (the default before issue 28) the model went on with an eighth, made of the unit
+    enum's values (`{"name":"piece","quantity":1,"unit":"piece"}`): the start of the
+    degeneration that ran the 1.5B into ``max_tokens``."""
+    from edgespec import Engine
+    from edgespec.catalog import resolve_model
+
+    prompt = RECIPE + "Answer with JSON that follows this schema:\n" + json.dumps(RECIPE_SCHEMA)
+    with Engine(resolve_model("qwen2.5-coder-0.5b"), draft="ngram", n_ctx=2048, exact=True) as e:
+        r = e.generate(prompt, max_tokens=400, response_format=js(RECIPE_SCHEMA))
+    assert r.finish_reason == "stop" and r.structured_complete is True
+    assert len(r.parsed["ingredients"]) == 7, r.text
