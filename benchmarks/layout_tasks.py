@@ -5,9 +5,9 @@ is chosen from what these tasks measure, and nothing else in edgespec may be fit
 them. They are kept apart from ``structured_prompts.py`` (the structured-output speed
 benchmark) and from the five tasks the first layout check used.
 
-Most schemas have an array without ``maxItems`` (the shape that looped in issue 28:
-enum strings under a support ticket's ``topics``), as users' schemas do: five arrays of
-enum strings, two of free strings, two of objects. Half the prompts show the schema as
+Every schema has an array without ``maxItems`` (the shape that looped in issue 28:
+enum strings under a support ticket's ``topics``), as users' schemas do: six tasks have
+an array of enum strings, two an array of objects, four an array of free strings. Half the prompts show the schema as
 text (``json.dumps``, as a user pastes it), half describe the fields in words, so that
 neither layout is the one the prompt itself shows every time.
 
