@@ -1,134 +1,180 @@
-"""Which JSON layout costs the model the fewest steps?
+"""Which JSON layout gives valid, right answers, and at what cost?
 
-Five extraction tasks (written for this check; schemas below), each generated greedily
-under its schema in three layouts with the real target and prompt lookup, as a user runs
-it. Reported per layout: tokens, rounds (target decodes: the cost), the tokens the
-grammar drafted and that were accepted, every draft accepted, and the share of the
-generation time spent computing masks and forced tokens. Also, for reference,
-the canonical tokenization of each answer walked through the matcher, counting the tokens
-``compute_ff_tokens`` forces (what a layout would force if the model tokenized its output
-canonically; it does not always, see docs/structured-output.md).
+The held-out tasks of ``layout_tasks.py`` (written for this check, never tuned on; most
+have an array without ``maxItems``), each generated greedily under its schema in every
+layout with a real target and prompt lookup (``draft="ngram"``), as a user runs it. The
+layout is asked for the way a user asks for it, through the schema's ``x-guidance``
+(``edgespec.constraints.with_layout``), so the default is not patched.
 
-    flock /tmp/edgespec-bench.lock python benchmarks/structured_layout.py [--target NAME]
+Reported per model and layout, side by side from one process (the layouts alternate per
+task, their order rotated, so the machine's drift spreads over all of them):
+
+- valid: ended on ``stop`` with a complete structure that parses and follows the schema;
+- length: ended on ``max_tokens`` inside the structure (a loop, mostly);
+- score: the share of each task's expected facts that the answer states;
+- tokens, rounds (target decodes) and tokens/s of generation;
+- time: the geometric mean, over the tasks both layouts answered validly, of the time to
+  the whole answer relative to the spaced layout.
+
+    nohup flock /tmp/edgespec-bench.lock python benchmarks/structured_layout.py \\
+        --json benchmarks/results/structured-layout-2026-12-01.json \\
+        > benchmarks/results/structured-layout-2026-12-01.log 2>&1 &
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import math
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
 
-from llguidance import LLMatcher
+import jsonschema
 
-from edgespec.catalog import resolve_model
-from edgespec.constraints import tokenizer_for
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layout_tasks import TASKS, LayoutTask, score  # noqa: E402
 
-SOURCES = [
-    "Maria Lopez (maria.lopez@example.org), 34, moved to Valencia last year.",
-    "Invoice INV-2024-0117: total 1249.50 EUR, still unpaid.",
-    "Review: the parcel came two weeks late, the refund took a month and support never answered. "
-    "Topics: delivery, refund, support.",
-    "Timeline: 2025-03-14 Kick-off; 2025-04-02 Design review; 2025-05-20 Release.",
-    "User: what's the weather like in Lyon, France? Answer in celsius. Pick the function to call.",
-]
+from edgespec.catalog import resolve_model  # noqa: E402
+from edgespec.constraints import JSON_LAYOUTS, with_layout  # noqa: E402
 
-ANSWERS = [
-    ({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                                       "city": {"type": "string"}, "email": {"type": "string"}},
-      "required": ["name", "age", "city", "email"], "additionalProperties": False},
-     {"name": "Maria Lopez", "age": 34, "city": "Valencia", "email": "maria.lopez@example.org"}),
-    ({"type": "object", "properties": {"invoice": {"type": "string"}, "total": {"type": "number"},
-                                       "currency": {"enum": ["EUR", "USD", "GBP"]},
-                                       "paid": {"type": "boolean"}},
-      "required": ["invoice", "total", "currency", "paid"], "additionalProperties": False},
-     {"invoice": "INV-2024-0117", "total": 1249.5, "currency": "EUR", "paid": False}),
-    ({"type": "object", "properties": {"sentiment": {"enum": ["positive", "negative", "neutral"]},
-                                       "confidence": {"type": "number"},
-                                       "topics": {"type": "array", "items": {"type": "string"}}},
-      "required": ["sentiment", "confidence", "topics"], "additionalProperties": False},
-     {"sentiment": "negative", "confidence": 0.82, "topics": ["delivery", "refund", "support"]}),
-    ({"type": "object", "properties": {"events": {"type": "array", "items": {
-        "type": "object", "properties": {"date": {"type": "string"}, "title": {"type": "string"}},
-        "required": ["date", "title"], "additionalProperties": False}}},
-      "required": ["events"], "additionalProperties": False},
-     {"events": [{"date": "2025-03-14", "title": "Kick-off"}, {"date": "2025-04-02", "title": "Design review"},
-                 {"date": "2025-05-20", "title": "Release"}]}),
-    ({"type": "object", "properties": {"function": {"enum": ["get_weather", "get_time"]},
-                                       "arguments": {"type": "object", "properties": {
-                                           "location": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-                                           "required": ["location", "unit"], "additionalProperties": False}},
-      "required": ["function", "arguments"], "additionalProperties": False},
-     {"function": "get_weather", "arguments": {"location": "Lyon, France", "unit": "celsius"}}),
-]
-
-LAYOUTS = {
-    "compact , :  (edgespec)": ({"item_separator": ",", "key_separator": ":", "whitespace_flexible": False},
-                                (",", ":")),
-    "spaced , :": ({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False},
-                   (", ", ": ")),
-    "flexible whitespace": ({"whitespace_flexible": True}, (", ", ": ")),
-}
+BASE = "spaced"
 
 
-def walk(tok, grammar: str, ids: list[int]) -> int:
-    """Tokens of ``ids`` that the matcher forced (compute_ff_tokens agreed with them)."""
-    m = LLMatcher(tok, grammar, log_level=0)
-    forced = i = 0
-    while i < len(ids):
-        ff = m.compute_ff_tokens()
-        n = 0
-        while n < len(ff) and i + n < len(ids) and ff[n] == ids[i + n]:
-            n += 1
-        if n:
-            assert m.consume_tokens(ids[i:i + n])
-            forced += n
-            i += n
+def valid(text: str, finish: str, complete: bool | None, schema: dict) -> tuple[bool, object]:
+    if finish != "stop" or not complete:
+        return False, None
+    try:
+        value = json.loads(text)
+        jsonschema.validate(value, schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False, None
+    return True, value
+
+
+def run_one(engine, task: LayoutTask, layout: str, max_tokens: int) -> dict:
+    rf = {"type": "json_schema", "json_schema": {"name": task.id, "schema": with_layout(task.schema, layout)}}
+    r = engine.generate(task.prompt, max_tokens=max_tokens, response_format=rf)
+    s = r.stats
+    ok, value = valid(r.text, r.finish_reason, r.structured_complete, task.schema)
+    return {"task": task.id, "layout": layout, "finish": r.finish_reason, "valid": ok,
+            "score": round(score(task, value), 3), "tokens": s.generated_tokens, "rounds": s.rounds,
+            "forced_accepted": s.forced_accepted, "accepted": s.accepted, "t_generate": round(s.t_generate, 4),
+            "t_mask": round(s.t_mask, 4), "text": r.text}
+
+
+def geomean(xs: list[float]) -> float | None:
+    return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 3) if xs else None
+
+
+def summarize(runs: list[dict], layouts: list[str]) -> dict:
+    by = {(r["task"], r["layout"]): r for r in runs}
+    # only the tasks measured in every layout (a run cut short may end inside one)
+    tasks = [t.id for t in TASKS if all((t.id, lay) in by for lay in layouts)]
+    out = {}
+    for lay in layouts:
+        rows = [by[t, lay] for t in tasks]
+        t_gen = sum(r["t_generate"] for r in rows)
+        both = [by[t, lay]["t_generate"] / by[t, BASE]["t_generate"] for t in tasks
+                if (t, BASE) in by and by[t, lay]["valid"] and by[t, BASE]["valid"]]
+        if not rows:
             continue
-        assert m.consume_token(ids[i]), (tok.dbg_tokens(ids[:i + 1]), m.get_error())
-        i += 1
-    return forced
+        out[lay] = {"valid": sum(r["valid"] for r in rows), "n": len(rows),
+                    "length": sum(r["finish"] == "length" for r in rows),
+                    "score": round(sum(r["score"] for r in rows) / len(rows), 3),
+                    "tokens": sum(r["tokens"] for r in rows), "rounds": sum(r["rounds"] for r in rows),
+                    "forced_accepted": sum(r["forced_accepted"] for r in rows),
+                    "tok_s": round(sum(r["tokens"] for r in rows) / t_gen, 2) if t_gen else None,
+                    f"time_vs_{BASE}": geomean(both), "time_pairs": len(both),
+                    "mask_share": round(sum(r["t_mask"] for r in rows) / t_gen, 4) if t_gen else None}
+    return out
 
 
-def canonical(model, options: dict, item: str, key: str) -> tuple[int, int]:
-    tok = tokenizer_for(model)
-    total = forced = 0
-    for schema, answer in ANSWERS:
-        grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=options)
-        ids = model.tokenize(json.dumps(answer, separators=(item, key)), add_special=False)
-        total += len(ids)
-        forced += walk(tok, grammar, ids)
-    return total, forced
+def print_model(name: str, runs: list[dict], summary: dict) -> None:
+    print(f"\n== {name}")
+    print(f"{'task':16} " + " ".join(f"{lay:>24}" for lay in summary))
+    by = {(r["task"], r["layout"]): r for r in runs}
+    for t in dict.fromkeys(r["task"] for r in runs):
+        if not all((t, lay) in by for lay in summary):
+            continue
+        cells = []
+        for lay in summary:
+            r = by[t, lay]
+            cells.append(f"{r['finish']:>6} {r['tokens']:4d}t {'ok ' if r['valid'] else 'BAD'} {r['score']:.2f}")
+        print(f"{t:16} " + " ".join(f"{c:>24}" for c in cells))
+    print(f"{'layout':10} {'valid':>6} {'length':>6} {'score':>6} {'tokens':>6} {'rounds':>6} {'forced':>6} "
+          f"{'tok/s':>6} {'time vs ' + BASE:>15} {'mask':>6}")
+    for lay, s in summary.items():
+        ratio = "-" if s[f"time_vs_{BASE}"] is None else f"{s[f'time_vs_{BASE}']:.3f}x ({s['time_pairs']})"
+        print(f"{lay:10} {s['valid']:3d}/{s['n']:<2} {s['length']:6d} {s['score']:6.3f} {s['tokens']:6d} "
+              f"{s['rounds']:6d} {s['forced_accepted']:6d} {s['tok_s']:6.2f} {ratio:>15} "
+              f"{100 * s['mask_share']:5.2f}%")
+
+
+def markdown(report: dict) -> str:
+    """The summary of a saved run as a Markdown table (for docs/structured-output.md)."""
+    lines = ["| model | layout | valid | ended on length | score | tokens | rounds | tok/s | "
+             f"time to the answer vs {BASE} |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, m in report["models"].items():
+        for lay, s in m["summary"].items():
+            ratio = "-" if s[f"time_vs_{BASE}"] is None else f"{s[f'time_vs_{BASE}']:.2f}x ({s['time_pairs']} tasks)"
+            lines.append(f"| {name} | {lay} | {s['valid']}/{s['n']} | {s['length']} | {s['score']:.2f} | "
+                         f"{s['tokens']} | {s['rounds']} | {s['tok_s']:.2f} | {ratio} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--target", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--targets", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
+    ap.add_argument("--layouts", default=",".join(JSON_LAYOUTS))
+    ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+    ap.add_argument("--max-tokens", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default=None, help="write the runs and the summary here")
+    ap.add_argument("--render", default=None, help="print a saved run's summary as Markdown, and exit")
     args = ap.parse_args()
+    if args.render:
+        print(markdown(json.loads(Path(args.render).read_text())))
+        return
     from edgespec import Engine
-    from edgespec.constraints import formats
 
-    path = resolve_model(args.target)
-    print(f"{'layout':26} {'tokens':>6} {'rounds':>6} {'forced':>6} {'accepted':>8} {'valid':>5} "
-          f"{'mask %':>7} | canonical: {'tokens':>6} {'forced':>6}")
-    with Engine(path, draft="ngram", n_ctx=1024, n_threads=args.threads) as e:
-        for name, (options, (item, key)) in LAYOUTS.items():
-            formats.JSON_LAYOUT.clear()
-            formats.JSON_LAYOUT.update(options)
-            tokens = rounds = forced = accepted = valid = 0
-            t_mask = t_gen = 0.0
-            for (schema, _), source in zip(ANSWERS, SOURCES):
-                rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-                r = e.generate(f"Extract the data as JSON.\n\n{source}", max_tokens=160, response_format=rf)
-                s = r.stats
-                tokens, rounds = tokens + s.generated_tokens, rounds + s.rounds
-                forced, accepted = forced + s.forced_accepted, accepted + s.accepted
-                valid += r.finish_reason == "stop" and bool(r.structured_complete)
-                t_mask += s.t_mask
-                t_gen += s.t_generate
-            c_total, c_forced = canonical(e.target_model, options, item, key)
-            print(f"{name:26} {tokens:6d} {rounds:6d} {forced:6d} {accepted:8d} {valid:3d}/{len(ANSWERS)} "
-                  f"{100 * t_mask / t_gen:6.2f}% | {c_total:17d} {c_forced:6d}")
+    layouts = args.layouts.split(",")
+    tasks = [t for t in TASKS if args.tasks is None or t.id in args.tasks.split(",")]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "commit": commit, "max_tokens": args.max_tokens, "threads": args.threads, "layouts": layouts,
+              "tasks": [t.id for t in tasks], "models": {}}
+    names = args.targets.split(",")
+    runs: dict[str, list[dict]] = {name: [] for name in names}
+    with ExitStack() as stack:
+        engines = {name: stack.enter_context(Engine(resolve_model(name), draft="ngram", n_ctx=2048,
+                                                    n_threads=args.threads)) for name in names}
+        # task by task, every model and layout, so that a run cut short has measured all
+        # of them on the same tasks; the layouts' order rotates per task
+        for i, task in enumerate(tasks):
+            order = layouts[i % len(layouts):] + layouts[:i % len(layouts)]
+            for name, e in engines.items():
+                for lay in order:
+                    r = run_one(e, task, lay, args.max_tokens)
+                    runs[name].append(r)
+                    print(f"[{name}] {task.id} {lay}: {r['finish']} {r['tokens']} tokens in {r['t_generate']:.1f} s "
+                          f"{'valid' if r['valid'] else 'INVALID'} score {r['score']}", flush=True)
+                    if args.json:  # after every run, so a cut run keeps what it measured
+                        save(args.json, report, runs, layouts)
+    for name in names:
+        print_model(name, runs[name], summarize(runs[name], layouts))
+    if args.json:
+        save(args.json, report, runs, layouts)
 
+
+def save(path: str, report: dict, runs: dict, layouts: list[str]) -> None:
+    report["models"] = {name: {"summary": summarize(rs, layouts), "runs": rs} for name, rs in runs.items() if rs}
+    Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
 if __name__ == "__main__":
     main()

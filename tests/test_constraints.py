@@ -90,7 +90,7 @@ def ids_of(model, text):
 def test_consume_rollback_validate_and_masks_stay_in_step(model):
     c = compile_constraint(js(PERSON), model)
     m = c.matcher()
-    good = ids_of(model, '{"name":"Ann","age":41}')
+    good = ids_of(model, '{"name": "Ann", "age": 41}')
     assert m.validate(good) == len(good) and m.consumed == 0  # validation leaves the state
     assert m.validate(ids_of(model, '{"nome"')) < len(ids_of(model, '{"nome"'))
     assert m.forced()  # '{"' at least is forced
@@ -116,7 +116,7 @@ def test_a_refused_token_or_an_early_end_is_an_error_never_ignored(model):
     with pytest.raises(ConstraintStateError, match="refused token"):
         m.consume(ids_of(model, "hello"))
     m = compile_constraint(js(PERSON), model).matcher()
-    m.consume(ids_of(model, '{"name":'))
+    m.consume(ids_of(model, '{"name": '))
     with pytest.raises(ConstraintStateError, match="not complete"):
         m.consume([model.eos])
 
@@ -198,17 +198,17 @@ def test_before_the_trigger_only_tokens_that_would_break_the_grammar_are_masked(
     assert m.active
 
 
-def test_lark_json_embeds_a_schema_in_the_compact_layout_and_keywords_are_checked(model):
+def test_lark_json_embeds_a_schema_in_the_default_layout_and_keywords_are_checked(model):
     from edgespec.constraints import lark_json
 
     params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
               "additionalProperties": False}
     c = compile_lark('start: "<call>" ' + lark_json(params) + ' "</call>"', model)
     m = c.matcher()
-    assert m.validate(ids_of(model, '<call>{"x":1}</call>')) == len(ids_of(model, '<call>{"x":1}</call>'))
-    assert m.validate(ids_of(model, '<call>{"x": 1}')) < len(ids_of(model, '<call>{"x": 1}'))
-    loose = compile_lark('start: "<call>" ' + lark_json(params, compact=False) + ' "</call>"', model).matcher()
-    assert loose.validate(ids_of(model, '<call>{"x": 1}')) == len(ids_of(model, '<call>{"x": 1}'))
+    assert m.validate(ids_of(model, '<call>{"x": 1}</call>')) == len(ids_of(model, '<call>{"x": 1}</call>'))
+    assert m.validate(ids_of(model, '<call>{"x":1}')) < len(ids_of(model, '<call>{"x":1}'))
+    loose = compile_lark('start: "<call>" ' + lark_json(params, layout=None) + ' "</call>"', model).matcher()
+    assert loose.validate(ids_of(model, '<call>{"x":1}')) == len(ids_of(model, '<call>{"x":1}'))
     unique = lark_json({"type": "array", "uniqueItems": True})
     with pytest.raises(ConstraintError, match="uniqueItems"):
         compile_lark("start: " + unique, model)

@@ -104,7 +104,7 @@ def test_json_schema_answers_validate_streamed_and_not(client, path, body):
     assert choice["finish_reason"] == "stop" and choice["structure"]["complete"] is True
     assert choice["structure"]["type"] == "json_schema"
     jsonschema.validate(json.loads(text), SCHEMA)
-    assert text == json.dumps(json.loads(text), separators=(",", ":"))  # the compact layout
+    assert text == json.dumps(json.loads(text), ensure_ascii=False)  # the default layout: ", " and ": "
     s_text, s_finish, s_structure = chunks_text(streamed(client, path, body), chat)
     assert (s_text, s_finish, s_structure) == (text, "stop", choice["structure"])
 

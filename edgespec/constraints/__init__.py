@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from ..errors import ConstraintError, ConstraintStateError
 from ..llama import Model
-from .formats import (JSON_LAYOUT, GrammarSpec, grammar_spec, json_schema_grammar, lark_grammar, lark_json,
-                      regex_grammar)
+from .formats import (DEFAULT_LAYOUT, JSON_LAYOUT, JSON_LAYOUTS, GrammarSpec, grammar_spec, json_schema_grammar,
+                      lark_grammar, lark_json, regex_grammar, with_layout)
 from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits, probe
 from .batch import batch_masks
 from .tokenizer import tokenizer_for
@@ -54,7 +54,9 @@ def compile_lark(grammar: str, model: Model, trigger: str | None = None, *, leni
 
 
 __all__ = [
+    "DEFAULT_LAYOUT",
     "JSON_LAYOUT",
+    "JSON_LAYOUTS",
     "Constraint",
     "ConstraintError",
     "ConstraintStateError",
@@ -74,4 +76,5 @@ __all__ = [
     "probe",
     "regex_grammar",
     "tokenizer_for",
+    "with_layout",
 ]

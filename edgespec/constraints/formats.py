@@ -6,23 +6,17 @@
 "lark" | "gbnf"}``), builds the llguidance grammar and validates it, so a bad request
 fails here with a one-line ``ConstraintError`` naming the field, before any model work.
 
-JSON layout. A schema compiles with compact, fixed separators and no free whitespace
+JSON layout. A schema compiles with fixed separators and no free whitespace
 (``JSON_LAYOUT``): every byte between values is then decided by the grammar, so it is
-forced (drafted for free, see ``speculative.py``) instead of chosen by the model.
-Measured with ``benchmarks/structured_layout.py`` on five extraction tasks, the
-Qwen2.5-Coder-0.5B generating greedily with prompt lookup (rounds = target decodes, the
-cost), and on the canonical tokenization of reference answers walked through the matcher:
-
-    layout                   generated: tokens  rounds  forced  valid | canonical: tokens  forced
-    compact ","  ":"                      121      62      44    5/5  |             156      38
-    spaced  ", " ": "  fixed              192     102      77    5/5  |             194      75
-    flexible whitespace                   359     224      23    4/5  |             194      25
-
-(forced: the grammar's drafts that were accepted, its likely tokens included; masks took
-1.0% of the generation time in every layout.)
-
-Compact costs the fewest rounds: fewer tokens in all, and a spaced layout's extra forced
-tokens do not make up for them. Free whitespace is the worst (the model pads with it).
+forced (drafted for free, see ``speculative.py``) instead of chosen by the model. The
+default is the spaced layout, ``", "`` and ``": "``, the way ``json.dumps`` and these
+models write JSON: held to compact separators (``","`` ``":"``, fewer tokens) the
+models can leave their own habits and loop, e.g. repeating an enum value in an array
+without ``maxItems`` until ``max_tokens`` (issue 28). ``JSON_LAYOUTS`` names the three
+layouts; ``with_layout(schema, name)`` asks for one through the schema's own
+``x-guidance``, which every door (Python, ``--schema``, the server) passes through and
+which wins over the default. Measured with ``benchmarks/structured_layout.py`` (see
+docs/structured-output.md for the table): validity and answers first, then speed.
 
 A schema keyword llguidance does not implement (``uniqueItems``, ...) is an error that
 names it, unless ``lenient``; the relaxations are then kept as warnings on the spec, for
@@ -41,7 +35,15 @@ from llguidance.gbnf_to_lark import any_to_lark
 from ..errors import ConstraintError
 from .schema_check import has_one_of, infinite_recursion, overlapping_one_of
 
-JSON_LAYOUT = {"item_separator": ",", "key_separator": ":", "whitespace_flexible": False}
+# llguidance's JSON options per layout; a schema's "x-guidance" overrides the default
+JSON_LAYOUTS = {
+    "spaced": {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False},
+    "compact": {"item_separator": ",", "key_separator": ":", "whitespace_flexible": False},
+    # any JSON white space around "," and ":": the model chooses it
+    "flexible": {"item_separator": ",", "key_separator": ":", "whitespace_flexible": True},
+}
+DEFAULT_LAYOUT = "spaced"
+JSON_LAYOUT = JSON_LAYOUTS[DEFAULT_LAYOUT]
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema", "regex", "grammar")
 _GBNF_RULE = re.compile(r"^\s*[A-Za-z][\w-]*\s*::=", re.MULTILINE)
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
@@ -128,15 +130,36 @@ def schema_options(schema: object, *, param: str = "response_format.json_schema.
 _PROVEN_ONE_OF = '"coerce_one_of": true'  # how lark_json marks a schema whose oneOfs are disjoint
 
 
-def lark_json(schema: dict | bool, *, compact: bool = True, lenient: bool = False) -> str:
+def _check_layout(layout: object) -> None:
+    if layout not in JSON_LAYOUTS:
+        raise ConstraintError(f"unknown JSON layout {layout!r}: use one of " + ", ".join(JSON_LAYOUTS),
+                              param="layout")
+
+
+def with_layout(schema: dict | bool, layout: str) -> dict:
+    """``schema`` asking to be written in ``layout`` (a name in ``JSON_LAYOUTS``):
+    the layout's options in its ``x-guidance``, over any it had. The way to choose a
+    layout anywhere a schema goes (``--schema`` file, the server's ``json_schema``)."""
+    _check_layout(layout)
+    base = {} if schema is True else schema
+    if not isinstance(base, dict):
+        raise ConstraintError(f"the JSON schema must be an object, not {type(schema).__name__}")
+    guidance = {k: v for k, v in (base.get("x-guidance") or {}).items()
+                if k not in ("item_separator", "key_separator", "whitespace_flexible")}
+    return {**base, "x-guidance": {**JSON_LAYOUTS[layout], **guidance}}
+
+
+def lark_json(schema: dict | bool, *, layout: str | None = DEFAULT_LAYOUT, lenient: bool = False) -> str:
     """A JSON Schema as a Lark ``%json{...}`` term for a grammar of one's own (a tool
-    call: ``start: <tool_call> "\\n" `` + lark_json(params) + ...), in this module's
-    JSON layout unless ``compact`` is False (then llguidance's defaults, or the schema's
-    own ``x-guidance``). ``lenient``: keywords llguidance lacks are ignored (with a
-    warning that ``compile_lark(..., lenient=True)`` keeps) instead of refused."""
+    call: ``start: <tool_call> "\\n" `` + lark_json(params) + ...), in ``layout`` (a
+    name in ``JSON_LAYOUTS``; None: llguidance's own defaults); the schema's own
+    ``x-guidance`` wins over either. ``lenient``: keywords llguidance lacks are ignored
+    (with a warning that ``compile_lark(..., lenient=True)`` keeps) instead of refused."""
+    if layout is not None:
+        _check_layout(layout)
     extra = schema_options(schema, param="grammar")
-    if isinstance(schema, dict) and (compact or lenient or extra):
-        options = {**(JSON_LAYOUT if compact else {}), **extra, **schema.get("x-guidance", {})}
+    if isinstance(schema, dict) and (layout is not None or lenient or extra):
+        options = {**(JSON_LAYOUTS[layout] if layout is not None else {}), **extra, **schema.get("x-guidance", {})}
         schema = {**schema, "x-guidance": {**options, **({"lenient": True} if lenient else {})}}
     return "%json" + json.dumps(schema)
 
