@@ -216,6 +216,16 @@ def test_the_template_renders_tools_calls_and_tool_results():
     assert "# Tools" not in render(_model(QWEN_TEMPLATE), messages)  # no tools: none described
 
 
+def test_templates_may_use_loop_controls_as_in_transformers():
+    """transformers renders templates with Jinja's loop controls; a template that stops
+    at the last user message with ``{% break %}`` renders here too."""
+    template = ("{% for m in messages | reverse %}{% if m.role == 'user' %}{{ m.content }}{% break %}"
+                "{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "last"}, {"role": "assistant", "content": "ok"}]
+    assert render(_model(template), messages) == "last"
+
+
 def test_messages_with_bad_tool_calls_are_input_errors():
     with pytest.raises(InputError, match="not JSON"):
         validate_messages([{"role": "assistant", "content": None, "tool_calls": [
