@@ -1,5 +1,6 @@
-"""Integration: a tool conversation reaches the real models as their own GGUF template
-renders it (issue 28, item 4).
+"""Integration: tool conversations on the real models (issue 28, item 4).
+
+A tool conversation reaches the models as their own GGUF template renders it.
 
 The reference is written here, apart from edgespec's code: the GGUF's chat template run
 by plain Jinja the way transformers' ``apply_chat_template`` and llama-server ``--jinja``
@@ -10,6 +11,10 @@ the template's own variables: ``messages`` (role ``tool`` messages; an assistant
 openai client sends it, through ``ChatRequest`` and ``plan_chat``. Both must give the
 same token ids. The conversation (a train search, its result, a second search and a
 booking) was written for this test.
+
+After a tool result, under ``tool_choice`` auto, the 1.5B calls again, in the doubled
+braces of its template's example: the answer is that call, held to the tool, never
+content that only looks like one.
 """
 
 from __future__ import annotations
@@ -25,10 +30,14 @@ import jinja2.ext
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from fastapi.testclient import TestClient
+
+from edgespec import Engine
 from edgespec.catalog import resolve_model
 from edgespec.chat_template import render, tokenize_rendered
 from edgespec.errors import CatalogError
 from edgespec.llama import Model
+from edgespec.server import create_app
 from edgespec.server.schema import ChatRequest
 from edgespec.server.structured import plan_chat
 from edgespec.server.tools import tool_format
@@ -170,3 +179,33 @@ def test_the_two_models_share_the_qwen25_template(monkeypatch):
         assert '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>' in text
     finally:
         big.close()
+
+
+def test_after_a_tool_result_auto_never_answers_with_a_call_as_text(monkeypatch):
+    """The 1.5B, after its search's result, writes the same search again in the doubled
+    braces of its template's example, ``{{"name": "find_connections", ...}}``, then a
+    fenced call to ``reserve`` (greedy, measured). Before issue 28 such an answer came
+    back as content (``finish_reason`` stop or length); now it is read as calls whose
+    arguments follow the tools."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    try:
+        path = resolve_model("qwen2.5-coder-1.5b")
+    except CatalogError as e:
+        pytest.skip(f"the 1.5B is not available here: {e}")
+    messages = [{"role": "user", "content": "Find me an early train from Zurich to Milan on 2027-03-06, two "
+                                            "people with bikes."},
+                {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
+                CONVERSATION[2]]
+    with Engine(path, draft=None, n_ctx=2048) as engine, \
+            TestClient(create_app(engine, max_tokens=160, defaults={"temperature": 0.0})) as client:
+        resp = client.post("/v1/chat/completions", json={"messages": messages, "tools": TOOLS, "tool_choice": "auto"})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()["choices"][0]
+    content = (out["message"].get("content") or "").lstrip("`json \n{")
+    assert not content.startswith('"name"'), out  # a call is never content
+    assert out["finish_reason"] in ("stop", "tool_calls"), out
+    if out["finish_reason"] == "tool_calls":
+        for call in out["message"]["tool_calls"]:
+            schema = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}[call["function"]["name"]]
+            args = json.loads(call["function"]["arguments"])
+            assert set(schema["required"]) <= set(args) <= set(schema["properties"]), call
