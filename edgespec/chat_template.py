@@ -2,8 +2,9 @@
 
 The template comes from the GGUF (``tokenizer.chat_template``) and is untrusted text,
 so it runs in Jinja's immutable sandbox with only the helpers Hugging Face templates
-expect (``raise_exception``, ``strftime_now``, and Hugging Face's ``tojson``: plain
-``json.dumps``, keys in their order, no HTML escaping, unlike Jinja's own). Models that
+expect (``raise_exception``, ``strftime_now``, loop controls, and Hugging Face's
+``tojson``: plain ``json.dumps``, keys in their order, no HTML escaping, unlike Jinja's
+own): the environment of transformers' ``apply_chat_template``. Models that
 ship no template get ChatML, the format most instruction-tuned GGUFs were trained on.
 
 Tool calling goes through the template too, as in transformers: ``tools`` (OpenAI's
@@ -50,7 +51,8 @@ def _compile(source: str):
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # transformers' environment: also {% break %} and {% continue %}, which some templates use
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     env.filters["tojson"] = tojson

@@ -29,6 +29,8 @@ WEATHER = {"type": "function", "function": {
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa}ris \\" {[", "n": [1, {"a": 2}]}}\n</tool_call>'
 BARE = CALL[len("<tool_call>\n"):-len("\n</tool_call>")]  # the same call without its tags
 FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+# in doubled braces, as the example in Qwen2.5-Coder-1.5B's template writes a call (issue 28)
+DOUBLE = '{{"name": "get_weather", "arguments": {"city": "Pa}}ris", "n": [{"a": 2}]}}}'
 
 
 def _pieces(text: str, cuts: list[int]) -> tuple[str, dict[int, dict]]:
@@ -64,6 +66,9 @@ TEXTS = [
     "\n" + BARE + "\n" + BARE.replace("get_weather", "f") + "\n",
     FENCED,
     FENCED[:30],
+    DOUBLE,
+    DOUBLE + "\n" + DOUBLE.replace("get_weather", "f"),
+    DOUBLE[:9],
     '{"a": 1} is JSON, {"name": "get_weather", "arguments": {}} too',
     '{"nam',
 ]
@@ -101,6 +106,9 @@ def test_reading_whole_answers():
     content, calls = read_calls(FENCED)  # in a code fence, in the model's own layout
     assert content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Paris"}
     assert read_calls("```python\nprint(1)\n```") == ("```python\nprint(1)\n```", [])
+    content, calls = read_calls(DOUBLE)  # in doubled braces: both are the call's
+    assert content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Pa}}ris", "n": [{"a": 2}]}
+    assert read_calls("{{ jinja }}") == ("{{ jinja }}", [])
 
 
 def test_the_tool_format_of_a_template():
@@ -141,11 +149,38 @@ def test_the_call_grammar():
     assert call_grammar(tools, _Vocab(set()), parallel=False).startswith('start: calls\ncalls: call "\\n"?\n')
     auto = call_grammar(tools, _Vocab({"<tool_call>"}), free=True)
     assert auto.startswith("start: bare_calls | FREE? calls?\nbare_calls: bare (")
-    assert "bare: bare_0 | fenced_0 | bare_1 | fenced_1" in auto and '"get_weather"[ \\t\\n]*,' in auto
+    assert "bare: bare_0 | fenced_0 | double_0 | bare_1 | fenced_1 | double_1" in auto and '"get_weather"[ \\t\\n]*,' in auto
     assert "FREE: " in auto and "<tool_call>" in auto.split("FREE: ")[1]
     bad = _tools({"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}})
     with pytest.raises(InputError, match=r"tools\[0\].function.parameters must describe an object"):
         argument_schema(0, bad[0].function)
+
+
+def test_auto_holds_a_call_in_doubled_braces_to_the_tool(tiny_target):
+    """After a tool result, Qwen2.5-Coder-1.5B under tool_choice auto writes its next call
+    as its template's example shows one, ``{{"name": ..., "arguments": {...}}}``, and goes
+    on with an invented ``"response"``. Such an answer is a call held to the tool (it ends
+    with the arguments), not free text."""
+    from edgespec.constraints import compile_lark
+    from edgespec.llama import Model
+
+    model = Model(tiny_target, vocab_only=True)
+    try:
+        c = compile_lark(call_grammar(_tools(WEATHER), model, free=True), model)
+        ids = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
+        call = ids('{{"name": "get_weather", "arguments": {"city": "Lyon"}}}')
+        m = c.matcher()
+        assert m.validate(call) == len(call)
+        m.consume(call)
+        assert m.complete() is True
+        invented = ids('{{"name": "get_weather", "arguments": {"city": "Lyon"}, "response": {}}}')
+        assert c.matcher().validate(invented) < len(invented)
+        wrong = ids('{{"name": "get_weather", "arguments": {"town": 1}}}')
+        assert c.matcher().validate(wrong) < len(wrong)
+        text = ids("{{ is how Jinja opens an expression }}")
+        assert c.matcher().validate(text) == len(text)  # free text still
+    finally:
+        model.close()
 
 
 def test_a_grammar_with_the_tag_token_compiles_strictly():
@@ -179,6 +214,16 @@ def test_the_template_renders_tools_calls_and_tool_results():
     assert '<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response><|im_end|>' in text
     assert text.endswith("<|im_start|>assistant\n")
     assert "# Tools" not in render(_model(QWEN_TEMPLATE), messages)  # no tools: none described
+
+
+def test_templates_may_use_loop_controls_as_in_transformers():
+    """transformers renders templates with Jinja's loop controls; a template that stops
+    at the last user message with ``{% break %}`` renders here too."""
+    template = ("{% for m in messages | reverse %}{% if m.role == 'user' %}{{ m.content }}{% break %}"
+                "{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "last"}, {"role": "assistant", "content": "ok"}]
+    assert render(_model(template), messages) == "last"
 
 
 def test_messages_with_bad_tool_calls_are_input_errors():

@@ -40,11 +40,14 @@ END = "}\n"  # after the arguments: the end of the call's object, before the clo
 ARGUMENT_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*(?=\S)')
 _TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
-# a call written without its tags, at the start of an answer: its object, maybe fenced
-_BARE_HEAD = re.compile(r'\s*(```(?:json)?\s*)?\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*(?=\S)')
+# a call written without its tags, at the start of an answer: its object, maybe fenced,
+# maybe in doubled braces (as the example in Qwen2.5-Coder-1.5B's template writes it)
+_BARE_HEAD = re.compile(r'\s*(?:(```(?:json)?\s*)|(\{\s*))?\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*'
+                        r'"arguments"\s*:\s*(?=\S)')
 _BARE_TAIL = re.compile(r"\s*\}")
+_DOUBLE_TAIL = re.compile(r"\s*\}\s*\}")
 _FENCED_TAIL = re.compile(r"\s*\}\s*```")
-_BARE_STARTS = ('```json{"name":"', '```{"name":"', '{"name":"')  # without white space
+_BARE_STARTS = ('```json{"name":"', '```{"name":"', '{"name":"', '{{"name":"')  # without white space
 _WS = r"[ \t\n]*"
 
 
@@ -122,9 +125,10 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
             loose["x-guidance"].pop("key_separator", None)
             key = _WS.join(["", "\\{", '"name"', ":", f'"{fn.name}"', ",", '"arguments"', ":", ""])
             rules += [f"bare_{i}: HEAD_{i} loose_{i} END", f"fenced_{i}: FHEAD_{i} loose_{i} FEND",
-                      f"HEAD_{i}: /{key}/", f"FHEAD_{i}: /{_WS}```(json)?{key}/",
+                      f"double_{i}: DHEAD_{i} loose_{i} DEND",
+                      f"HEAD_{i}: /{key}/", f"FHEAD_{i}: /{_WS}```(json)?{key}/", f"DHEAD_{i}: /{_WS}\\{{{key}/",
                       f"loose_{i}: %json {json.dumps(loose)}"]
-            bare += [f"bare_{i}", f"fenced_{i}"]
+            bare += [f"bare_{i}", f"fenced_{i}", f"double_{i}"]
     one = only is not None or not parallel
 
     def several(item: str) -> str:
@@ -141,7 +145,8 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
         *lines,
         f"END: /{_WS}\\}}/",
         f"FEND: /{_WS}\\}}{_WS}```/",
-        f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS})?\\{{{_WS}"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
+        f"DEND: /{_WS}\\}}{_WS}\\}}/",
+        f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS}|\\{{{_WS})?\\{{{_WS}"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
     ]) + "\n"
 
 
@@ -177,7 +182,7 @@ class CallStream:
     _buf: str = ""
     _at: int = 0            # what is before it has been read
     _state: str = "text"    # text -> head -> args -> tail -> text ...
-    _bare: str = ""         # the current call came without its tags: "bare" or "fenced"
+    _bare: str = ""         # the current call came without its tags: "bare", "double" or "fenced"
     _depth: int = 0         # the arguments' JSON nesting, and whether in a string
     _in_string: bool = False
     _escaped: bool = False
@@ -212,8 +217,8 @@ class CallStream:
             if not self.content and (not self.calls or self._bare):
                 m = _BARE_HEAD.match(buf, at)
                 if m is not None:  # a call without its tags, at the start of the answer
-                    self._bare = "fenced" if m.group(1) else "bare"
-                    self._start_call(out, m.group(2), m.end())
+                    self._bare = "fenced" if m.group(1) else "double" if m.group(2) else "bare"
+                    self._start_call(out, m.group(3), m.end())
                     return True
                 rest = re.sub(r"\s+", "", buf[at:])
                 if rest and any(b.startswith(rest) or rest.startswith(b) for b in _BARE_STARTS):
@@ -252,7 +257,7 @@ class CallStream:
                 self._state = "tail"
             return closed
         # tail: the end of the call's object (and the closing tag)
-        m = {"": _TAIL, "bare": _BARE_TAIL, "fenced": _FENCED_TAIL}[self._bare].match(buf, at)
+        m = {"": _TAIL, "bare": _BARE_TAIL, "double": _DOUBLE_TAIL, "fenced": _FENCED_TAIL}[self._bare].match(buf, at)
         if m is None:
             return False
         self.calls[-1].complete = True
