@@ -1,0 +1,372 @@
+"""Suffix memory: drafts from everything already written (SuffixDecoding, arXiv 2411.04975).
+
+Two indexes feed one drafter (``SuffixDrafter``): the current request's (its prompt and
+its output so far, built fresh by every ``begin``) and a global one of earlier outputs
+that the engine holds across requests (``SuffixIndex``, capped in tokens). Sequences of
+one batch each write into their own open *document* of the global index as their tokens
+are committed, so concurrent sequences draft from each other.
+
+A proposal (the paper's scoring, our code): find the longest earlier match of the
+context's suffix (at most ``max_match`` tokens), take every occurrence matching that far,
+and walk their continuations greedily. At each step the next id is the one most of the
+surviving occurrences continue with; its probability is the count ratio
+``count(child) / count(node)`` and the *path probability* of the j-th id is the product of
+the ratios up to it. The draft stops where the path probability falls under ``min_prob``
+(0.1), at ``alpha x match length`` ids (α = 1) or at ``k``. The sum of the path
+probabilities is the expected number of accepted ids, which is what a policy weighs
+against the cost of verifying them. Ids are a fixed proposal (``q is None``): the loop
+verifies them by match, exact at any temperature.
+
+The data structure, and why. We measured a depth-limited suffix trie against this one
+(benchmarks/suffix_overhead.py): a trie of depth D holds up to D nodes per token (as
+Python objects, ~100 bytes each), and it bounds match + continuation together by D. We
+keep instead a ring buffer of the last ``cap`` tokens and, per key length n (6 and 2),
+LZ77-style hash chains: ``head[hash(n-gram)]`` is the newest position where that n-gram
+ends and ``prev[pos]`` the one before it. Each position stores its token, the previous
+and next position of its document (``back``/``fwd``: documents interleave in the ring)
+and the start of its n-grams, all in ``array.array`` (compact, and indexing it returns
+plain ints, which is what the Python loops want). Memory is a fixed number of bytes per
+token in the window, appending is O(key lengths), a proposal walks at most a bounded
+number of chain entries, and continuations are read from the ring at any length.
+
+Eviction is first in, first out: the token at the window's start leaves, and with it the
+n-grams that start there; a chain head that pointed at one moves to the next entry that
+is still whole (each entry is skipped at most once: amortized O(key lengths) per evicted
+token). Entries in the middle of a chain whose start left the window are skipped by the
+walks, and an entry older than the window ends the walk, so after any history the index
+answers like a fresh one built from the tokens it still holds (tests/test_suffix.py).
+
+It knows token ids only: no model, no KV cache, no file format (``suffix_store``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index (docs: about 25 MB)
+OPEN = -1  # fwd of an open document's last token: its next token is not written yet
+END = -2  # fwd of a closed document's last token: nothing followed it
+
+
+@dataclass(frozen=True)
+class SuffixProposal:
+    """What ``SuffixIndex.propose`` found, in the shape of ``drafters.Proposal``: ``ids``
+    to verify by match (``q`` is None), the ``match_len`` they continue, each id's path
+    probability (``probs``), their sum ``expected`` (the expected number accepted) and
+    the index it came from (``source``: "request" or "global")."""
+
+    ids: list[int]
+    q: None = None
+    match_len: int = 0
+    probs: tuple[float, ...] = ()
+    expected: float = 0.0
+    source: str = ""
+
+
+class _Doc:
+    __slots__ = ("last", "tail", "pos")
+
+    def __init__(self) -> None:
+        self.last = -1  # position of its last token, -1 before the first
+        self.tail: list[int] = []  # its last few tokens (the longest key length)
+        self.pos: list[int] = []  # and their positions
+
+
+class SuffixIndex:
+    """The last ``cap`` tokens of any number of documents, searchable by suffix.
+
+    ``open()`` a document, ``append``/``extend`` it as tokens are committed, ``close`` it
+    when its text ends; ``propose(context, k)`` drafts from every document in the window.
+    Positions are global and only grow: position p lives in slot ``p % cap``.
+    """
+
+    def __init__(self, cap: int = DEFAULT_CAP, *, key_lens: Sequence[int] = (6, 2), max_match: int = 24,
+                 max_candidates: int = 32, alpha: float = 1.0, min_prob: float = 0.1, name: str = "global") -> None:
+        if cap < 1:
+            raise ValueError("the cap must be at least one token")
+        if not key_lens or min(key_lens) < 1 or max(key_lens) > max_match:
+            raise ValueError("need 1 <= key lengths <= max_match")
+        self.cap = cap
+        self.key_lens = tuple(sorted(set(key_lens), reverse=True))  # longest first
+        self.max_match = max_match
+        self.max_candidates = max_candidates
+        self.alpha = alpha
+        self.min_prob = min_prob
+        self.name = name
+        self.proposals = self.hits = self.proposed = self.accepted_ids = 0
+        self.clear()
+
+    # -- state ----------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget every token and document (the hit counters stay)."""
+        self._tok = array("i")
+        self._back = array("q")
+        self._fwd = array("q")
+        self._prev = [array("q") for _ in self.key_lens]
+        self._kstart = [array("q") for _ in self.key_lens]
+        self._head: list[dict[int, int]] = [{} for _ in self.key_lens]
+        self._next = 0  # the position the next token takes
+        self._docs: dict[int, _Doc] = {}
+        self._next_doc = 0
+
+    @property
+    def start(self) -> int:
+        """The oldest position still in the window."""
+        return max(0, self._next - self.cap)
+
+    def __len__(self) -> int:
+        return self._next - self.start
+
+    def nbytes(self) -> int:
+        """Bytes held: the per-token arrays plus the chain heads (dict entries and their
+        int keys and values, as CPython lays them out)."""
+        arrays = [self._tok, self._back, self._fwd, *self._prev, *self._kstart]
+        per_entry = 8 * 3 + 32 + 32 + 8  # dict entry (hash, key, value) + int key + int value + index slot
+        return sum(a.itemsize * len(a) for a in arrays) + per_entry * sum(len(h) for h in self._head)
+
+    def chain_heads(self) -> int:
+        return sum(len(h) for h in self._head)
+
+    # -- writing --------------------------------------------------------------------
+    def open(self) -> int:
+        """A new document; its id for ``append``/``close``."""
+        doc = self._next_doc
+        self._next_doc += 1
+        self._docs[doc] = _Doc()
+        return doc
+
+    def close(self, doc: int) -> None:
+        """End a document: what followed its last token is known to be nothing."""
+        d = self._docs.pop(doc, None)
+        if d is not None and d.last >= self.start:
+            self._fwd[d.last % self.cap] = END
+
+    def extend(self, doc: int, tokens: Iterable[int]) -> None:
+        for t in tokens:
+            self.append(doc, t)
+
+    def append(self, doc: int, token: int) -> None:
+        """Add one token at the end of an open document (evicting the oldest at the cap)."""
+        d = self._docs[doc]
+        p, cap = self._next, self.cap
+        if p >= cap:
+            self._evict(p - cap)
+        start = p - cap + 1 if p >= cap else 0
+        slot = p % cap
+        b = d.last if d.last >= start else -1
+        if p < cap:  # still growing: slot == p == len(arrays)
+            self._tok.append(token)
+            self._back.append(b)
+            self._fwd.append(OPEN)
+            for a in self._prev:
+                a.append(-1)
+            for a in self._kstart:
+                a.append(-1)
+        else:
+            self._tok[slot] = token
+            self._back[slot] = b
+            self._fwd[slot] = OPEN
+        if b >= 0:
+            self._fwd[b % cap] = p
+        tail, pos = d.tail, d.pos
+        tail.append(token)
+        pos.append(p)
+        if len(tail) > self.key_lens[0]:
+            del tail[0], pos[0]
+        for i, n in enumerate(self.key_lens):
+            prev, kstart = self._prev[i], self._kstart[i]
+            if len(tail) < n or pos[-n] < start:  # the n-gram is not whole in the window
+                prev[slot] = kstart[slot] = -1
+                continue
+            head = self._head[i]
+            key = hash(tuple(tail[-n:]))
+            prev[slot] = head.get(key, -1)
+            kstart[slot] = pos[-n]
+            head[key] = p
+        d.last = p
+        self._next = p + 1
+
+    def _evict(self, q: int) -> None:
+        """Position q (the oldest) leaves the window, and with it the n-grams starting at
+        q: a chain head that pointed at one moves to the next whole entry."""
+        cap, fwd, tok = self.cap, self._fwd, self._tok
+        new_start = q + 1
+        for i, n in enumerate(self.key_lens):
+            e, gram = q, [tok[q % cap]]
+            for _ in range(n - 1):  # the end of the n-gram that starts at q, if written
+                e = fwd[e % cap]
+                if e < 0:
+                    break
+                gram.append(tok[e % cap])
+            if e < 0 or self._kstart[i][e % cap] != q:
+                continue
+            head, key = self._head[i], hash(tuple(gram))
+            if head.get(key) != e:
+                continue  # e is inside the chain: walks skip it from now on
+            prev, kstart = self._prev[i], self._kstart[i]
+            nxt = prev[e % cap]
+            while nxt >= new_start and kstart[nxt % cap] < new_start:
+                nxt = prev[nxt % cap]  # an entry broken earlier by an interleaved eviction
+            if nxt >= new_start:
+                head[key] = nxt
+            else:
+                del head[key]
+
+    # -- reading --------------------------------------------------------------------
+    def propose(self, context: Sequence[int], k: int) -> SuffixProposal:
+        """Draft up to ``k`` ids continuing ``context`` (see the module docstring). The
+        context's own tail in an open document has no continuation yet, so it never
+        matches itself."""
+        self.proposals += 1
+        L = len(context)
+        if k <= 0 or L == 0 or self._next == 0:
+            return SuffixProposal([], source=self.name)
+        best, occ = self._matches(context, L)
+        if best == 0:
+            return SuffixProposal([], source=self.name)
+        limit = min(k, int(self.alpha * best + 1e-9))
+        cap, tok, fwd = self.cap, self._tok, self._fwd
+        cur = [fwd[e % cap] for e in occ]
+        ids: list[int] = []
+        probs: list[float] = []
+        prob = 1.0
+        while len(ids) < limit:
+            counts: dict[int, int] = {}
+            den = 0
+            for p in cur:
+                if p == OPEN:
+                    continue  # a document still being written: unknown, not "ended"
+                den += 1
+                if p >= 0:
+                    t = tok[p % cap]
+                    counts[t] = counts.get(t, 0) + 1
+            if not counts:
+                break
+            # the most frequent next id; ties go to the most recent occurrence (first seen)
+            t, c = max(counts.items(), key=lambda kv: kv[1])
+            prob *= c / den
+            if prob < self.min_prob:
+                break
+            ids.append(t)
+            probs.append(prob)
+            cur = [fwd[p % cap] for p in cur if p >= 0 and tok[p % cap] == t]
+        if ids:
+            self.hits += 1
+            self.proposed += len(ids)
+        return SuffixProposal(ids, match_len=best, probs=tuple(probs), expected=sum(probs), source=self.name)
+
+    def _matches(self, context: Sequence[int], L: int) -> tuple[int, list[int]]:
+        """The longest match length and the end positions of the occurrences matching
+        that far (newest first), from the longest key length that has any."""
+        start, cap = self.start, self.cap
+        fwd, back, tok = self._fwd, self._back, self._tok
+        for i, n in enumerate(self.key_lens):
+            if L < n:
+                continue
+            e = self._head[i].get(hash(tuple(context[L - n:])), -1)
+            prev, kstart = self._prev[i], self._kstart[i]
+            best, occ, steps = 0, [], 0
+            while e >= start and steps < 4 * self.max_candidates and len(occ) < self.max_candidates:
+                steps += 1
+                slot = e % cap
+                if kstart[slot] >= start and fwd[slot] != OPEN:
+                    m, p = 0, e  # how far back the context agrees with the text before e
+                    while m < self.max_match and m < L and p >= start and tok[p % cap] == context[L - 1 - m]:
+                        m += 1
+                        p = back[p % cap]
+                    if m >= n:  # (below n: a hash collision)
+                        if m > best:
+                            best, occ = m, [e]
+                        elif m == best:
+                            occ.append(e)
+                e = prev[slot]
+            if best:
+                return best, occ
+        return 0, []
+
+    # -- the window, for tests and the store ----------------------------------------
+    def documents(self) -> list[tuple[list[int], list[int], bool]]:
+        """The window as document fragments in order of their first position: (positions,
+        tokens, closed) each. A fragment starts where its document entered the window."""
+        start, cap = self.start, self.cap
+        out = []
+        for p in range(start, self._next):
+            slot = p % cap
+            if self._back[slot] >= start:
+                continue  # not the first of its fragment
+            positions, q = [], p
+            while q >= 0:
+                positions.append(q)
+                q = self._fwd[q % cap]
+            out.append((positions, [self._tok[x % cap] for x in positions], q == END))
+        return out
+
+
+class SuffixDrafter:
+    """A drafter over the request's own index and, if given, the shared global one.
+
+    ``begin`` builds a fresh request index from the prompt (nothing of an earlier request
+    stays in it) and opens a document in the global index, seeded with the prompt's last
+    ``seed_len`` tokens (the chat template's assistant header, so that an answer's first
+    ids can be drafted from earlier answers); the request's output is written into both
+    as it is committed. Each ``propose`` asks both and keeps the draft with more expected
+    accepted ids (the request's on a tie). ``close`` ends the global document.
+    """
+
+    name = "suffix"
+
+    def __init__(self, memory: SuffixIndex | None = None, *, request_cap: int = 1 << 17, seed_len: int = 6,
+                 **index_options) -> None:
+        self.memory = memory
+        self.request_cap = request_cap
+        self.seed_len = seed_len
+        self._options = index_options
+        self.request = SuffixIndex(request_cap, name="request", **index_options)
+        self._rdoc = self.request.open()
+        self._gdoc: int | None = None
+        self._seen: list[int] = []
+        self._last: SuffixIndex | None = None
+
+    def begin(self, tokens: Sequence[int], params=None, rng=None) -> None:
+        self.close()
+        self.request = SuffixIndex(self.request_cap, name="request", **self._options)
+        self._rdoc = self.request.open()
+        self._seen = []
+        self._sync(tokens)
+
+    def _sync(self, tokens: Sequence[int]) -> None:
+        seen = self._seen
+        have = len(seen)
+        if have and (len(tokens) < have or tokens[have - 1] != seen[-1]):
+            self.begin(tokens)  # the committed text changed under us: start over
+            return
+        if self.memory is not None and self._gdoc is None:
+            self._gdoc = self.memory.open()
+            self.memory.extend(self._gdoc, tokens[max(0, len(tokens) - self.seed_len):])
+        elif self.memory is not None:
+            self.memory.extend(self._gdoc, tokens[have:])
+        new = tokens[have:]
+        self.request.extend(self._rdoc, new)
+        seen.extend(new)
+
+    def propose(self, tokens: Sequence[int], k: int, keep_drafting=None, guide=None) -> SuffixProposal:
+        self._sync(tokens)
+        best = self.request.propose(tokens, k)
+        self._last = self.request
+        if self.memory is not None:
+            other = self.memory.propose(tokens, k)
+            if other.expected > best.expected:
+                best, self._last = other, self.memory
+        return best
+
+    def accepted(self, n: int) -> None:
+        if self._last is not None:
+            self._last.accepted_ids += n
+        self._last = None
+
+    def close(self) -> None:
+        if self.memory is not None and self._gdoc is not None:
+            self.memory.close(self._gdoc)
+        self._gdoc = None
