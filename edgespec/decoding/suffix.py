@@ -18,23 +18,25 @@ against the cost of verifying them. Ids are a fixed proposal (``q is None``): th
 verifies them by match, exact at any temperature.
 
 The data structure, and why. We measured a depth-limited suffix trie against this one
-(benchmarks/suffix_overhead.py): a trie of depth D holds up to D nodes per token (as
-Python objects, ~100 bytes each), and it bounds match + continuation together by D. We
-keep instead a ring buffer of the last ``cap`` tokens and, per key length n (6 and 2),
-LZ77-style hash chains: ``head[hash(n-gram)]`` is the newest position where that n-gram
-ends and ``prev[pos]`` the one before it. Each position stores its token, the previous
-and next position of its document (``back``/``fwd``: documents interleave in the ring)
-and the start of its n-grams, all in ``array.array`` (compact, and indexing it returns
-plain ints, which is what the Python loops want). Memory is a fixed number of bytes per
-token in the window, appending is O(key lengths), a proposal walks at most a bounded
-number of chain entries, and continuations are read from the ring at any length.
+(benchmarks/suffix_overhead.py, benchmarks/results/suffix-overhead-2core.json): a trie
+of depth 16 as Python dicts cost ~3.5 KB and ~85 µs per token appended, and it bounds
+match + continuation together by its depth. We keep instead a ring buffer of the last
+``cap`` tokens and, per key length n (6 and 2), LZ77-style hash chains:
+``head[hash(n-gram)]`` is the newest position where that n-gram ends and ``prev[pos]``
+the one before it. Each position stores its token, the previous and next position of its
+document (``back``/``fwd``: documents interleave in the ring), and per key length its
+chain link, its n-gram's start and key, and where the n-gram starting there ends, all in
+``array.array`` (compact, and indexing it returns plain ints, which is what the Python
+loops want): ~150 bytes per token with the chain heads, a few µs per append, and
+continuations read from the ring at any length.
 
 Eviction is first in, first out: the token at the window's start leaves, and with it the
-n-grams that start there; a chain head that pointed at one moves to the next entry that
-is still whole (each entry is skipped at most once: amortized O(key lengths) per evicted
-token). Entries in the middle of a chain whose start left the window are skipped by the
-walks, and an entry older than the window ends the walk, so after any history the index
-answers like a fresh one built from the tokens it still holds (tests/test_suffix.py).
+n-grams that start there (found in O(1) per key length); a chain head that pointed at one
+moves to the next entry that is still whole (an entry is skipped at most once: amortized
+O(key lengths) per evicted token). Entries in the middle of a chain whose start left the
+window are skipped by the walks (at most ``4 x max_candidates`` steps), and an entry
+older than the window ends a walk, so after any history the index answers like a fresh
+one built from the tokens it still holds (tests/test_suffix.py).
 
 It knows token ids only: no model, no KV cache, no file format (``suffix_store``).
 """
@@ -104,9 +106,14 @@ class SuffixIndex:
         self._tok = array("i")
         self._back = array("q")
         self._fwd = array("q")
-        self._prev = [array("q") for _ in self.key_lens]
-        self._kstart = [array("q") for _ in self.key_lens]
-        self._head: list[dict[int, int]] = [{} for _ in self.key_lens]
+        nk = len(self.key_lens)
+        self._head: list[dict[int, int]] = [{} for _ in range(nk)]
+        self._prev = [array("q") for _ in range(nk)]  # the chain: the entry before, by end position
+        self._kstart = [array("q") for _ in range(nk)]  # at an n-gram's end: where it starts
+        self._khash = [array("q") for _ in range(nk)]  # at its end: its key
+        self._kend = [array("q") for _ in range(nk)]  # at its start: where it ends (for eviction)
+        self._keys = list(zip(self.key_lens, self._head, self._prev, self._kstart, self._khash, self._kend))
+        self._per_key = [*self._prev, *self._kstart, *self._khash, *self._kend]
         self._next = 0  # the position the next token takes
         self._docs: dict[int, _Doc] = {}
         self._next_doc = 0
@@ -122,7 +129,7 @@ class SuffixIndex:
     def nbytes(self) -> int:
         """Bytes held: the per-token arrays plus the chain heads (dict entries and their
         int keys and values, as CPython lays them out)."""
-        arrays = [self._tok, self._back, self._fwd, *self._prev, *self._kstart]
+        arrays = [self._tok, self._back, self._fwd, *self._per_key]
         per_entry = 8 * 3 + 32 + 32 + 8  # dict entry (hash, key, value) + int key + int value + index slot
         return sum(a.itemsize * len(a) for a in arrays) + per_entry * sum(len(h) for h in self._head)
 
@@ -153,21 +160,23 @@ class SuffixIndex:
         p, cap = self._next, self.cap
         if p >= cap:
             self._evict(p - cap)
-        start = p - cap + 1 if p >= cap else 0
+            start = p - cap + 1
+        else:
+            start = 0
         slot = p % cap
         b = d.last if d.last >= start else -1
         if p < cap:  # still growing: slot == p == len(arrays)
             self._tok.append(token)
             self._back.append(b)
             self._fwd.append(OPEN)
-            for a in self._prev:
-                a.append(-1)
-            for a in self._kstart:
+            for a in self._per_key:
                 a.append(-1)
         else:
             self._tok[slot] = token
             self._back[slot] = b
             self._fwd[slot] = OPEN
+            for a in self._kend:
+                a[slot] = -1  # no n-gram starting here is written yet
         if b >= 0:
             self._fwd[b % cap] = p
         tail, pos = d.tail, d.pos
@@ -175,15 +184,17 @@ class SuffixIndex:
         pos.append(p)
         if len(tail) > self.key_lens[0]:
             del tail[0], pos[0]
-        for i, n in enumerate(self.key_lens):
-            prev, kstart = self._prev[i], self._kstart[i]
-            if len(tail) < n or pos[-n] < start:  # the n-gram is not whole in the window
+        nt = len(tail)
+        for n, head, prev, kstart, khash, kend in self._keys:
+            if nt < n or pos[-n] < start:  # the n-gram is not whole in the window
                 prev[slot] = kstart[slot] = -1
                 continue
-            head = self._head[i]
             key = hash(tuple(tail[-n:]))
+            s = pos[-n]
             prev[slot] = head.get(key, -1)
-            kstart[slot] = pos[-n]
+            kstart[slot] = s
+            khash[slot] = key
+            kend[s % cap] = p
             head[key] = p
         d.last = p
         self._next = p + 1
@@ -191,21 +202,15 @@ class SuffixIndex:
     def _evict(self, q: int) -> None:
         """Position q (the oldest) leaves the window, and with it the n-grams starting at
         q: a chain head that pointed at one moves to the next whole entry."""
-        cap, fwd, tok = self.cap, self._fwd, self._tok
-        new_start = q + 1
-        for i, n in enumerate(self.key_lens):
-            e, gram = q, [tok[q % cap]]
-            for _ in range(n - 1):  # the end of the n-gram that starts at q, if written
-                e = fwd[e % cap]
-                if e < 0:
-                    break
-                gram.append(tok[e % cap])
-            if e < 0 or self._kstart[i][e % cap] != q:
-                continue
-            head, key = self._head[i], hash(tuple(gram))
+        cap = self.cap
+        qs, new_start = q % cap, q + 1
+        for _, head, prev, kstart, khash, kend in self._keys:
+            e = kend[qs]
+            if e < q:
+                continue  # no n-gram starting at q was written
+            key = khash[e % cap]
             if head.get(key) != e:
                 continue  # e is inside the chain: walks skip it from now on
-            prev, kstart = self._prev[i], self._kstart[i]
             nxt = prev[e % cap]
             while nxt >= new_start and kstart[nxt % cap] < new_start:
                 nxt = prev[nxt % cap]  # an entry broken earlier by an interleaved eviction
@@ -262,11 +267,10 @@ class SuffixIndex:
         that far (newest first), from the longest key length that has any."""
         start, cap = self.start, self.cap
         fwd, back, tok = self._fwd, self._back, self._tok
-        for i, n in enumerate(self.key_lens):
+        for n, head, prev, kstart, _, _ in self._keys:
             if L < n:
                 continue
-            e = self._head[i].get(hash(tuple(context[L - n:])), -1)
-            prev, kstart = self._prev[i], self._kstart[i]
+            e = head.get(hash(tuple(context[L - n:])), -1)
             best, occ, steps = 0, [], 0
             while e >= start and steps < 4 * self.max_candidates and len(occ) < self.max_candidates:
                 steps += 1
