@@ -47,7 +47,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index (docs: about 25 MB)
+DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~40 MB at ~150 bytes a token
 OPEN = -1  # fwd of an open document's last token: its next token is not written yet
 END = -2  # fwd of a closed document's last token: nothing followed it
 
