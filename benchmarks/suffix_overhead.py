@@ -23,7 +23,11 @@ Qwen2.5-Coder-0.5B tokenizer when it can be loaded (``--source model``), else sp
 into words and punctuation, one id per distinct word (``--source words``), cut into
 documents of 200-400 tokens (an answer's length). The decode step is the 0.5B's,
 measured here with 2 threads (``--source model``), or ``--step-ms`` when the model
-cannot be loaded. The overhead is a drafter round's cost over the step's.
+cannot be loaded. Times are CPU time of the calling thread (``time.thread_time``: the
+work itself, which the other processes of a shared 2-core machine do not inflate) and,
+beside them, wall time. The overhead is a drafter round's CPU time over the step of a
+quiet machine (``--step-ms``, 20 ms: the low end of the issue's 20-40 ms) and over the
+least step measured here.
 
     flock /tmp/edgespec-bench.lock python benchmarks/suffix_overhead.py \\
         --json benchmarks/results/suffix-overhead-2core.json
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import random
 import re
@@ -76,20 +81,21 @@ def model_ids(model, text: str) -> list[int]:
     return out
 
 
-def step_ms(model, n: int = 24) -> float:
-    """Median wall time of one single-token decode of the 0.5B with 2 threads."""
+def step_ms(model, n: int = 48) -> dict[str, float]:
+    """The least and the median wall time of a single-token decode of the 0.5B with 2
+    threads (the least: the step on a quiet machine, as near as a shared one gets)."""
     from edgespec.llama import Context
 
     ctx = Context(model, n_ctx=512, n_threads=2)
     ctx.decode(model.tokenize("def fibonacci(n):\n", add_special=False))
     times = []
-    for t in model.tokenize(" return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)" * 3,
+    for t in model.tokenize(" return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 4,
                             add_special=False)[:n]:
         t0 = time.perf_counter()
         ctx.decode([t])
         times.append(time.perf_counter() - t0)
     ctx.close()
-    return 1000 * statistics.median(times[4:])
+    return {"min": 1000 * min(times[8:]), "median": 1000 * statistics.median(times[8:])}
 
 
 def documents(ids: list[int], rng: random.Random) -> list[list[int]]:
@@ -108,42 +114,47 @@ def us(seconds: float, n: int) -> float:
 def bench_append(docs: list[list[int]], cap: int) -> tuple[SuffixIndex, dict]:
     ix = SuffixIndex(cap)
     filling = at_cap = 0
-    t_fill = t_cap = 0.0
+    t_fill = t_cap = c_fill = c_cap = 0.0
     for toks in docs:
         d = ix.open()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         ix.extend(d, toks)
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.thread_time() - c0
         ix.close(d)
         if ix._next <= cap:
-            filling, t_fill = filling + len(toks), t_fill + dt
+            filling, t_fill, c_fill = filling + len(toks), t_fill + dt, c_fill + dc
         else:
-            at_cap, t_cap = at_cap + len(toks), t_cap + dt
-    return ix, {"tokens_filling": filling, "append_us_filling": us(t_fill, filling),
-                "tokens_at_cap": at_cap, "append_us_at_cap": us(t_cap, at_cap)}
+            at_cap, t_cap, c_cap = at_cap + len(toks), t_cap + dt, c_cap + dc
+    return ix, {"tokens_filling": filling, "append_cpu_us_filling": us(c_fill, filling),
+                "append_wall_us_filling": us(t_fill, filling), "tokens_at_cap": at_cap,
+                "append_cpu_us_at_cap": us(c_cap, at_cap), "append_wall_us_at_cap": us(t_cap, at_cap)}
 
 
 def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random, n: int = 3000) -> dict:
-    times, hits, lengths, expected = [], 0, [], []
+    times, cpu, hits, lengths, expected = [], [], 0, [], []
     for _ in range(n):
         doc = rng.choice(held_out)
         cut = rng.randint(8, len(doc) - 1)
         context = doc[:cut]
         p = ix.propose(context, 16)
-        best = float("inf")
+        best = best_cpu = float("inf")
         for _ in range(3):  # the least of three: what the call costs, not the machine's neighbours
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             ix.propose(context, 16)
-            best = min(best, time.perf_counter() - t0)
+            best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, time.thread_time() - c0)
         times.append(best)
+        cpu.append(best_cpu)
         if p.ids:
             hits += 1
             lengths.append(len(p.ids))
             expected.append(p.expected)
     times.sort()
-    return {"propose_us_mean": round(1e6 * statistics.fmean(times), 3),
-            "propose_us_p50": round(1e6 * times[len(times) // 2], 3),
-            "propose_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
+    cpu.sort()
+    return {"propose_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
+            "propose_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
+            "propose_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
+            "propose_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
+            "propose_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
             "hit_rate": round(hits / n, 3), "draft_len_mean": round(statistics.fmean(lengths or [0]), 2),
             "expected_accepted_mean": round(statistics.fmean(expected or [0]), 2)}
 
@@ -151,7 +162,7 @@ def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random
 def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) -> dict:
     """The drafter generating each held-out document from its first 64 tokens."""
     drafter = SuffixDrafter(memory)
-    times, begins, rounds, committed, accepted, drafted, expected = [], [], 0, 0, 0, 0, 0.0
+    times, cpu, begins, rounds, committed, accepted, drafted, expected = [], [], [], 0, 0, 0, 0, 0.0
     for doc in held_out:
         prompt, rest = doc[:64], doc[64:]
         t0 = time.perf_counter()
@@ -159,9 +170,10 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
         begins.append(time.perf_counter() - t0)
         tokens = list(prompt)
         while rest:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             p = drafter.propose(tokens, k)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
             n = 0
             while n < len(p.ids) and n < len(rest) and p.ids[n] == rest[n]:
                 n += 1
@@ -176,10 +188,13 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
             expected += p.expected
         drafter.close()
     times.sort()
-    return {"rounds": rounds, "begin_us_mean": round(1e6 * statistics.fmean(begins), 3),
-            "round_us_mean": round(1e6 * statistics.fmean(times), 3),
-            "round_us_p50": round(1e6 * times[len(times) // 2], 3),
-            "round_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
+    cpu.sort()
+    return {"rounds": rounds, "begin_wall_us_mean": round(1e6 * statistics.fmean(begins), 3),
+            "round_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
+            "round_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
+            "round_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
+            "round_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
+            "round_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
             "tokens_per_round": round(committed / rounds, 3),
             "accepted_of_drafted": round(accepted / max(drafted, 1), 3),
             "expected_of_drafted": round(expected / max(drafted, 1), 3)}
@@ -244,9 +259,9 @@ def bench_trie(docs: list[list[int]], n_tokens: int) -> dict:
 def bench_trie_speed(docs: list[list[int]], n_tokens: int) -> float:
     trie, n, t = Trie(), 0, 0.0
     for toks in docs:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         trie.add(toks)
-        t += time.perf_counter() - t0
+        t += time.thread_time() - t0
         n += len(toks)
         if n >= n_tokens:
             break
@@ -258,14 +273,16 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=DEFAULT_CAP)
     ap.add_argument("--source", choices=["auto", "model", "words"], default="auto")
     ap.add_argument("--step-ms", type=float, default=20.0,
-                    help="the 0.5B's decode step when it cannot be measured here (ms)")
+                    help="the 0.5B's decode step on a quiet 2-core machine, ms (the issue's 20-40 ms: "
+                         "its low end, so the overhead is not flattered)")
     ap.add_argument("--trie-tokens", type=int, default=60000)
     ap.add_argument("--held-out", type=int, default=60, help="held-out documents to generate")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rng = random.Random(27)
     text = repo_text()
-    model, source, step, step_source = None, "words", args.step_ms, "assumed (--step-ms)"
+    model, source, step_source = None, "words", "not measured: no model"
+    step = {"min": args.step_ms, "median": args.step_ms}
     if args.source in ("auto", "model"):
         try:
             model = load_model()
@@ -288,8 +305,8 @@ def main() -> None:
     rounds = bench_rounds(ix, held_out)
     memory = memory_at_cap(train, args.cap)
     trie = bench_trie(train, args.trie_tokens)
-    trie["append_us"] = bench_trie_speed(train, args.trie_tokens)
-    round_ms = rounds["round_us_mean"] / 1000
+    trie["append_cpu_us"] = bench_trie_speed(train, args.trie_tokens)
+    round_ms = rounds["round_cpu_us_mean"] / 1000
     out = {
         "what": "suffix memory overhead (edgespec.decoding.suffix) beside a 0.5B decode step",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -299,8 +316,10 @@ def main() -> None:
         "stream": {"source": source, "tokens": len(ids), "documents": len(docs), "held_out": len(held_out)},
         "cap": args.cap, "append": append, "propose_at_cap": propose, "drafter_round": rounds,
         "memory_at_cap": memory, "trie_depth16": trie,
-        "decode_step_ms": round(step, 2), "decode_step_source": step_source,
-        "overhead_of_step_pct": round(100 * round_ms / step, 3),
+        "decode_step_ms": {k: round(v, 2) for k, v in step.items()}, "decode_step_source": step_source,
+        "overhead_pct_of_quiet_step": round(100 * round_ms / args.step_ms, 3),
+        "overhead_pct_of_measured_min_step": round(100 * round_ms / step["min"], 3),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(out, indent=2))
     if args.json:
