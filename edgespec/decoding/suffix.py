@@ -19,7 +19,8 @@ verifies them by match, exact at any temperature.
 
 The data structure, and why. We measured a depth-limited suffix trie against this one
 (benchmarks/suffix_overhead.py, benchmarks/results/suffix-overhead-2core.json): a trie
-of depth 16 as Python dicts cost ~3.5 KB and ~85 µs per token appended, and it bounds
+of depth 16 as Python dicts cost ~3.7 KB and ~70 µs of CPU per token appended on real
+token streams, and it bounds
 match + continuation together by its depth. We keep instead a ring buffer of the last
 ``cap`` tokens and, per key length n (6 and 2), LZ77-style hash chains:
 ``head[hash(n-gram)]`` is the newest position where that n-gram ends and ``prev[pos]``
@@ -27,8 +28,9 @@ the one before it. Each position stores its token, the previous and next positio
 document (``back``/``fwd``: documents interleave in the ring), and per key length its
 chain link, its n-gram's start and key, and where the n-gram starting there ends, all in
 ``array.array`` (compact, and indexing it returns plain ints, which is what the Python
-loops want): ~150 bytes per token with the chain heads, a few µs per append, and
-continuations read from the ring at any length.
+loops want): ~200 bytes per token with the chain heads, 7-9 µs of CPU per append and
+~50 µs per proposal at a cap of 262,144 tokens, and continuations read from the ring at
+any length.
 
 Eviction is first in, first out: the token at the window's start leaves, and with it the
 n-grams that start there (found in O(1) per key length); a chain head that pointed at one
@@ -47,7 +49,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~40 MB at ~150 bytes a token
+DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~50 MB at ~200 bytes a token
 OPEN = -1  # fwd of an open document's last token: its next token is not written yet
 END = -2  # fwd of a closed document's last token: nothing followed it
 
