@@ -14,6 +14,8 @@ Measures, on one token stream, for ``edgespec.decoding.suffix``:
   and all; ``begin``, once per request, apart);
 - memory at the cap: the index's own count (``nbytes``) and what tracemalloc sees
   allocated while it is built, in bytes per token;
+- the store (``suffix_store``): saving the index at the cap and loading it back (the
+  warm start of a later run), milliseconds and the file's size;
 - the alternative we did not pick: a depth-limited suffix trie with counts (dict nodes,
   depth 16, the SuffixDecoding structure without path compression), append cost and
   memory per token, built on the first ``--trie-tokens`` tokens.
@@ -217,6 +219,23 @@ def memory_at_cap(docs: list[list[int]], cap: int) -> dict:
             "chain_heads": ix.chain_heads()}
 
 
+def bench_store(ix: SuffixIndex) -> dict:
+    import tempfile
+
+    from edgespec.decoding import suffix_store
+
+    with tempfile.TemporaryDirectory() as d:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        path = suffix_store.save(ix, "bench", Path(d))
+        t1, c1 = time.perf_counter(), time.thread_time()
+        back = suffix_store.load("bench", directory=Path(d))
+        t2, c2 = time.perf_counter(), time.thread_time()
+        assert len(back) == len(ix)
+        return {"tokens": len(ix), "file_mib": round(path.stat().st_size / 2**20, 2),
+                "save_cpu_ms": round(1000 * (c1 - c0), 1), "save_wall_ms": round(1000 * (t1 - t0), 1),
+                "load_cpu_ms": round(1000 * (c2 - c1), 1), "load_wall_ms": round(1000 * (t2 - t1), 1)}
+
+
 class Trie:
     """A depth-limited suffix trie with counts: node = [count, {token: node}]. Each token
     extends the open suffixes of its document by one level (at most ``depth``)."""
@@ -303,6 +322,7 @@ def main() -> None:
     ix, append = bench_append(train, args.cap)
     propose = bench_propose(ix, held_out, rng)
     rounds = bench_rounds(ix, held_out)
+    store = bench_store(ix)
     memory = memory_at_cap(train, args.cap)
     trie = bench_trie(train, args.trie_tokens)
     trie["append_cpu_us"] = bench_trie_speed(train, args.trie_tokens)
@@ -315,7 +335,7 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
         "stream": {"source": source, "tokens": len(ids), "documents": len(docs), "held_out": len(held_out)},
         "cap": args.cap, "append": append, "propose_at_cap": propose, "drafter_round": rounds,
-        "memory_at_cap": memory, "trie_depth16": trie,
+        "memory_at_cap": memory, "store_at_cap": store, "trie_depth16": trie,
         "decode_step_ms": {k: round(v, 2) for k, v in step.items()}, "decode_step_source": step_source,
         "overhead_pct_of_quiet_step": round(100 * round_ms / args.step_ms, 3),
         "overhead_pct_of_measured_min_step": round(100 * round_ms / step["min"], 3),

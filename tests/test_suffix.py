@@ -185,6 +185,16 @@ def test_the_drafter_writes_outputs_into_the_global_index_and_credits_acceptance
     assert memory.accepted_ids == 2 and memory.hits == 1
 
 
+def test_two_drafters_of_one_batch_draft_from_each_others_output_as_it_is_written():
+    memory = SuffixIndex(1000)
+    a, b = SuffixDrafter(memory, seed_len=2), SuffixDrafter(memory, seed_len=2)
+    a.begin([1, 100, 101])
+    b.begin([2, 100, 101])
+    a.propose([1, 100, 101, 30, 31, 32, 33], 4)  # a has written 30..33, still open
+    p = b.propose([2, 100, 101], 4)
+    assert p.source == "global" and p.ids == [30, 31]
+
+
 def test_a_changed_context_rebuilds_the_request_index():
     drafter = SuffixDrafter(None)
     drafter.begin([1, 2, 3, 1, 2])

@@ -131,6 +131,15 @@ def test_a_header_that_lies_about_its_sizes_is_a_warning(tmp_path, monkeypatch):
         assert len(load(IDENT, directory=tmp_path)) == 0
 
 
+def test_a_header_with_an_impossible_cap_is_a_warning(tmp_path, monkeypatch):
+    real = suffix_store.json.dumps
+    monkeypatch.setattr(suffix_store.json, "dumps", lambda obj, *a, **k: real({**obj, "cap": 0}, *a, **k))
+    save(sample(), IDENT, tmp_path)
+    monkeypatch.undo()
+    with pytest.warns(SuffixStoreWarning, match="cap under one"):
+        assert len(load(IDENT, directory=tmp_path)) == 0
+
+
 def test_stats_and_clear(tmp_path):
     ix = sample()
     for _ in range(4):

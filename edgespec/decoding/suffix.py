@@ -20,8 +20,7 @@ verifies them by match, exact at any temperature.
 The data structure, and why. We measured a depth-limited suffix trie against this one
 (benchmarks/suffix_overhead.py, benchmarks/results/suffix-overhead-2core.json): a trie
 of depth 16 as Python dicts cost ~3.7 KB and ~70 µs of CPU per token appended on real
-token streams, and it bounds
-match + continuation together by its depth. We keep instead a ring buffer of the last
+token streams, and it bounds match + continuation together by its depth. We keep instead a ring buffer of the last
 ``cap`` tokens and, per key length n (6 and 2), LZ77-style hash chains:
 ``head[hash(n-gram)]`` is the newest position where that n-gram ends and ``prev[pos]``
 the one before it. Each position stores its token, the previous and next position of its

@@ -180,6 +180,8 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
             lengths = np.frombuffer(payload, dtype="<i8", count=n_docs)
             if n_docs and (lengths.min() < 0 or int(lengths.sum()) != n_tok):
                 raise _Unusable("is corrupt (document lengths disagree with its header)")
+            if int(meta["cap"]) < 1:
+                raise _Unusable("is corrupt (a cap under one token)")
         except (_Unusable, KeyError, TypeError, ValueError) as e:
             _warn(path, str(e) if isinstance(e, _Unusable) else "is corrupt (incomplete header)")
             meta = None
