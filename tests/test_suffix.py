@@ -35,6 +35,16 @@ def test_count_ratios_make_the_path_probability():
     assert p.expected == pytest.approx(sum(p.probs))
 
 
+def test_a_proposal_has_every_field_the_round_reads_from_a_drafters_proposal():
+    from dataclasses import fields
+
+    from edgespec.drafters import Proposal
+
+    theirs = {f.name: f.default for f in fields(Proposal)}
+    p = index_of([1, 2, 3]).propose([1, 2], 2)
+    assert all(getattr(p, name) == default for name, default in theirs.items() if name not in ("ids", "match_len"))
+
+
 def test_draft_stops_under_the_minimum_probability():
     # ten continuations, all different: p = 0.1 for the first is not under 0.1; 1/11 is
     docs = [[5, 6, 10 + i] for i in range(10)]

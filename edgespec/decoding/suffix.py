@@ -55,14 +55,18 @@ END = -2  # fwd of a closed document's last token: nothing followed it
 
 @dataclass(frozen=True)
 class SuffixProposal:
-    """What ``SuffixIndex.propose`` found, in the shape of ``drafters.Proposal``: ``ids``
-    to verify by match (``q`` is None), the ``match_len`` they continue, each id's path
-    probability (``probs``), their sum ``expected`` (the expected number accepted) and
-    the index it came from (``source``: "request" or "global")."""
+    """What ``SuffixIndex.propose`` found, with every field of ``drafters.Proposal`` (so
+    the round takes it as it is): ``ids`` to verify by match (``q`` is None), the
+    ``match_len`` they continue, and beyond it each id's path probability (``probs``),
+    their sum ``expected`` (the expected number accepted) and the index it came from
+    (``source``: "request" or "global")."""
 
     ids: list[int]
     q: None = None
     match_len: int = 0
+    confidence: tuple[float, ...] = ()
+    after_break: tuple[bool, ...] = ()
+    forced: int = 0
     probs: tuple[float, ...] = ()
     expected: float = 0.0
     source: str = ""
