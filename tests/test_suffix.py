@@ -140,6 +140,25 @@ def test_a_chain_head_skips_entries_broken_by_interleaved_evictions():
     assert ix.propose([1, 2], 4).ids == []
 
 
+def test_taking_back_drafts_restores_what_the_index_answers():
+    ix = SuffixIndex(100)
+    d = ix.open()
+    ix.extend(d, [1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+    before = ix.propose([1, 2], 4)
+    ix.extend(d, [9, 9, 9])  # drafts the target rejected
+    ix.pop(d, 3)
+    assert ix.propose([1, 2], 4) == before and len(ix) == 10
+    ix.extend(d, [3, 5])  # "4 1 2 3" -> 4 before, 5 now; the 9s are gone
+    assert ix.documents()[0][1] == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5]
+    p = ix.propose([4, 1, 2, 3], 4)
+    assert p.ids == [5] and p.probs == (0.5,)
+    assert ix.propose([2, 9], 4).ids == [] and ix.propose([9, 9], 4).ids == []
+    other = ix.open()
+    ix.append(other, 7)
+    with pytest.raises(ValueError):
+        ix.pop(d, 1)  # another document wrote after it
+
+
 def test_clear_forgets_every_token():
     ix = index_of([1, 2, 3, 4])
     ix.clear()
@@ -213,11 +232,38 @@ def test_a_changed_context_rebuilds_the_request_index():
     assert p.ids == [4, 1]
 
 
+def test_drafts_the_target_did_not_keep_are_taken_back_not_rebuilt():
+    memory = SuffixIndex(1000)
+    drafter = SuffixDrafter(memory, seed_len=2)
+    prompt = list(range(100, 400))
+    drafter.begin(prompt)
+    request = drafter.request
+    drafter.propose(prompt + [7, 8, 9], 4)  # the grammar's likely tokens, handed in as text
+    drafter.propose(prompt + [7, 5], 4)  # 8 and 9 were rejected
+    assert drafter.request is request  # taken back, not rebuilt from the whole prompt
+    assert drafter.request.documents()[0][1] == prompt + [7, 5]
+    assert memory.documents()[0][1] == prompt[-2:] + [7, 5]
+
+
+def test_when_another_sequence_wrote_after_the_drafts_the_global_document_starts_anew():
+    memory = SuffixIndex(1000)
+    a, b = SuffixDrafter(memory, seed_len=2), SuffixDrafter(memory, seed_len=2)
+    a.begin([1, 2, 3])
+    b.begin([4, 5, 6])
+    a.propose([1, 2, 3, 7, 8, 9], 4)
+    b.propose([4, 5, 6, 10], 4)
+    a.propose([1, 2, 3, 7, 5], 4)  # 8 9 rejected, but b's 10 came after them
+    assert a.request.documents()[0][1] == [1, 2, 3, 7, 5]
+    assert [(toks, closed) for _, toks, closed in memory.documents()] == [
+        ([2, 3, 7, 8, 9], True), ([5, 6, 10], False), ([3, 7, 5], False)]
+
+
 # -- properties ---------------------------------------------------------------------
 ops = st.lists(st.one_of(
     st.tuples(st.just("open")),
     st.tuples(st.just("append"), st.integers(0, 3), st.integers(0, 3)),
     st.tuples(st.just("close"), st.integers(0, 3)),
+    st.tuples(st.just("pop"), st.integers(0, 3), st.integers(1, 3)),
 ), max_size=80)
 
 
@@ -231,6 +277,13 @@ def run_history(cap, history, **kw):
             d = docs[op[1] % len(docs)]
             if d in ix._docs:
                 ix.append(d, op[2])
+        elif op[0] == "pop":
+            d = docs[op[1] % len(docs)]
+            if d in ix._docs:
+                try:
+                    ix.pop(d, op[2])
+                except ValueError:
+                    pass  # not the newest tokens of the index: refused (maybe after a few)
         else:
             ix.close(docs[op[1] % len(docs)])
         assert len(ix) <= cap and ix.chain_heads() <= 2 * len(ix) and heads_are_whole(ix)

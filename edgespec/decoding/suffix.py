@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~50 MB at ~200 bytes a token
+_TAKE_BACK = 32  # the drafter takes back at most this many rejected tokens (grammar drafts)
 OPEN = -1  # fwd of an open document's last token: its next token is not written yet
 END = -2  # fwd of a closed document's last token: nothing followed it
 
@@ -84,8 +85,9 @@ class _Doc:
 class SuffixIndex:
     """The last ``cap`` tokens of any number of documents, searchable by suffix.
 
-    ``open()`` a document, ``append``/``extend`` it as tokens are committed, ``close`` it
-    when its text ends; ``propose(context, k)`` drafts from every document in the window.
+    ``open()`` a document, ``append``/``extend`` it as tokens are committed, ``pop`` the
+    newest ones back if the target rejected them, ``close`` it when its text ends;
+    ``propose(context, k)`` drafts from every document in the window.
     Positions are global and only grow: position p lives in slot ``p % cap``.
     """
 
@@ -120,13 +122,14 @@ class SuffixIndex:
         self._keys = list(zip(self.key_lens, self._head, self._prev, self._kstart, self._khash, self._kend))
         self._per_key = [*self._prev, *self._kstart, *self._khash, *self._kend]
         self._next = 0  # the position the next token takes
+        self._start = 0  # the oldest position in the window
         self._docs: dict[int, _Doc] = {}
         self._next_doc = 0
 
     @property
     def start(self) -> int:
         """The oldest position still in the window."""
-        return max(0, self._next - self.cap)
+        return self._start
 
     def __len__(self) -> int:
         return self._next - self.start
@@ -163,14 +166,13 @@ class SuffixIndex:
         """Add one token at the end of an open document (evicting the oldest at the cap)."""
         d = self._docs[doc]
         p, cap = self._next, self.cap
-        if p >= cap:
-            self._evict(p - cap)
-            start = p - cap + 1
-        else:
-            start = 0
+        if p - self._start >= cap:
+            self._evict(self._start)
+            self._start += 1
+        start = self._start
         slot = p % cap
         b = d.last if d.last >= start else -1
-        if p < cap:  # still growing: slot == p == len(arrays)
+        if slot == len(self._tok):  # still growing
             self._tok.append(token)
             self._back.append(b)
             self._fwd.append(OPEN)
@@ -223,6 +225,44 @@ class SuffixIndex:
                 head[key] = nxt
             else:
                 del head[key]
+
+    def pop(self, doc: int, n: int = 1) -> None:
+        """Take back a document's last ``n`` tokens (drafts the target did not keep). Only
+        the newest tokens of the whole index can be taken back: ValueError otherwise."""
+        d = self._docs[doc]
+        cap = self.cap
+        q = d.last
+        for i in range(n):  # checked before anything changes
+            if q < self._start or q != self._next - 1 - i:
+                raise ValueError("only the newest tokens of the index can be taken back")
+            q = self._back[q % cap]
+        for _ in range(n):
+            p = self._next - 1
+            slot = p % cap
+            for _, head, prev, kstart, khash, kend in self._keys:
+                s = kstart[slot]
+                if s < self._start:
+                    continue  # p ended no whole n-gram of this length (an eviction moved its head)
+                kend[s % cap] = -1
+                key, nxt = khash[slot], prev[slot]  # p is its chain's head: the newest entry
+                while nxt >= self._start and kstart[nxt % cap] < self._start:
+                    nxt = prev[nxt % cap]
+                if nxt >= self._start:
+                    head[key] = nxt
+                else:
+                    del head[key]
+            b = self._back[slot]
+            if b >= self._start:
+                self._fwd[b % cap] = OPEN
+            d.last = b if b >= self._start else -1
+            self._next = p
+        # the document's last tokens again (its keys' tails), from the back links
+        d.tail, d.pos = [], []
+        q = d.last
+        while q >= self._start and len(d.tail) < self.key_lens[0]:
+            d.tail.insert(0, self._tok[q % cap])
+            d.pos.insert(0, q)
+            q = self._back[q % cap]
 
     # -- reading --------------------------------------------------------------------
     def propose(self, context: Sequence[int], k: int) -> SuffixProposal:
@@ -336,6 +376,7 @@ class SuffixDrafter:
         self._rdoc = self.request.open()
         self._gdoc: int | None = None
         self._seen: list[int] = []
+        self._n_prompt = 0
         self._last: SuffixIndex | None = None
 
     def begin(self, tokens: Sequence[int], params=None, rng=None) -> None:
@@ -343,14 +384,35 @@ class SuffixDrafter:
         self.request = SuffixIndex(self.request_cap, name="request", **self._options)
         self._rdoc = self.request.open()
         self._seen = []
+        self._n_prompt = len(tokens)
         self._sync(tokens)
 
     def _sync(self, tokens: Sequence[int]) -> None:
+        """Write what is new in ``tokens`` into both indexes. Under a grammar the round
+        hands in its likely tokens beyond the committed text; those the target did not
+        keep are taken back (``pop``) when the text next differs within the last
+        ``_TAKE_BACK`` tokens seen. A difference further back (or in the prompt) starts
+        over. Only that window is compared: the text before it is taken as unchanged."""
         seen = self._seen
         have = len(seen)
         if have and (len(tokens) < have or tokens[have - 1] != seen[-1]):
-            self.begin(tokens)  # the committed text changed under us: start over
-            return
+            lo = max(self._n_prompt, have - _TAKE_BACK)
+            keep = lo
+            while keep < min(have, len(tokens)) and tokens[keep] == seen[keep]:
+                keep += 1
+            if keep == lo and (lo == self._n_prompt or tokens[lo - 1] != seen[lo - 1]):
+                self.begin(tokens)  # the committed text changed under us: start over
+                return
+            self.request.pop(self._rdoc, have - keep)
+            if self.memory is not None and self._gdoc is not None:
+                try:
+                    self.memory.pop(self._gdoc, have - keep)
+                except ValueError:  # another sequence wrote after it: a new document
+                    self.memory.close(self._gdoc)
+                    self._gdoc = self.memory.open()
+                    self.memory.extend(self._gdoc, tokens[max(0, keep - self.seed_len):keep])
+            del seen[keep:]
+            have = keep
         if self.memory is not None and self._gdoc is None:
             self._gdoc = self.memory.open()
             self.memory.extend(self._gdoc, tokens[max(0, len(tokens) - self.seed_len):])
