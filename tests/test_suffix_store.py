@@ -47,6 +47,10 @@ def test_a_saved_index_loads_warm_with_its_counters(tmp_path):
     assert (back.proposals, back.hits, back.proposed, back.accepted_ids) == (1 + 1, 1 + 1, 2 + 2, 1)
 
 
+def test_the_file_is_its_owners_only(tmp_path):
+    assert save(sample(), IDENT, tmp_path).stat().st_mode & 0o777 == 0o600
+
+
 def test_an_open_document_is_saved_as_a_closed_one(tmp_path):
     ix = SuffixIndex(100)
     d = ix.open()
@@ -176,7 +180,7 @@ SAVER = textwrap.dedent("""
         return ix
 
     suffix_store.save(index([1, 2, 3, 4]), "ident", __import__("pathlib").Path(directory))
-    real_open = open
+    real_fdopen = os.fdopen
 
     class Stalling:  # writes half of what it is given, then waits to be killed
         def __init__(self, f): self.f = f
@@ -188,7 +192,7 @@ SAVER = textwrap.dedent("""
         def __getattr__(self, name): return getattr(self.f, name)
 
     if where == "write":
-        suffix_store.open = lambda *a, **k: Stalling(real_open(*a, **k))
+        suffix_store.os.fdopen = lambda *a, **k: Stalling(real_fdopen(*a, **k))
     else:
         def stalling_fsync(fd):
             print("stalled", flush=True); time.sleep(60)

@@ -80,7 +80,8 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None) -> Pa
     for stale in path.parent.glob(path.name + ".tmp-*"):
         stale.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
+    # readable by its owner only: it holds what earlier answers said, as token ids
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(head)
         f.write(meta)
         f.write(payload)
