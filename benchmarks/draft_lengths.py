@@ -1,6 +1,6 @@
 """Micro-benchmark: the draft lengths of one batch step, the old scan against the heap.
 
-``adaptive.batch_draft_lengths`` runs once per step of every parallel batch (``generate
+``costmodel.adaptive.batch_draft_lengths`` runs once per step of every parallel batch (``generate
 --input``, ``serve --parallel``). Until issue 22 it scanned every sequence's whole curve
 for each pick (picks x sequences x length); it now keeps a heap of marginal gains per
 move length. ``scan_draft_lengths`` below is the old code as it was, kept as the
@@ -30,13 +30,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgespec.adaptive import batch_draft_lengths  # noqa: E402
-from edgespec.costs import CPU_BATCH_PRIOR, GPU_BATCH_PRIOR, OnlineCost  # noqa: E402
+from edgespec.costmodel.adaptive import batch_draft_lengths  # noqa: E402
+from edgespec.costmodel.costs import CPU_BATCH_PRIOR, GPU_BATCH_PRIOR, OnlineCost  # noqa: E402
 
 
 def scan_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
                        cost: Callable[[int], float]) -> list[int]:
-    """The draft lengths as ``adaptive.batch_draft_lengths`` chose them before issue 22:
+    """The draft lengths as ``costmodel.adaptive.batch_draft_lengths`` chose them before issue 22:
     each pick scans every sequence's curve once."""
     lengths = list(lengths)
     rows = len(curves) + sum(lengths)

@@ -14,7 +14,7 @@ Beside it, per prompt:
 * the **oracle bound** of prompt lookup on this machine: a drafter that knows the plain
   output and drafts, at every position, exactly the longest run of it that occurs
   earlier in the context (prompt + output so far), with the length of every round chosen
-  by dynamic programming over the measured verify costs c(n) (``tune.time_decodes`` on
+  by dynamic programming over the measured verify costs c(n) (``measuring.tune.time_decodes`` on
   the plain engine, same kernels). No prompt-lookup drafter can beat it;
 * llama.cpp's own C++ prompt lookup, ``llama-speculative-simple --spec-type ngram-simple``
   and ``ngram-mod``, against C++ plain decoding (``llama-completion``) on the same
@@ -45,7 +45,7 @@ from heldout_prompts import PROMPTS  # noqa: E402
 
 from edgespec import Engine  # noqa: E402
 from edgespec.catalog import resolve_model  # noqa: E402
-from edgespec.tune import time_decodes  # noqa: E402
+from edgespec.measuring.tune import time_decodes  # noqa: E402
 
 
 def oracle_speedup(context: list[int], output: list[int], c: dict[int, float], l_max: int = 15) -> float:

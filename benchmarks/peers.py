@@ -47,7 +47,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
 def load_prompts(set_name: str):
     """edgespec's built-in prompts, without importing the edgespec package."""
-    path = Path(__file__).resolve().parent.parent / "edgespec" / "bench_prompts.py"
+    path = Path(__file__).resolve().parent.parent / "edgespec" / "measuring" / "prompts.py"
     spec = importlib.util.spec_from_file_location("_edgespec_bench_prompts", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look the module up while the class is built

@@ -19,9 +19,9 @@ sys.path.insert(0, str(HERE))
 from ngram_speedup import PROMPTS as SPEEDUP  # noqa: E402
 
 from edgespec import Engine  # noqa: E402
-from edgespec.bench_prompts import CALIBRATION  # noqa: E402
+from edgespec.measuring.prompts import CALIBRATION  # noqa: E402
 from edgespec.catalog import resolve_model  # noqa: E402
-from edgespec.tune import time_decodes  # noqa: E402
+from edgespec.measuring.tune import time_decodes  # noqa: E402
 
 
 def tuning_prompts() -> list[tuple[str, str, object]]:

@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edgespec.drafters import NgramDrafter  # noqa: E402
-from edgespec.costs import CPU_VERIFY_PRIOR, OnlineCost  # noqa: E402
-from edgespec.policy import DraftPolicy  # noqa: E402
+from edgespec.decoding.drafters import NgramDrafter  # noqa: E402
+from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost  # noqa: E402
+from edgespec.decoding.policy import DraftPolicy  # noqa: E402
 
 T1 = 0.04
 SHADOW = True

@@ -5,7 +5,7 @@ evenly); each sits behind a ``LatencyProxy`` that adds a one-way delay to every 
 (0, 0.5, 3 and 10 ms by default: loopback, a wired LAN, Wi-Fi, a far link). The draft
 model and the sampling stay in this process. In ONE process, over one engine whose
 links are re-timed between latencies, it measures at each latency with
-``edgespec.tune``:
+``edgespec.measuring.tune``:
 
 * the target's step time and c(n), n = 1..16, over RPC, and γ (local draft step over
   the RPC target step);
@@ -15,7 +15,7 @@ links are re-timed between latencies, it measures at each latency with
 
 and, against a local run of the target in the same process: whether the greedy output
 over RPC is the local output token for token, and the network model of
-``adaptive.over_network`` (c(n) at each latency predicted from the 0 ms curve and the
+``costmodel.adaptive.over_network`` (c(n) at each latency predicted from the 0 ms curve and the
 step-time difference) against the measured c(n).
 
     flock /tmp/edgespec-bench.lock python benchmarks/rpc.py \\
@@ -37,9 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # rpc_support: the tests' server helper
 
-from edgespec import Engine, adaptive, bench, tune  # noqa: E402
-from edgespec.bench_prompts import CALIBRATION  # noqa: E402
-from edgespec.netproxy import LatencyProxy  # noqa: E402
+from edgespec import Engine  # noqa: E402
+from edgespec.costmodel import adaptive  # noqa: E402
+from edgespec.measuring import bench, tune  # noqa: E402
+from edgespec.measuring.prompts import CALIBRATION  # noqa: E402
+from edgespec.llama.netproxy import LatencyProxy  # noqa: E402
 from rpc_support import RpcServer  # noqa: E402
 
 MODELS = Path("~/.cache/edgespec/models").expanduser()

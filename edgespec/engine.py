@@ -5,8 +5,8 @@
 over it. The engine owns the prompt side — chat template, tokenization, prefix reuse of
 the KV cache across calls (a chat turn decodes only its new tokens) — and the text side:
 streaming detokenization and stop strings. One generation (prefill, the rounds of
-``speculative.SpeculativeLoop``, the reply, the structure's outcome) is
-``generation.run``'s; a ``response_format`` compiles through ``edgespec.constraints``.
+``decoding.speculative.SpeculativeLoop``, the reply, the structure's outcome) is
+``decoding.generation.run``'s; a ``response_format`` compiles through ``edgespec.constraints``.
 
 It never prints and never exits: problems are ``EdgespecError`` subclasses.
 """
@@ -17,20 +17,20 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
 
-from . import generation, sampling
+from .decoding import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
-from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
+from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
 from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
-from .logprob import MAX_TOP
-from .sampling import SamplingParams
-from .costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
+from .decoding.logprob import MAX_TOP
+from .decoding.sampling import SamplingParams
+from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
-from .policy import DraftPolicy, FixedPolicy
+from .decoding.policy import DraftPolicy, FixedPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batchrun import BatchRun, Request
+    from .batching.run import BatchRun, Request
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
@@ -64,7 +64,7 @@ class Engine:
     family (its vocabulary is checked against the target's).
 
     How many tokens each round drafts is the drafting policy's choice
-    (``edgespec.policy``): the length with the most expected tokens per unit of cost,
+    (``edgespec.decoding.policy``): the length with the most expected tokens per unit of cost,
     from the verify cost c(n) — ``verify_cost`` is the prior, from the profile or
     ``tune``, refined by this engine's own timings — the draft cost ``draft_gamma``
     (target steps per drafted token; estimated from the model sizes when not given) and
@@ -230,18 +230,18 @@ class Engine:
     def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
                       **options) -> BatchRun:
         """Generate every prompt, ``parallel`` sequences per decode (continuous batching,
-        see ``edgespec.multiseq``); iterate the answer for ``Outcome(key, result, error)``
+        see ``edgespec.batching.runner``); iterate the answer for ``Outcome(key, result, error)``
         in the order they finish, ``key`` being the prompt's index. ``options`` are
         ``stream``'s, for every prompt. Prompt lookup drafts per sequence when it pays
         for the batch; a draft model is not used inside batches."""
-        from .multiseq import Request
+        from .batching.runner import Request
 
         return self.run_many([Request(i, p, dict(options)) for i, p in enumerate(prompts)],
                              parallel=parallel)
 
     def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> BatchRun:
-        """``generate_many`` for ``multiseq.Request``s, each with its own key and options."""
-        from .batchrun import BatchRun
+        """``generate_many`` for ``batching.runner.Request``s, each with its own key and options."""
+        from .batching.run import BatchRun
 
         return BatchRun(self, requests, parallel=parallel)
 
@@ -325,7 +325,7 @@ class Engine:
     def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
         """Render ``messages`` with the target's own chat template (from its GGUF),
         in a sandboxed Jinja environment. Models without a template get ChatML."""
-        from .chat_template import render
+        from .llama.chat_template import render
 
         return render(self.target_model, messages, add_generation_prompt=add_generation_prompt)
 
@@ -353,7 +353,7 @@ class Engine:
         return [int(t) for t in items]
 
     def _tokenize_rendered(self, text: str) -> list[int]:
-        from .chat_template import tokenize_rendered
+        from .llama.chat_template import tokenize_rendered
 
         return tokenize_rendered(self.target_model, text)
 
@@ -373,7 +373,7 @@ class Engine:
         ``structure_error``), holds the parsed JSON and what was ``relaxed``.
         ``logprobs`` (an int, 0 to 20): every ``Token`` carries the target's
         log-probability of it and of that many likeliest tokens at its position
-        (``edgespec.logprob``), ``Done`` all of them; the default None computes none.
+        (``edgespec.decoding.logprob``), ``Done`` all of them; the default None computes none.
         The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
@@ -387,7 +387,7 @@ class Engine:
                 **sampling_options) -> Prepared:
         """A generation request checked and tokenized: (prompt ids, sampling parameters,
         max_tokens, stop strings, constraint or None, logprobs or None).
-        ``sampling_options`` are ``SamplingParams``' fields (``sampling.params_from``).
+        ``sampling_options`` are ``SamplingParams``' fields (``decoding.sampling.params_from``).
         Raises on anything invalid (``ConstraintError`` for a response_format that does
         not compile). ``lenient_schema``: schema keywords the constraint engine lacks are
         relaxed instead of refused (the result's ``relaxed`` says which)."""

@@ -16,7 +16,7 @@ from typing import Any
 class TokenLogprob:
     """The target's log-probability of one committed token (``id``) at its position, and
     ``top``: the likeliest tokens there as (id, logprob), highest first (requested with
-    ``logprobs``; ``edgespec.logprob`` says which distribution)."""
+    ``logprobs``; ``edgespec.decoding.logprob`` says which distribution)."""
 
     id: int
     logprob: float

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .engine import Engine
-from .planner import Plan, plan
+from .planning.planner import Plan, plan
 
 
 def load(

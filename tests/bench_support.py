@@ -8,7 +8,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from edgespec.bench_prompts import BenchPrompt
+from edgespec.measuring.prompts import BenchPrompt
 
 # Short prompts for the tiny models (their byte-level vocabulary makes the built-in
 # prompts ~1000 tokens long): two kinds, with repeats so prompt lookup finds matches.

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgespec import adaptive
-from edgespec.adaptive import DrafterOption, VerifyCost
+from edgespec.costmodel import adaptive
+from edgespec.costmodel.adaptive import DrafterOption, VerifyCost
 
 # This machine, as DESIGN.md measured it: a 5-token batch of the 1.5B costs ~3.5 steps.
 CPU_2CORE = VerifyCost((5,), (3.5,))
@@ -40,7 +40,7 @@ def test_verify_cost_past_a_dip_at_its_last_point_still_grows():
     """The CPU prior dips at 16 (repacked tiles): extrapolating the last slope made c(32)
     negative, and `--k 600` was 'predicted -0.01x'. Past the last point c grows at least
     with the mean slope from c(1), and is never below the last point."""
-    from edgespec.costs import CPU_VERIFY_PRIOR as c
+    from edgespec.costmodel.costs import CPU_VERIFY_PRIOR as c
 
     mean = (c(16) - 1.0) / 15
     assert c(17) == pytest.approx(c(16) + mean)
@@ -109,7 +109,7 @@ def test_draft_cost_ratio_from_sizes():
 
 
 def test_ngram_drafter_waits_for_a_long_enough_match():
-    from edgespec.drafters import NgramDrafter
+    from edgespec.decoding.drafters import NgramDrafter
 
     text = [10, 11, 12, 13, 14, 15, 16, 17, 99, 10, 11, 12]
     # the whole continuation, with the match length for the drafting policy to judge
@@ -120,7 +120,7 @@ def test_ngram_drafter_waits_for_a_long_enough_match():
 
 
 def test_a_drafter_that_cannot_lose_is_chosen_over_plain_decoding():
-    from edgespec.adaptive import DrafterOption, VerifyCost, choose
+    from edgespec.costmodel.adaptive import DrafterOption, VerifyCost, choose
 
     cpu = VerifyCost((2, 8, 16), (1.67, 4.57, 6.84))
     weak = DrafterOption("ngram", alpha=0.5, gamma=0.0, hit=0.3)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from edgespec.batch import (
+from edgespec.batching.results import (
     BatchObserver,
     InputLineError,
     ResultWriter,
@@ -127,7 +127,7 @@ def test_writer_drops_a_torn_last_line(tmp_path):
 def test_a_structured_line_torn_anywhere_is_dropped_and_a_foreign_tail_is_not():
     """A constrained result line has the structure's keys after stats (issue 28 item 3):
     every prefix of it still reads as a torn result; other keys after stats do not."""
-    from edgespec.batch import _torn_result
+    from edgespec.batching.results import _torn_result
 
     line = json.dumps({"id": 7, "text": '{"a":', "finish_reason": "length", "stats": {"rounds": 2},
                        "structured_complete": False, "parsed": None,

@@ -1,4 +1,4 @@
-"""How many sequences a batch may hold (edgespec.batchrun.check_parallel): llama.cpp's
+"""How many sequences a batch may hold (edgespec.batching.run.check_parallel): llama.cpp's
 limit on sequences per context and the memory their KV cache takes, on a tiny model."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from edgespec import Engine
-from edgespec.batchrun import check_parallel, kv_room
+from edgespec.batching.run import check_parallel, kv_room
 from edgespec.detect import LocalProbe
 from edgespec.errors import InputError
 from edgespec.llama import LLAMA_MAX_SEQ, max_parallel_sequences
-from edgespec.multiseq import BatchRunner
+from edgespec.batching.runner import BatchRunner
 
 
 @pytest.fixture(scope="module")

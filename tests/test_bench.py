@@ -1,4 +1,4 @@
-"""``edgespec.bench`` and ``edgespec bench``: the interleaved measurement, its summaries
+"""``edgespec.measuring.bench`` and ``edgespec bench``: the interleaved measurement, its summaries
 and the JSON/CSV contract. Correctness only — no assertion here depends on how fast
 anything ran. Tiny generated models for the plumbing; the real Qwen2.5-Coder-0.5B for
 one end-to-end run (integration)."""
@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from edgespec import Engine, bench
-from edgespec.bench_prompts import CALIBRATION, HELD_OUT, KINDS, prompt_set
+from edgespec import Engine
+from edgespec.measuring import bench
+from edgespec.measuring.prompts import CALIBRATION, HELD_OUT, KINDS, prompt_set
 from edgespec.cli.bench import bench as bench_cmd
 from edgespec.events import Round
 

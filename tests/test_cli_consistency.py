@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec import planner
+from edgespec.planning import planner
 from edgespec.cli import app as edgespec_app
 
 DATA = Path(__file__).parent / "data" / "detect"

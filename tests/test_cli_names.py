@@ -22,7 +22,8 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from edgespec import catalog, planner
+from edgespec import catalog
+from edgespec.planning import planner
 from edgespec.catalog import local, stores
 from edgespec.errors import IncompatibleVocabError, ModelFileError
 from tiny_models import make_tiny_model, write_random_bytes

@@ -219,7 +219,7 @@ def test_lark_json_embeds_a_schema_in_the_default_layout_and_keywords_are_checke
 
 
 def test_prompt_lookup_forgets_a_few_unkept_ids_without_rebuilding_its_index():
-    from edgespec.drafters import NgramDrafter
+    from edgespec.decoding.drafters import NgramDrafter
 
     rng = np.random.default_rng(0)
     base = [int(t) for t in rng.integers(0, 6, 200)]
@@ -252,7 +252,7 @@ def test_mask_logits_is_row_plus_zero_or_minus_infinity(dtype):
 def test_prompt_lookup_index_after_any_history_equals_a_fresh_one(steps):
     """Whatever the drafter saw before (extensions, a few ids taken back, a new text),
     its index is the one a fresh drafter builds from the current tokens."""
-    from edgespec.drafters import NgramDrafter
+    from edgespec.decoding.drafters import NgramDrafter
 
     d = NgramDrafter()
     tokens: list[int] = []

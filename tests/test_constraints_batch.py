@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.batchrun import BatchRun
+from edgespec.batching.run import BatchRun
 from edgespec.constraints import allowed_array, batch_masks, compile_constraint
 from edgespec.errors import ConstraintStateError
-from edgespec.jobs import parse_line, InputLineError
-from edgespec.multiseq import BatchRunner, Request
+from edgespec.batching.jobs import parse_line, InputLineError
+from edgespec.batching.runner import BatchRunner, Request
 
 SCHEMAS = [
     {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99},
@@ -199,7 +199,7 @@ def test_matcher_and_kv_stay_in_step_for_every_sequence(engines, monkeypatch):
 
 
 def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
-    import edgespec.batchseq as batchseq
+    import edgespec.batching.sequence as batchseq
 
     original = batchseq.batch_masks
     calls = {"n": 0}

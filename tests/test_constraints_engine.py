@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from edgespec import Engine
 from edgespec.constraints import compile_constraint
 from edgespec.errors import ConstraintError
-from edgespec.speculative import SpeculativeLoop
+from edgespec.decoding.speculative import SpeculativeLoop
 
 NAMES = st.sampled_from(["id", "name", "tags", "ok", "score", "kind", "items", "note"])
 

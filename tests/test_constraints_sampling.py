@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec import Engine, sampling
+from edgespec import Engine
+from edgespec.decoding import sampling
 from edgespec.constraints import apply_mask, compile_constraint
 from edgespec.llama import Context, Model
-from edgespec.sampling import SamplingParams
+from edgespec.decoding.sampling import SamplingParams
 
 from test_exact_sampling import chi_square_rejects
 from tiny_models import make_tiny_model

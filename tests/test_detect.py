@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import detect, planner, profiles
+from edgespec import detect, profiles
+from edgespec.planning import planner
 
 DATA = Path(__file__).parent / "data" / "detect"
 

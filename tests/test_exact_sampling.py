@@ -13,9 +13,10 @@ import math
 import numpy as np
 import pytest
 
-from edgespec import Engine, sampling
+from edgespec import Engine
+from edgespec.decoding import sampling
 from edgespec.llama import Context, Model
-from edgespec.sampling import SamplingParams
+from edgespec.decoding.sampling import SamplingParams
 
 from tiny_models import make_tiny_model
 

@@ -34,7 +34,7 @@ from fastapi.testclient import TestClient
 
 from edgespec import Engine
 from edgespec.catalog import resolve_model
-from edgespec.chat_template import render, tokenize_rendered
+from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.errors import CatalogError
 from edgespec.llama import Model
 from edgespec.server import create_app

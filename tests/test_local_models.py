@@ -19,7 +19,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec import catalog, pairing, planner
+from edgespec import catalog
+from edgespec.planning import pairing, planner
 from edgespec.catalog import ident, stores
 from edgespec.errors import AmbiguousModelError, CatalogError, IncompatibleVocabError
 from edgespec.profiles import load_profile

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.batchrun import BatchRun, Request
+from edgespec.batching.run import BatchRun, Request
 from edgespec.errors import InputError
 from edgespec.events import Token
-from edgespec.logprob import token_logprob
+from edgespec.decoding.logprob import token_logprob
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 TOP = 5

@@ -1,4 +1,4 @@
-"""Many sequences per decode (edgespec.multiseq) on tiny models.
+"""Many sequences per decode (edgespec.batching.runner) on tiny models.
 
 Under ``exact`` (batch-invariant kernels) each sequence of a batch must equal its solo
 run token for token, whatever shared its decodes: sequences joining and leaving
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec import Engine
-from edgespec.adaptive import VerifyCost, choose_parallel
+from edgespec.costmodel.adaptive import VerifyCost, choose_parallel
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.llama import Model, MultiContext
-from edgespec.batchrun import BatchRun
-from edgespec.multiseq import Request
+from edgespec.batching.run import BatchRun
+from edgespec.batching.runner import Request
 from tiny_models import make_tiny_model
 
 WORDS = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex".split()
@@ -131,7 +131,7 @@ def test_prompt_lookup_inside_a_batch_keeps_every_sequence_exact(tiny_target):
 def test_batch_drafts_carry_sentence_breaks_into_the_choice(tiny_target, monkeypatch):
     # the batch weighs each sequence's proposal with the same features a solo round
     # uses, including where copied spans may end (the break marks of prompt lookup)
-    from edgespec.policy import DraftPolicy
+    from edgespec.decoding.policy import DraftPolicy
 
     seen = []
     real = DraftPolicy.expected_tokens

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import catalog, planner
+from edgespec import catalog
+from edgespec.planning import planner
 
 ISSUE_PROFILES = {
     "m1", "m2", "m2max", "m3pro", "m3max", "m4pro", "m4max", "rtx3060-laptop",
@@ -127,7 +128,9 @@ def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monk
     """llama.cpp's kernels unless --exact; on a CPU the automatic choice is prompt lookup
     (its policy drafts only where it pays, so it cannot lose); --exact counts the exact
     kernels' slowdown, and then plain decoding wins."""
-    from edgespec import adaptive, planner, profiles
+    from edgespec.costmodel import adaptive
+    from edgespec.planning import planner
+    from edgespec import profiles
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     auto = planner.plan("cpu-small")

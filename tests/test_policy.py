@@ -1,17 +1,17 @@
-"""The drafting policy (edgespec.policy) on synthetic costs, timings and acceptances."""
+"""The drafting policy (edgespec.decoding.policy) on synthetic costs, timings and acceptances."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgespec.adaptive import VerifyCost
-from edgespec.drafters import Proposal
+from edgespec.costmodel.adaptive import VerifyCost
+from edgespec.decoding.drafters import Proposal
 from edgespec.events import Stats
-from edgespec.costs import CPU_VERIFY_PRIOR, OnlineCost
-from edgespec.policy import DraftPolicy, MatchAcceptance, best_length, match_bucket
-from edgespec.sampling import SamplingParams
-from edgespec.speculative import SpeculativeLoop
+from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
+from edgespec.decoding.policy import DraftPolicy, MatchAcceptance, best_length, match_bucket
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.speculative import SpeculativeLoop
 
 FLAT = VerifyCost((1, 16), (1.0, 1.05))
 LINEAR = VerifyCost(tuple(range(1, 17)), tuple(float(n) for n in range(1, 17)))
@@ -332,7 +332,7 @@ def test_the_loop_tells_the_policy_the_outcome_of_the_first_unverified_id(n, ids
 
 
 def test_prompt_lookup_marks_the_ids_that_follow_a_sentence_or_line_break():
-    from edgespec.drafters import NgramDrafter, sentence_breaks
+    from edgespec.decoding.drafters import NgramDrafter, sentence_breaks
 
     pieces = {1: b"The", 2: b" cat", 3: b" sat", 4: b".", 5: b" It", 6: b" ran", 7: b"\n", 8: b" away"}
 

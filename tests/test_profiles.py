@@ -11,7 +11,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec import catalog, planner, profiles
+from edgespec import catalog, profiles
+from edgespec.planning import planner
 from edgespec.errors import ProfileError
 
 ISSUE_PROFILES = {

@@ -36,11 +36,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec import Engine, sampling
-from edgespec.batch import ALLOWED_KEYS, SAMPLING_KEYS, ResultWriter, id_key, read_jobs, run_batch
+from edgespec import Engine
+from edgespec.decoding import sampling
+from edgespec.batching.results import ALLOWED_KEYS, SAMPLING_KEYS, ResultWriter, id_key, read_jobs, run_batch
 from edgespec.errors import InputError
 from edgespec.events import Stats, Token
-from edgespec.sampling import SamplingParams
+from edgespec.decoding.sampling import SamplingParams
 
 from tiny_models import make_tiny_model
 

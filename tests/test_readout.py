@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from edgespec.events import Done, Round, Stats, Token
-from edgespec.readout import STYLE_DRAFT, STYLE_REJECTED, Readout, SpeedupEstimate
+from edgespec.cli.readout import STYLE_DRAFT, STYLE_REJECTED, Readout, SpeedupEstimate
 
 ESC = "\x1b"
 
@@ -185,7 +185,7 @@ def test_speedup_is_measured_from_plain_rounds_or_shown_as_a_bound():
 
 
 def test_plain_rounds_in_a_stream_feed_the_estimate(monkeypatch):
-    import edgespec.readout as ro
+    import edgespec.cli.readout as ro
 
     clock = iter(i * 0.1 for i in range(1000))
     monkeypatch.setattr(ro.time, "perf_counter", lambda: next(clock))
@@ -240,7 +240,7 @@ def test_forced_tokens_are_drafts_in_the_summary_as_in_json():
 
 
 def test_the_status_line_shows_the_length_drafted_and_no_ratio_without_drafts(monkeypatch):
-    import edgespec.readout as ro
+    import edgespec.cli.readout as ro
 
     clock = iter(i * 0.1 for i in range(1000))
     monkeypatch.setattr(ro.time, "perf_counter", lambda: next(clock))

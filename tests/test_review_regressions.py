@@ -25,15 +25,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec import Engine, sampling
-from edgespec.batch import ResultWriter, parse_line, read_jobs, run_batch
+from edgespec import Engine
+from edgespec.decoding import sampling
+from edgespec.batching.results import ResultWriter, parse_line, read_jobs, run_batch
 from edgespec.cli.generate import generate
-from edgespec.drafters import Proposal
+from edgespec.decoding.drafters import Proposal
 from edgespec.errors import InputError
 from edgespec.events import Stats
-from edgespec.sampling import SamplingParams
-from edgespec.policy import FixedPolicy
-from edgespec.speculative import SpeculativeLoop, _penalized
+from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.policy import FixedPolicy
+from edgespec.decoding.speculative import SpeculativeLoop, _penalized
 
 from tiny_models import make_tiny_model
 

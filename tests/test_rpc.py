@@ -23,7 +23,7 @@ import pytest
 
 from edgespec import Engine
 from edgespec.llama import rpc
-from edgespec.netproxy import LatencyProxy
+from edgespec.llama.netproxy import LatencyProxy
 from rpc_support import RpcServer, free_port
 
 pytestmark = pytest.mark.skipif(not rpc.rpc_available(), reason="llama.cpp built without RPC (-DGGML_RPC=on)")

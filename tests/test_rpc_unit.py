@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from edgespec import adaptive
+from edgespec.costmodel import adaptive
 from edgespec.errors import InputError, RpcError
 from edgespec.llama import rpc
-from edgespec.netproxy import LatencyProxy
+from edgespec.llama.netproxy import LatencyProxy
 
 
 def test_parse_endpoints_keeps_order_and_refuses_bad_ones():
@@ -243,7 +243,7 @@ def test_network_cost_flattens_c_and_shrinks_gamma():
 
 
 def test_planner_counts_the_network_and_passes_the_servers_on(tmp_path, monkeypatch):
-    from edgespec.planner import plan
+    from edgespec.planning.planner import plan
     from edgespec.profiles import load_profile, record_measurements
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))

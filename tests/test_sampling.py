@@ -1,4 +1,4 @@
-"""Unit tests for edgespec.sampling: pure numpy, no model, all fast."""
+"""Unit tests for edgespec.decoding.sampling: pure numpy, no model, all fast."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.errors import DecodeError, InputError
-from edgespec.sampling import (
+from edgespec.decoding.sampling import (
     SamplingParams,
     apply_penalties,
     make_rng,

@@ -11,10 +11,10 @@ import pytest
 
 from edgespec import Engine
 from edgespec.errors import InputError
-from edgespec.batchrun import BatchRun, Request
+from edgespec.batching.run import BatchRun, Request
 from edgespec.events import Token
-from edgespec.sampling import SamplingParams, apply_logit_bias, ban, params_from
-from edgespec.text import TextAssembler
+from edgespec.decoding.sampling import SamplingParams, apply_logit_bias, ban, params_from
+from edgespec.decoding.text import TextAssembler
 from tiny_models import make_tiny_model
 
 PROMPT = "the quick brown fox"

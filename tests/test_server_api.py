@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from edgespec import Engine, __version__
-from edgespec.chat_template import tokenize_rendered
+from edgespec.llama.chat_template import tokenize_rendered
 from edgespec.server import create_app
 from serve_support import LiveServer, SlowEngine, _Wrapped, sse_events
 

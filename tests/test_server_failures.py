@@ -53,7 +53,7 @@ def test_parallel_beyond_llama_cpp_limit_refuses_to_start(engine):
 
 
 def test_a_batch_that_cannot_be_built_refuses_to_start(engine, monkeypatch):
-    import edgespec.multiseq as multiseq
+    import edgespec.batching.runner as multiseq
 
     def broken(*a, **kw):
         raise ModelLoadError("could not create a context of 153600 tokens")

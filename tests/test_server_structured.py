@@ -22,7 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from edgespec import Engine
-from edgespec.chat_template import render, tokenize_rendered
+from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 from tiny_models import make_tiny_model

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgespec import Engine
-from edgespec.chat_template import render, validate_messages
+from edgespec.llama.chat_template import render, validate_messages
 from edgespec.errors import InputError
 from edgespec.server import create_app
 from edgespec.server.schema import ChatRequest

@@ -38,7 +38,7 @@ def test_count_ratios_make_the_path_probability():
 def test_a_proposal_has_every_field_the_round_reads_from_a_drafters_proposal():
     from dataclasses import fields
 
-    from edgespec.drafters import Proposal
+    from edgespec.decoding.drafters import Proposal
 
     theirs = {f.name: f.default for f in fields(Proposal)}
     p = index_of([1, 2, 3]).propose([1, 2], 2)

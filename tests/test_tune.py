@@ -1,4 +1,4 @@
-"""``edgespec.tune`` and ``edgespec tune``: the measurement procedure (on a simulated
+"""``edgespec.measuring.tune`` and ``edgespec tune``: the measurement procedure (on a simulated
 clock, so the arithmetic is checked exactly), fitting, choosing, saving into a profile
 that ``plan()`` then uses, and the JSON contract. No assertion depends on how fast
 anything ran."""
@@ -11,7 +11,10 @@ import pytest
 from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
 
-from edgespec import Engine, adaptive, bench, catalog, planner, profiles, tune
+from edgespec import Engine, catalog, profiles
+from edgespec.costmodel import adaptive
+from edgespec.measuring import bench, tune
+from edgespec.planning import planner
 from edgespec.cli.tune import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
@@ -299,7 +302,7 @@ def test_exact_kernel_slowdown_is_measured_against_a_plain_fast_engine(tiny_targ
 def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, tmp_path, monkeypatch):
     tuned = result
     from edgespec import profiles
-    from edgespec.planner import plan
+    from edgespec.planning.planner import plan
 
     cost = tuned.batch_cost
     assert sorted(cost) == list(bench.BATCH_SIZES) and cost[1] == 1.0

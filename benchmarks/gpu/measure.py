@@ -3,9 +3,9 @@
 Written for the lent NVIDIA H200 (``run.sh`` builds llama.cpp with CUDA there, makes
 synthetic Qwen2.5 0.5B / 1.5B / 7B models and calls this), and run on the CPU with a tiny
 synthetic model by ``tests/test_gpu_bench.py`` so it is known to work before device time is
-spent. Everything is measured through edgespec's own code: ``tune.time_decodes`` and
-``tune.fit_verify_cost`` for step times and c(n), ``Engine`` for generations,
-``adaptive.speedup`` for the predictions, ``llama.Model``/``llama.Context`` for the rest.
+spent. Everything is measured through edgespec's own code: ``measuring.tune.time_decodes`` and
+``measuring.tune.fit_verify_cost`` for step times and c(n), ``Engine`` for generations,
+``costmodel.adaptive.speedup`` for the predictions, ``llama.Model``/``llama.Context`` for the rest.
 
 Phases, in order of importance; each one is skipped when the time budget cannot hold it,
 and the JSON is rewritten after each one, so a run cut short still leaves its results:
@@ -20,7 +20,7 @@ and the JSON is rewritten after each one, so a run cut short still leaves its re
    draft model is the target file), per kernel kind: token-identical or not, and where
    the first difference is.
 5. ``speculation``: the self-draft at a few fixed k against plain decoding, alternating in
-   one process: measured speedup against ``adaptive.speedup``'s prediction from the c(n)
+   one process: measured speedup against ``costmodel.adaptive.speedup``'s prediction from the c(n)
    and γ measured on the same engine and the measured acceptance. With a self-draft α = 1
    when the kernels are batch-invariant, so the prediction tests c(n), γ and the loop's
    overhead, not acceptance.
@@ -49,7 +49,9 @@ from typing import Any, Callable
 import numpy as np
 
 import edgespec
-from edgespec import adaptive, llama, tune
+from edgespec.costmodel import adaptive
+from edgespec import llama
+from edgespec.measuring import tune
 from edgespec.engine import Engine
 from edgespec.events import Done, Round
 

@@ -1,7 +1,7 @@
 """``edgespec bench``: plain decoding against every drafter × k, side by side.
 
 Thin: parse options, build ONE engine from the profile's plan (with the draft model
-loaded when a candidate needs it), call ``edgespec.bench``, render a Rich table for
+loaded when a candidate needs it), call ``edgespec.measuring.bench``, render a Rich table for
 people, one JSON object for scripts, or a CSV file. Progress and diagnostics go to
 stderr, results to stdout. What it shares with ``tune`` is in ``measure``.
 """
@@ -66,7 +66,7 @@ def bench(
     verbose: VerboseOpt = False,
 ) -> None:
     """Plain decoding vs every drafter × k and the automatic choice, on the same prompts."""
-    from edgespec import bench as lib
+    from edgespec.measuring import bench as lib
 
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None

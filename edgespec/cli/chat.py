@@ -68,7 +68,7 @@ class ChatSession(SlashCommands):
         console: Console | None = None,
         err: Console | None = None,
     ):
-        from edgespec.readout import Readout
+        from edgespec.cli.readout import Readout
 
         self.engine = engine
         self.options = dict(options)

@@ -119,7 +119,7 @@ def make_plan(
     tensor_split: str | None = None,
 ) -> Any:
     """The profile's plan with the command line's overrides on top."""
-    from edgespec.planner import plan
+    from edgespec.planning.planner import plan
 
     servers, split = parse_rpc(rpc, tensor_split)
     p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx, exact=exact,

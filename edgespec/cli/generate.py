@@ -1,7 +1,7 @@
 """``edgespec generate``: one prompt to stdout, or a resumable JSONL batch.
 
 Thin: parse options, build the engine from the profile plan, hand the event stream to
-the readout (one prompt) or to ``edgespec.batch`` (a batch), map errors to exit codes.
+the readout (one prompt) or to ``edgespec.batching.results`` (a batch), map errors to exit codes.
 Text goes to stdout; diagnostics, progress and stats go to stderr.
 """
 
@@ -35,7 +35,7 @@ from edgespec.cli.common import (
     parse_parallel,
     read_prompt,
 )
-from edgespec.batch import BatchObserver
+from edgespec.batching.results import BatchObserver
 from edgespec.cli.structured import (GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, bind_option, check_complete,
                                      response_format_from_options)
 from edgespec.errors import EdgespecError, IncompleteStructureError, InputError
@@ -184,7 +184,7 @@ def _warn(spec: Any, quiet: bool) -> None:
 
 
 def _run_single(engine: Any, text: str, options: dict, *, raw: bool, show_rejected: bool, quiet: bool) -> Any:
-    from edgespec.readout import Readout
+    from edgespec.cli.readout import Readout
 
     err = err_console()
     if quiet:
@@ -210,7 +210,7 @@ def _run_batch(
     parallel: int | str = "auto",
     plan_args: dict,
 ) -> None:
-    from edgespec.batch import ResultWriter, pending_jobs, read_jobs, run_batch
+    from edgespec.batching.results import ResultWriter, pending_jobs, read_jobs, run_batch
 
     err = err_console()
     if quiet:

@@ -115,7 +115,8 @@ def profiles_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a profile: the pair, drafter and k it would use, why, and its figures."""
-    from edgespec import planner, profiles
+    from edgespec.planning import planner
+    from edgespec import profiles
 
     with cli_errors():
         if name == "auto":
@@ -148,7 +149,8 @@ def profiles_detect(
     ] = None,
 ) -> None:
     """Read this machine, pick the closest profile, and show what it would run."""
-    from edgespec import detect, planner, profiles
+    from edgespec import detect, profiles
+    from edgespec.planning import planner
 
     with cli_errors():
         probe = detect.RecordedProbe.load(recording) if recording else None
@@ -264,7 +266,7 @@ def models_pairs(
     as_json: JsonOpt = False,
 ) -> None:
     """The target + drafter pairs on this machine, with their predicted speedup here."""
-    from edgespec import pairing
+    from edgespec.planning import pairing
 
     with cli_errors():
         _scan()

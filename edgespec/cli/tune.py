@@ -1,6 +1,6 @@
 """``edgespec tune``: measure this machine's cost-model figures and choose drafter and k.
 
-Thin: parse options, build one engine from the profile's plan, call ``edgespec.tune``,
+Thin: parse options, build one engine from the profile's plan, call ``edgespec.measuring.tune``,
 render a table and a terminal chart of predicted vs measured speedup for people or one
 JSON object for scripts, and save the figures into a user profile when asked. What it
 shares with ``bench`` is in ``measure``.
@@ -60,7 +60,7 @@ def tune(
 ) -> None:
     """Measure step time, verify cost c(n), draft cost γ and acceptance α; choose drafter and k."""
     from edgespec import profiles as prof_lib
-    from edgespec import tune as lib
+    from edgespec.measuring import tune as lib
 
     with cli_errors():
         ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx,
@@ -91,7 +91,7 @@ def tune(
         data["profile"] = base.profile
         pair = lib.pair_of(base.target, str(draft_model) if draft_model else None)
         if base.rpc:  # the network's share of a step: what the planner adds to the local figures
-            from edgespec.planner import local_step_ms
+            from edgespec.planning.planner import local_step_ms
 
             local = local_step_ms(prof, pair, base.target)
             data["rpc"] = {"servers": list(base.rpc), "step_ms": result.times.step_ms, "local_step_ms": local,

@@ -6,7 +6,7 @@ regex, Lark or GBNF grammar) or a Lark grammar with a lazy trigger into a
 ``Constraint`` bound to a model's tokenizer, and gives each generation a ``Matcher``:
 the token masks, the forced tokens, draft validation, and a state that rolls back with
 the KV cache. It knows nothing about speculation, sampling or text on screen; the loop
-(``speculative.py``) decides what to do with a mask.
+(``decoding/speculative.py``) decides what to do with a mask.
 
 - ``formats``: request shapes -> checked llguidance grammars (no model needed:
   ``grammar_spec`` fails fast on a bad schema, regex or grammar).

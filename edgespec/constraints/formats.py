@@ -8,7 +8,7 @@ fails here with a one-line ``ConstraintError`` naming the field, before any mode
 
 JSON layout. A schema compiles with fixed separators and no free whitespace
 (``JSON_LAYOUT``): every byte between values is then decided by the grammar, so it is
-forced (drafted for free, see ``speculative.py``) instead of chosen by the model. The
+forced (drafted for free, see ``decoding/speculative.py``) instead of chosen by the model. The
 default is the spaced layout, ``", "`` and ``": "``, the way ``json.dumps`` and these
 models write JSON: held to compact separators (``","`` ``":"``, fewer tokens) the
 models can leave their own habits and loop, e.g. repeating an enum value in an array

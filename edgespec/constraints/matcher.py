@@ -10,7 +10,7 @@ computed into a reusable buffer), which tokens are forced whatever the model say
 THE INVARIANT. A matcher has consumed exactly the tokens committed after the prompt —
 ``x_last`` included, since it is chosen, only not yet decoded — plus, during a round,
 the drafts in flight; when the round rolls the KV cache back past a rejection, the
-matcher rolls back with it. ``consumed`` counts the tokens; ``speculative.py`` asserts
+matcher rolls back with it. ``consumed`` counts the tokens; ``decoding/speculative.py`` asserts
 ``matcher.consumed == len(committed) - n_prompt`` after every round.
 
 A lazy TRIGGER (llama.cpp's ``grammar_lazy``, for tool calls): generation is free until
@@ -205,7 +205,7 @@ class Matcher:
 
     def outcome(self, reply: Any) -> dict:
         """The structure's fields of a finished reply's ``Done`` (``structured_complete``,
-        ``parsed``, ``structure_error``, ``relaxed``). ``reply``: a ``reply.Reply``
+        ``parsed``, ``structure_error``, ``relaxed``). ``reply``: a ``decoding.reply.Reply``
         (``ids``, ``text``, ``finish_reason``, ``max_tokens``). Judged without the tokens
         consumed past its end (its EOG, or the rest of a round cut by max_tokens or a
         stop string), so the matcher is first rolled back to the reply's length."""

@@ -1,1 +1,14 @@
-"""One stream of decoding: drafters (prompt lookup, suffix memory, model), the policy, sampling, the round."""
+"""One stream: propose -> verify -> accept -> roll back, and the reply it makes.
+
+``drafters`` (the Drafter protocol: a draft model, prompt lookup, none), ``policy`` (each
+round's draft length, learned online), ``sampling`` (pure numpy: logits -> probabilities,
+acceptance, residuals), ``speculative`` (one round, read top to bottom), ``generation``
+(one generation on the engine's context: prefix reuse, prefill, the rounds), ``reply``
+and ``text`` (tokens -> events, end of generation, max_tokens, stop strings),
+``logprob`` (a verify row's log-softmax, when asked), ``suffix`` and ``suffix_store``
+(the memory of earlier outputs and its opt-in store; not yet wired into the engine).
+
+Knows llama.cpp only through ``edgespec.llama`` and grammars only through
+``edgespec.constraints``; knows nothing of batches, plans, HTTP or the terminal, and no
+file but the suffix memory's own store.
+"""

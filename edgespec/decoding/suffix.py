@@ -56,7 +56,7 @@ END = -2  # fwd of a closed document's last token: nothing followed it
 
 @dataclass(frozen=True)
 class SuffixProposal:
-    """What ``SuffixIndex.propose`` found, with every field of ``drafters.Proposal`` (so
+    """What ``SuffixIndex.propose`` found, with every field of ``decoding.drafters.Proposal`` (so
     the round takes it as it is): ``ids`` to verify by match (``q`` is None), the
     ``match_len`` they continue, and beyond it each id's path probability (``probs``),
     their sum ``expected`` (the expected number accepted) and the index it came from

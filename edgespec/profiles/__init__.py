@@ -14,7 +14,7 @@ Every figure the cost model uses is an inline table saying where it came from::
 ``status`` is ``measured`` or ``estimated``. Validation errors are one line naming the
 file, the key, what was found and what is allowed (``ProfileError``).
 
-The choice made from a profile (pair, drafter, k) is ``edgespec.planner``'s.
+The choice made from a profile (pair, drafter, k) is ``edgespec.planning.planner``'s.
 
 Schema (version 1)::
 

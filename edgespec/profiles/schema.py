@@ -2,7 +2,7 @@
 figure with its provenance (``Figure``, ``VerifyFigure``, ``PairCost``).
 
 Data only: reading and validating TOML is ``validate``/``store``'s, the choice made
-from a profile is ``edgespec.planner``'s.
+from a profile is ``edgespec.planning.planner``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any
 
-from .. import adaptive
+from ..costmodel import adaptive
 
 SCHEMA_VERSION = 1
 BACKENDS = ("metal", "cuda", "cpu")

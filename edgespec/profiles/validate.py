@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Iterable, Mapping
 
-from .. import adaptive, catalog
+from ..costmodel import adaptive
+from .. import catalog
 from ..errors import ProfileError
 from .schema import (
     BACKENDS,

@@ -19,7 +19,7 @@ A token's string is its bytes decoded as UTF-8 (a byte of a character split acro
 tokens shows as U+FFFD; ``bytes`` holds the exact bytes), special tokens as their text.
 ``LogprobWriter`` is stateful: it is fed each choice's tokens in order, whole or chunk by
 chunk, so a stream's chunks carry the same entries as the whole body, split.
-Which distribution the numbers come from is ``edgespec.logprob``'s docstring.
+Which distribution the numbers come from is ``edgespec.decoding.logprob``'s docstring.
 """
 
 from __future__ import annotations

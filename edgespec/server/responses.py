@@ -35,7 +35,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token, TokenLogprob
-from edgespec.sampling import SamplingOptionError
+from edgespec.decoding.sampling import SamplingOptionError
 
 from .logprobs import LogprobWriter
 from .schema import ApiError, ChatRequest, CompletionRequest

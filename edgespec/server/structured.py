@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgespec.chat_template import render, tokenize_rendered
+from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.errors import InputError
 
 from .schema import ApiError, ChatRequest, CompletionRequest

@@ -20,7 +20,7 @@ the context), then the engine's ``Token`` / ``Round`` events and its ``Done``, o
 knows nothing of HTTP.
 
 With ``parallel`` > 1 the worker runs up to that many generations at once, as slots of
-one multi-sequence batch (``edgespec.multiseq``): concurrent requests share each decode
+one multi-sequence batch (``edgespec.batching.runner``): concurrent requests share each decode
 instead of waiting in line. Between two decodes it admits queued jobs into free slots
 and drops the sequences of jobs that were cancelled; events reach each job as above.
 
@@ -134,8 +134,8 @@ class Worker:
         self._runner: Any = self._new_runner() if parallel > 1 else None
 
     def _new_runner(self) -> Any:
-        from edgespec.batchrun import check_parallel
-        from edgespec.multiseq import BatchRunner
+        from edgespec.batching.run import check_parallel
+        from edgespec.batching.runner import BatchRunner
 
         # llama.cpp's sequence limit and the KV memory, each slot holding the whole context
         check_parallel(self.engine, self.parallel, self.engine.n_ctx)
@@ -334,7 +334,7 @@ class Worker:
     def _admit(self, runner: Any) -> bool:
         """Move queued jobs into free slots; wait for one only when nothing runs.
         False when the worker is told to stop."""
-        from edgespec.multiseq import Request
+        from edgespec.batching.runner import Request
 
         while runner.has_room:
             try:

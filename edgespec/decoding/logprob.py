@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import TokenLogprob
+from ..events import TokenLogprob
 
 MAX_TOP = 20  # OpenAI's limit on top_logprobs
 

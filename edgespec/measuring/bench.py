@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from .adaptive import estimate_alpha
-from .bench_prompts import BenchPrompt
-from .events import Done, Round
-from .errors import InputError
+from ..costmodel.adaptive import estimate_alpha
+from .prompts import BenchPrompt
+from ..events import Done, Round
+from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def rate(runs: Iterable[Run]) -> float:
 
 
 def pooled_alpha(runs: Iterable[Run]) -> tuple[float | None, float | None]:
-    """(α, hit) over ``runs``: α by ``adaptive.estimate_alpha``, hit = the share of
+    """(α, hit) over ``runs``: α by ``costmodel.adaptive.estimate_alpha``, hit = the share of
     rounds in which the drafter proposed anything."""
     runs = list(runs)
     drafted = sum(r.drafted for r in runs)
@@ -415,7 +415,7 @@ def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
     """Seconds of one decode of n sequences, one new token each (logits at every row),
     each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
     costs. Median of ``repeats`` after a discarded first decode."""
-    from .llama import MultiContext
+    from ..llama import MultiContext
 
     out: dict[int, float] = {}
     span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary

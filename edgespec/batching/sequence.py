@@ -1,4 +1,4 @@
-"""One sequence of a batch (``multiseq.BatchRunner``): its slot, its round machinery, its
+"""One sequence of a batch (``batching.runner.BatchRunner``): its slot, its round machinery, its
 reply, its grammar matcher, and how it ends.
 
 A sequence runs the same round as a single generation (``SpeculativeLoop``'s
@@ -21,13 +21,13 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from . import sampling
-from .constraints import Constraint, batch_masks
-from .drafters import NgramDrafter, NoDrafter
-from .errors import ConstraintStateError
-from .events import Done, Result, Stats
-from .reply import Reply
-from .speculative import SpeculativeLoop
+from ..decoding import sampling
+from ..constraints import Constraint, batch_masks
+from ..decoding.drafters import NgramDrafter, NoDrafter
+from ..errors import ConstraintStateError
+from ..events import Done, Result, Stats
+from ..decoding.reply import Reply
+from ..decoding.speculative import SpeculativeLoop
 
 
 class BatchSeq:

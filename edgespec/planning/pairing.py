@@ -4,7 +4,7 @@ by the cost model, and which catalog drafter to get when none can.
 ``rank(target, prof, ...)`` reads the target's header, takes every local model whose
 vocabulary passes llama.cpp's rules for it and is at least twice smaller
 (``catalog.local``), and predicts each one's speedup with the planner's cost model
-(``adaptive.best_k``): γ from the two sizes and the profile's step-time model, c(n) from
+(``costmodel.adaptive.best_k``): γ from the two sizes and the profile's step-time model, c(n) from
 the profile, and α from, in this order, what ``edgespec tune --save`` measured for the
 pair (``catalog.measured``, or the profile's figure for a catalog pair) or the prior
 
@@ -25,10 +25,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import adaptive, catalog
-from .catalog import measured
-from .errors import EdgespecError
-from .profiles import GB, Profile, detect_profile, load_profile
+from ..costmodel import adaptive
+from .. import catalog
+from ..catalog import measured
+from ..errors import EdgespecError
+from ..profiles import GB, Profile, detect_profile, load_profile
 
 DIFFERENT_FAMILY = 0.8
 

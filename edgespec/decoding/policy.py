@@ -26,7 +26,7 @@ Both factors are learned online:
   confidence (its top probability), which replaces a fixed cut-off.
 
 Under a constraint a proposal may start with ``forced`` tokens, the grammar's own (see
-``speculative.py``): they cost no drafting and are near-certain (``FORCED_RATE``; a single
+``decoding/speculative.py``): they cost no drafting and are near-certain (``FORCED_RATE``; a single
 allowed token cannot be rejected), so they enter E(L) at that rate, are not learned from,
 and a fixed-length policy verifies them on top of its k.
 
@@ -49,7 +49,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .costs import OnlineCost
+from ..costmodel.costs import OnlineCost
 
 
 class _BetaBuckets:

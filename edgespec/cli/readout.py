@@ -14,7 +14,7 @@ estimated speedup). After each reply a one-line summary goes to stderr.
 Anywhere else (a pipe, a file, ``TERM=dumb``) the text goes to the output as plain
 characters, flushed per token, and the summary to stderr; no escape codes.
 
-The speedup estimate and the drafting figures in words are ``edgespec.speedup``'s.
+The speedup estimate and the drafting figures in words are ``edgespec.cli.speedup``'s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from rich.style import Style
 from rich.text import Text
 
 from edgespec.events import Done, Round, Stats, Token
-from edgespec.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num
+from edgespec.cli.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""

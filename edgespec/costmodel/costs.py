@@ -1,8 +1,8 @@
 """What a verify or a batch costs, in target steps: the priors and their online refinement.
 
 c(n) is the time of one target decode of n tokens relative to a one-token step. The
-drafting policy (``edgespec.policy``) weighs expected committed tokens against it, and a
-batch of sequences (``edgespec.multiseq``) weighs its drafts against the batch's c(n).
+drafting policy (``edgespec.decoding.policy``) weighs expected committed tokens against it, and a
+batch of sequences (``edgespec.batching.runner``) weighs its drafts against the batch's c(n).
 ``OnlineCost`` starts from a prior (the profile's or ``tune``'s figures, else one of the
 measured curves below) and refines it from the timings of the rounds themselves.
 

@@ -3,7 +3,7 @@
 ``BatchRun`` is ``Engine.generate_many`` / ``run_many``'s answer (``generate --input``):
 it checks and tokenizes every request first, chooses N (``parallel="auto"``: from the
 batch cost C(N), the request count and the KV memory) or checks the N asked for, and
-runs them through a ``multiseq.BatchRunner``. ``check_parallel`` is the one check of N:
+runs them through a ``batching.runner.BatchRunner``. ``check_parallel`` is the one check of N:
 llama.cpp's limit on sequences per context and the memory their KV cache takes; ``serve
 --parallel`` asks it too, before its runner is built.
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator
 
-from .adaptive import choose_parallel
-from .detect import LocalProbe
-from .errors import EdgespecError, InputError
-from .llama import max_parallel_sequences
-from .multiseq import DEFAULT_CHUNK, BatchRunner, BatchStats, Outcome, Request, check_sequence_limit
+from ..costmodel.adaptive import choose_parallel
+from ..detect import LocalProbe
+from ..errors import EdgespecError, InputError
+from ..llama import max_parallel_sequences
+from .runner import DEFAULT_CHUNK, BatchRunner, BatchStats, Outcome, Request, check_sequence_limit
 
 KV_SHARE = 0.5  # of the free memory where the KV cache lives, what a batch's KV cache may take
 UNKNOWN_MEMORY = 4 << 30  # free memory assumed by "auto" where it cannot be read
@@ -76,7 +76,7 @@ def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict
     rf = options.get("response_format")
     if rf is None or "constraint" in options:
         return options
-    from .constraints import compile_constraint
+    from ..constraints import compile_constraint
 
     lenient = bool(options.get("lenient_schema"))
     key = json.dumps([rf, lenient], sort_keys=True, default=str)
@@ -97,7 +97,7 @@ class BatchRun:
 
     ``parallel="auto"`` picks N from the batch cost C(N) (the profile's or the prior's),
     the number of requests and the memory the KV cache of N sequences needs
-    (``adaptive.choose_parallel``). Every request is checked and tokenized first: one
+    (``costmodel.adaptive.choose_parallel``). Every request is checked and tokenized first: one
     that cannot run (empty, too long, bad settings) comes back at once as an error.
     """
 

@@ -18,7 +18,7 @@ of them on the real machine instead of estimating it:
   llama.cpp kernels plain decoding uses: plain generations on a second, plain engine,
   interleaved with the others (a timed single step understates it, so generations it is).
 
-From these it picks k per drafter and the best configuration with ``adaptive.choose``
+From these it picks k per drafter and the best configuration with ``costmodel.adaptive.choose``
 (plain decoding when nothing is predicted to gain), and a ``p_min`` for the model
 drafter. ``save`` writes the figures into the user's profile through
 ``profiles.record_measurements``. Nothing here prints.
@@ -32,10 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import adaptive, bench, catalog, profiles
-from .bench_prompts import CALIBRATION, BenchPrompt
-from .errors import InputError
-from .llama import Context, common_prefix_len
+from ..costmodel import adaptive
+from . import bench
+from .. import catalog, profiles
+from .prompts import CALIBRATION, BenchPrompt
+from ..errors import InputError
+from ..llama import Context, common_prefix_len
 
 N_MAX = 16
 P_MIN_CAP = 0.95
@@ -137,7 +139,7 @@ def fit_verify_cost(relative: dict[int, float]) -> adaptive.VerifyCost:
 
 
 def step_model(target_ms: float, draft_ms: float, target_bytes: int, draft_bytes: int) -> tuple[float, float] | None:
-    """(overhead_ms, decode_gbs) such that ``adaptive.step_ms`` reproduces both measured
+    """(overhead_ms, decode_gbs) such that ``costmodel.adaptive.step_ms`` reproduces both measured
     steps, or None when the two do not determine a sensible pair (two models of about
     one size, or a draft slower per byte than the target)."""
     db = target_bytes - draft_bytes

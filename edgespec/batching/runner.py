@@ -16,7 +16,7 @@ the same reasons at the same token. What changes is who chooses the draft length
 many rows per decode, a draft row costs real compute on a CPU, so the lengths are
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
-batch's own timings (``policy.OnlineCost``), each sequence's acceptance learned from its
+batch's own timings (``decoding.policy.OnlineCost``), each sequence's acceptance learned from its
 own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
 the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
 A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
@@ -39,13 +39,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .adaptive import batch_draft_lengths, fit_drafts
-from .batchseq import BatchSeq, step_masks
-from .errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
-from .llama import MultiContext, max_parallel_sequences
-from .llama.context import common_prefix_len
-from .costs import OnlineCost
-from .policy import DraftPolicy, FixedPolicy
+from ..costmodel.adaptive import batch_draft_lengths, fit_drafts
+from .sequence import BatchSeq, step_masks
+from ..errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
+from ..llama import MultiContext, max_parallel_sequences
+from ..llama.context import common_prefix_len
+from ..costmodel.costs import OnlineCost
+from ..decoding.policy import DraftPolicy, FixedPolicy
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
 # step stays a few single-token steps long, large enough to fill the matmuls.
@@ -359,7 +359,7 @@ class BatchRunner:
         return False
 
     def _draft_lengths(self, gen: list[BatchSeq], room: int) -> list[int]:
-        """Draft lengths for the batch (``adaptive.batch_draft_lengths`` over each
+        """Draft lengths for the batch (``costmodel.adaptive.batch_draft_lengths`` over each
         sequence's expected-tokens curve); a fixed policy drafts what it proposes. Either
         way they are cut to the ``room`` the decode has for drafts (``fit_drafts``)."""
         lengths = [0] * len(gen)

@@ -2,7 +2,7 @@
 
 ``Engine.stream`` checks and tokenizes the request (``Engine.prepare``) and hands over
 here: reuse the cached prefix of the KV cache and prefill the rest of the prompt, run
-``speculative.SpeculativeLoop``'s rounds, build the reply (``reply.Reply``: text, stop
+``decoding.speculative.SpeculativeLoop``'s rounds, build the reply (``decoding.reply.Reply``: text, stop
 strings, end of generation) and, under a constraint, give the generation its own
 grammar matcher and say at the end whether the structure is complete (and its parsed
 JSON value). It never prints; errors propagate as ``EdgespecError`` subclasses, and a
@@ -15,9 +15,9 @@ import time
 from typing import Any, Iterator
 
 from . import sampling
-from .constraints import Constraint
-from .events import Done, Event, Stats
-from .llama import common_prefix_len
+from ..constraints import Constraint
+from ..events import Done, Event, Stats
+from ..llama import common_prefix_len
 from .reply import Reply
 from .sampling import SamplingParams
 from .speculative import SpeculativeLoop
@@ -35,7 +35,7 @@ def run(engine: Any, prompt_ids: list[int], params: SamplingParams, max_tokens: 
 
     # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
     # prompt shares with it and decode the rest, except the prompt's last token,
-    # which the first verify batch decodes (see speculative.py on x_last).
+    # which the first verify batch decodes (see decoding/speculative.py on x_last).
     keep = common_prefix_len(target.tokens, prompt_ids[:-1])
     target.rollback(keep)
     if len(prompt_ids) - 1 > keep:

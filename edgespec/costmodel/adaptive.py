@@ -119,7 +119,7 @@ def best_k(
 class DrafterOption:
     """One drafter as the cost model sees it. ``floor`` is the least speedup the
     drafter's policy guarantees whatever the text: prompt lookup under the learned policy
-    (``edgespec.policy``) drafts only where it pays and costs nothing to look, so it
+    (``edgespec.decoding.policy``) drafts only where it pays and costs nothing to look, so it
     never falls below plain decoding (1.0); 0 where no such guarantee holds."""
 
     drafter: str  # "model" | "ngram"

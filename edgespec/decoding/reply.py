@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from .events import Event, Token, TokenLogprob
-from .llama import Detokenizer, Model
+from ..events import Event, Token, TokenLogprob
+from ..llama import Detokenizer, Model
 from .text import TextAssembler
 
 
@@ -42,7 +42,7 @@ class Reply:
         return self.text_out.text
 
     def push(self, res) -> list[Event]:
-        """The events of one round (a ``speculative.RoundResult``): its tokens up to
+        """The events of one round (a ``decoding.speculative.RoundResult``): its tokens up to
         wherever the reply ends, then the round record."""
         events: list[Event] = []
         n_forced = res.info.forced  # the round's first accepted drafts were the grammar's

@@ -6,7 +6,7 @@ copying): ``begin(tokens, params, rng)`` once per generation, then per round
 everything committed so far (prompt + generated), ``k`` the most ids wanted and
 ``keep_drafting`` the drafting policy's say, token by token, for drafters that pay per
 token; and ``accepted(n)`` with how many of the proposed ids the target kept. How many
-of the proposed ids are verified is the policy's choice (``edgespec.policy``), from the
+of the proposed ids are verified is the policy's choice (``edgespec.decoding.policy``), from the
 proposal's ``match_len`` or ``confidence``. ``q`` holds the draft's probability rows for the proposed ids when the
 drafter sampled them from a distribution; ``q is None`` means a fixed proposal that the
 loop verifies by matching against the target's own choice, which is exact at every
@@ -29,8 +29,8 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from . import sampling
-from .constraints import mask_logits
-from .llama import Context, Model, common_prefix_len
+from ..constraints import mask_logits
+from ..llama import Context, Model, common_prefix_len
 from .sampling import SamplingParams
 
 
@@ -38,7 +38,7 @@ from .sampling import SamplingParams
 class Proposal:
     ids: list[int]
     q: np.ndarray | None = None  # (len(ids), n_vocab_draft) draft probabilities, or None
-    # what the drafting policy judges a proposal by (see edgespec.policy):
+    # what the drafting policy judges a proposal by (see edgespec.decoding.policy):
     match_len: int = 0  # prompt lookup: length of the context match the ids continue
     confidence: tuple[float, ...] = ()  # model drafter: its top probability at each id
     # prompt lookup: whether the token before each id ends a sentence or a line (for the

@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import adaptive, catalog, pairing
+from ..costmodel import adaptive
+from .. import catalog
+from . import pairing
 from .explain import explain as _explain
 from .explain import x as _x
-from .errors import ProfileError
-from .profiles import GB, Profile, detect_profile, load_profile
+from ..errors import ProfileError
+from ..profiles import GB, Profile, detect_profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -378,7 +380,7 @@ RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logit
 
 
 def _over_network(costs: _Costs, prof: Profile, pair_name: str | None, tgt: str, notes: list[str]) -> _Costs:
-    """The costs when every target decode also crosses the network (``adaptive.over_network``).
+    """The costs when every target decode also crosses the network (``costmodel.adaptive.over_network``).
     The exact kernels cost nothing extra there: RPC servers never repack weights."""
     fig = prof.rpc_round_trip_ms
     r = fig.value if fig else RPC_ROUND_TRIP_ESTIMATE_MS

@@ -3,8 +3,8 @@ and ``profiles detect``. Reads the cost model's numbers; decides nothing."""
 
 from __future__ import annotations
 
-from . import adaptive
-from .profiles import Profile
+from ..costmodel import adaptive
+from ..profiles import Profile
 
 
 def x(s: float) -> str:

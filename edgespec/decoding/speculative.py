@@ -23,7 +23,7 @@ not yet decoded. So after every round ``target.pos_max() == len(committed) - 2``
 Under a constraint (``matcher``, see ``edgespec.constraints``) every distribution is
 the MASKED one, renormalised: p' = probs(mask_i(logits_i)) at verify row i, where mask_i is
 the grammar state after committed + d_1..d_(i-1); a model drafter samples its drafts from
-its own masked q' (drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
+its own masked q' (decoding/drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
 their grammar-valid prefix before verification, and the tokens the grammar forces
 (``compute_ff_tokens``), then the likely tokens of the text it forces beyond them, lead
 the draft at no drafting cost: a fixed proposal, accepted iff the target's masked sample
@@ -35,7 +35,7 @@ the tokens committed after the prompt (asserted in ``settle``).
 
 Asked for ``logprobs`` (``SpeculativeLoop.logprobs``: how many alternatives per token),
 each committed token also gets the target's log-probability at its verify row, the row
-the token was chosen from (``edgespec.logprob``); not asked, nothing is computed.
+the token was chosen from (``edgespec.decoding.logprob``); not asked, nothing is computed.
 
 This module knows nothing about text, stop strings or the screen: it yields token ids
 with their ``from_draft`` flag and a ``Round`` record per round.
@@ -50,10 +50,10 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import sampling
-from .constraints import Matcher, apply_mask
+from ..constraints import Matcher, apply_mask
 from .drafters import Drafter
-from .events import Round, Stats, TokenLogprob
-from .llama import Context
+from ..events import Round, Stats, TokenLogprob
+from ..llama import Context
 from .logprob import token_logprob
 from .policy import DraftPolicy, FixedPolicy
 from .sampling import SamplingParams

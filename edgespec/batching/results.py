@@ -2,7 +2,7 @@
 
 The input side (one JSON object per line, every bad line reported with its number and
 skipped, settings checked by the engine's own ``SamplingParams.validate``) is
-``edgespec.jobs``; its names are re-exported here.
+``edgespec.batching.jobs``; its names are re-exported here.
 
 The output file is append-only, one ``{"id", "text", "finish_reason", "stats"}`` object
 per line (under a constraint followed by ``structured_complete``, ``parsed`` and, where
@@ -34,7 +34,7 @@ try:  # POSIX; on other systems the output simply isn't locked.
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-from edgespec.jobs import (  # noqa: F401 - re-exported: the batch API reads jobs too
+from edgespec.batching.jobs import (  # noqa: F401 - re-exported: the batch API reads jobs too
     ALLOWED_KEYS,
     GENERATION_KEYS,
     InputFile,
@@ -407,7 +407,7 @@ def _job_options(job: Job, defaults: dict[str, Any]) -> dict[str, Any]:
 def _run_parallel(engine: Any, todo: list[Job], writer: ResultWriter, defaults: dict[str, Any],
                   on_error: str, observer: BatchObserver, summary: BatchSummary,
                   parallel: int | str) -> None:
-    from edgespec.multiseq import Request
+    from edgespec.batching.runner import Request
 
     by_key = {job.key: job for job in todo}
     run = engine.run_many([Request(job.key, job.prompt, _job_options(job, defaults)) for job in todo],

@@ -22,7 +22,7 @@ import json
 from functools import lru_cache
 from typing import Any, Sequence
 
-from .errors import InputError
+from ..errors import InputError
 
 CHATML = (
     "{% for message in messages %}"

@@ -1,0 +1,11 @@
+"""Many sequences per decode, and resumable JSONL batches.
+
+``runner`` (``BatchRunner``: continuous batching over one multi-sequence context),
+``sequence`` (``BatchSeq``: one sequence of a batch, its round, reply and matcher),
+``run`` (``BatchRun``: a batch job, every request checked first, N chosen or checked),
+``jobs`` (the JSONL input, read and checked line by line) and ``results`` (the
+append-only JSONL output, resuming, ``run_batch``).
+
+Each sequence runs the round of ``edgespec.decoding``; knows nothing of plans,
+measuring, HTTP or the terminal.
+"""
