@@ -73,12 +73,16 @@ def test_no_file_is_a_silent_cold_start(tmp_path):
 
 
 def test_one_file_per_tokenizer_identity_under_the_edgespec_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path))
+    """Beside the models in edgespec's XDG cache; EDGESPEC_MEMORY_DIR moves it."""
+    monkeypatch.delenv("EDGESPEC_MEMORY_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     a = save(sample(), IDENT)
     b = save(sample(docs=((5, 6, 7),)), "llama/32000/abcdef")
-    assert a != b and a.parent == b.parent == tmp_path / "suffix-memory"
+    assert a != b and a.parent == b.parent == tmp_path / "edgespec" / "suffix-memory"
     assert "/" not in a.name and a == store_path(IDENT)
     assert texts(load("llama/32000/abcdef")) == [[5, 6, 7]]
+    monkeypatch.setenv("EDGESPEC_MEMORY_DIR", str(tmp_path / "elsewhere"))
+    assert store_path(IDENT).parent == tmp_path / "elsewhere"
 
 
 def damaged(path, how):

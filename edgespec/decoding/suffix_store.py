@@ -49,10 +49,13 @@ class SuffixStoreWarning(UserWarning):
 
 
 def store_dir() -> Path:
-    """``suffix-memory/`` in edgespec's cache (``$EDGESPEC_CACHE`` or the XDG cache)."""
-    from ..catalog.chunks import cache_dir  # the one place that says where the cache is
-
-    return cache_dir() / "suffix-memory"
+    """``$EDGESPEC_MEMORY_DIR``, else ``edgespec/suffix-memory/`` in the XDG cache (beside
+    the models' ``edgespec/models/``; decoding/ may not reach catalog/ to ask it)."""
+    env = os.environ.get("EDGESPEC_MEMORY_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "edgespec" / "suffix-memory"
 
 
 def store_path(identity: str, directory: Path | None = None) -> Path:
