@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.batching.run import BatchRun
+from edgespec.batching.run import PreparedBatch
 from edgespec.constraints import allowed_array, batch_masks, compile_constraint
 from edgespec.errors import ConstraintStateError
 from edgespec.batching.jobs import parse_line, InputLineError
@@ -56,7 +56,7 @@ def requests(n: int, **extra) -> list[Request]:
 
 
 def run(engine: Engine, reqs: list[Request], parallel: int) -> dict:
-    out = {o.key: o for o in BatchRun(engine, reqs, parallel=parallel)}
+    out = {o.key: o for o in PreparedBatch(engine, reqs, parallel=parallel)}
     assert set(out) == {r.key for r in reqs}
     return out
 
