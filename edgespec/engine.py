@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
-# GEMM decodes for less than 15 (see policy.CPU_VERIFY_PRIOR).
+# GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
 DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
