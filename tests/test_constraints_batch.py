@@ -199,9 +199,9 @@ def test_matcher_and_kv_stay_in_step_for_every_sequence(engines, monkeypatch):
 
 
 def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
-    import edgespec.batching.sequence as batchseq
+    from edgespec.batching import sequence
 
-    original = batchseq.batch_masks
+    original = sequence.batch_masks
     calls = {"n": 0}
 
     def failing(items, is_eog):
@@ -223,7 +223,7 @@ def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
         return seq
 
     monkeypatch.setattr(BatchRunner, "_prepare", prepare)
-    monkeypatch.setattr(batchseq, "batch_masks", failing)
+    monkeypatch.setattr(sequence, "batch_masks", failing)
     out = run(eng, reqs, parallel=3)
     assert isinstance(out[1].error, ConstraintStateError)
     for k in (0, 2):

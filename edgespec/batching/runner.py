@@ -29,7 +29,7 @@ masks of all the constrained rows of a step are computed together, in one parall
 (``constraints.batch_masks``), before the decode.
 
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
-others shared its batches (tests/test_multiseq.py checks it against solo runs).
+others shared its batches (tests/test_batch_runner.py checks it against solo runs).
 """
 
 from __future__ import annotations
