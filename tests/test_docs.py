@@ -13,6 +13,7 @@
   an attribute of what does), each ``edgespec/x/y.py`` path is a file, and each
   ``wing.module.name`` in backticks (``costmodel.costs.OnlineCost``) resolves under
   ``edgespec``: no pointer to where code used to be.
+- docs/api.md shows only the public names: what ``edgespec`` exports, and its errors.
 
 ``PENDING`` lists options the docs already show that land on other branches this
 session; command lines using them are skipped until those branches are merged, and a
@@ -402,3 +403,30 @@ def test_every_module_path_named_exists():
                for n, line in enumerate(path.read_text().splitlines(), 1)
                for name in _missing(line, path.parent)]
     assert not missing, "names of modules that do not exist:\n" + "\n".join(missing)
+
+
+API_PAGE = ROOT / "docs" / "api.md"
+PUBLIC_MODULES = {"errors"}  # edgespec.errors: the EdgespecError subclasses
+
+
+def _api_names(text: str) -> list[str]:  # sorted, each once
+    """What a page reaches of edgespec: each ``edgespec.X`` and each ``from edgespec... import X``."""
+    names = [m.split(".")[1] for m in _DOTTED.findall(text)]
+    for module, imported in re.findall(r"from (edgespec(?:\.\w+)*) import ([\w, ]+)", text):
+        names += [module.split(".")[1]] if "." in module else [n.strip() for n in imported.split(",")]
+    return sorted(set(names))
+
+
+def test_the_api_check_finds_inner_names():
+    assert _api_names("from edgespec.planning.planner import plan; `edgespec.batching.runner`") == [
+        "batching", "planning"]
+    assert _api_names("from edgespec import Engine, plan\n`edgespec.load(...)`") == ["Engine", "load", "plan"]
+
+
+def test_the_api_page_shows_only_public_names():
+    import edgespec
+
+    for name in edgespec.__all__:
+        assert getattr(edgespec, name) is not None, name
+    inner = [n for n in _api_names(API_PAGE.read_text()) if n not in set(edgespec.__all__) | PUBLIC_MODULES]
+    assert not inner, f"docs/api.md reaches inside edgespec: {inner}"
