@@ -28,6 +28,7 @@ from edgespec.errors import (
 )
 from edgespec.events import Done, Round, Stats, Token
 from edgespec.llama import common_prefix_len
+
 from tiny_models import make_tiny_model
 
 
