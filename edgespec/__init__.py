@@ -14,14 +14,26 @@ from .events import Done, Round, Stats, Token
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # edgespec.load plans (catalog, profiles, local stores): imported on first use, so
-    # `import edgespec` and the CLI's start stay light
-    if name == "load":
-        from .loading import load
+# The rest of the public face, each where it lives: imported on first use, so `import
+# edgespec` and the CLI's start stay light (edgespec.load plans: catalog, profiles, local
+# stores).
+_LAZY = {
+    "load": ("loading", "load"),
+    "plan": ("planning.planner", "plan"),
+    "Request": ("batching.runner", "Request"),
+    "resolve_model": ("catalog", "resolve_model"),
+    "on_server_lost": ("llama.rpc", "on_server_lost"),
+}
 
-        return load
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        where, attr = _LAZY[name]
+        return getattr(import_module(f".{where}", __name__), attr)
     raise AttributeError(f"module 'edgespec' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "Result", "load", "EdgespecError", "Token", "Round", "Done", "Stats", "__version__"]
+__all__ = ["Engine", "Result", "load", "plan", "Request", "resolve_model", "on_server_lost", "EdgespecError",
+           "Token", "Round", "Done", "Stats", "__version__"]

@@ -30,11 +30,11 @@ from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIF
 from .decoding.policy import DraftPolicy, FixedPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .batching.run import BatchRun, Request
+    from .batching.run import PreparedBatch, Request
 
 DEFAULT_K = 4
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
-# GEMM decodes for less than 15 (see policy.CPU_VERIFY_PRIOR).
+# GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
 DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
@@ -228,7 +228,7 @@ class Engine:
         return GPU_BATCH_PRIOR if self._on_gpu() else CPU_BATCH_PRIOR
 
     def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
-                      **options) -> BatchRun:
+                      **options) -> PreparedBatch:
         """Generate every prompt, ``parallel`` sequences per decode (continuous batching,
         see ``edgespec.batching.runner``); iterate the answer for ``Outcome(key, result, error)``
         in the order they finish, ``key`` being the prompt's index. ``options`` are
@@ -239,11 +239,11 @@ class Engine:
         return self.run_many([Request(i, p, dict(options)) for i, p in enumerate(prompts)],
                              parallel=parallel)
 
-    def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> BatchRun:
+    def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> PreparedBatch:
         """``generate_many`` for ``batching.runner.Request``s, each with its own key and options."""
-        from .batching.run import BatchRun
+        from .batching.run import PreparedBatch
 
-        return BatchRun(self, requests, parallel=parallel)
+        return PreparedBatch(self, requests, parallel=parallel)
 
     def set_k(self, k: int) -> None:
         if k < 1:

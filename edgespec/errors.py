@@ -1,6 +1,6 @@
 """Typed errors for everything a user can get wrong or run into.
 
-The library raises these and never prints or exits; ``cli.py`` turns each into one line
+The library raises these and never prints or exits; ``edgespec.cli`` turns each into one line
 on stderr and the exit code named on the class. Every message says what was wrong and
 what to do about it. This module knows nothing about llama.cpp or the terminal.
 """

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.batching.run import BatchRun
+from edgespec.batching.run import PreparedBatch
 from edgespec.constraints import allowed_array, batch_masks, compile_constraint
 from edgespec.errors import ConstraintStateError
 from edgespec.batching.jobs import parse_line, InputLineError
@@ -56,7 +56,7 @@ def requests(n: int, **extra) -> list[Request]:
 
 
 def run(engine: Engine, reqs: list[Request], parallel: int) -> dict:
-    out = {o.key: o for o in BatchRun(engine, reqs, parallel=parallel)}
+    out = {o.key: o for o in PreparedBatch(engine, reqs, parallel=parallel)}
     assert set(out) == {r.key for r in reqs}
     return out
 
@@ -199,9 +199,9 @@ def test_matcher_and_kv_stay_in_step_for_every_sequence(engines, monkeypatch):
 
 
 def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
-    import edgespec.batching.sequence as batchseq
+    from edgespec.batching import sequence
 
-    original = batchseq.batch_masks
+    original = sequence.batch_masks
     calls = {"n": 0}
 
     def failing(items, is_eog):
@@ -223,7 +223,7 @@ def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
         return seq
 
     monkeypatch.setattr(BatchRunner, "_prepare", prepare)
-    monkeypatch.setattr(batchseq, "batch_masks", failing)
+    monkeypatch.setattr(sequence, "batch_masks", failing)
     out = run(eng, reqs, parallel=3)
     assert isinstance(out[1].error, ConstraintStateError)
     for k in (0, 2):

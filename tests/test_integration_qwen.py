@@ -68,7 +68,7 @@ def test_real_model_refuses_a_draft_with_another_vocabulary(qwen05, tiny_target)
 
 
 def test_real_model_logits_do_not_depend_on_batch_size(qwen05):
-    """The batch-invariant kernel setup (see edgespec/llama.py): a token's logits are
+    """The batch-invariant kernel setup (see edgespec/llama/kernels.py): a token's logits are
     bit-identical whether it is decoded alone or first in a verify batch of up to 17,
     also past 256 cached tokens where flash attention changes path for single tokens."""
     import numpy as np

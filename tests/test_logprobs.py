@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.batching.run import BatchRun, Request
+from edgespec.batching.run import PreparedBatch, Request
 from edgespec.errors import InputError
 from edgespec.events import Token
 from edgespec.decoding.logprob import token_logprob
@@ -104,7 +104,7 @@ def test_batch_sequences_give_their_solo_runs_logprobs(tiny_target, plain):
     reqs = [Request(i, PROMPT + " " * i, {"max_tokens": 10 + 3 * i, "logprobs": 3}) for i in range(3)]
     reqs.append(Request(3, PROMPT, {"max_tokens": 6}))  # not asked: none
     with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as ngram:
-        out = {o.key: o for o in BatchRun(ngram, reqs, parallel=4)}
+        out = {o.key: o for o in PreparedBatch(ngram, reqs, parallel=4)}
     for r in reqs[:3]:
         assert out[r.key].error is None
         assert_same_logprobs(out[r.key].result, plain.generate(r.prompt, **r.options))

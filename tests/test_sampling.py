@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from edgespec.decoding import sampling
 from edgespec.errors import DecodeError, InputError
 from edgespec.decoding.sampling import (
     SamplingParams,
@@ -425,3 +426,27 @@ def test_speculative_step_preserves_target_distribution():
             out[i] = sample(r, rng)
     freq = np.bincount(out, minlength=p.size) / n
     np.testing.assert_allclose(freq, p, atol=0.015)
+
+
+# ---------------------------------------------------------------- found by the property tests
+# (tests/test_properties.py): a temperature below ~3e-39 and an extreme ``repeat_penalty``,
+# both accepted by ``SamplingParams.validate``, broke the row.
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 5e-324])
+def test_a_temperature_too_small_for_float32_still_samples(temperature):
+    # 1/T overflowed to inf and inf * 0 at the maximum made the row NaN
+    row = np.array([0.5, 2.0, -1.0], dtype=np.float32)
+    params = SamplingParams(temperature=temperature)
+    params.validate()
+    p = sampling.probs_from_logits(row, params)
+    assert p.tolist() == [0.0, 1.0, 0.0]
+
+
+def test_an_extreme_repeat_penalty_leaves_a_usable_row():
+    # 2.0 / 1e-40 overflowed float32 to inf, and probs_from_logits called the row broken
+    row = np.array([2.0, 1.0, -1.0], dtype=np.float32)
+    params = SamplingParams(temperature=1.0, repeat_penalty=1e-40)
+    params.validate()
+    p = sampling.probs_from_logits(sampling.apply_penalties(row, [0], params), params)
+    assert np.all(np.isfinite(p)) and p.argmax() == 0

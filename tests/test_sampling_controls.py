@@ -11,7 +11,7 @@ import pytest
 
 from edgespec import Engine
 from edgespec.errors import InputError
-from edgespec.batching.run import BatchRun, Request
+from edgespec.batching.run import PreparedBatch, Request
 from edgespec.events import Token
 from edgespec.decoding.sampling import SamplingParams, apply_logit_bias, ban, params_from
 from edgespec.decoding.text import TextAssembler
@@ -104,7 +104,7 @@ def test_batch_sequences_honour_the_options_like_solo_runs(eos_first, plain):
             Request(1, PROMPT, {"max_tokens": 10, "min_tokens": 4}),
             Request(2, PROMPT, {"max_tokens": 10}),
             Request(3, PROMPT, {"max_tokens": 10, "ignore_eos": True, "logit_bias": {60: 50.0}})]
-    out = {o.key: o for o in BatchRun(plain, reqs, parallel=4)}
+    out = {o.key: o for o in PreparedBatch(plain, reqs, parallel=4)}
     for r in reqs:
         want = plain.generate(r.prompt, **r.options)
         assert out[r.key].error is None
@@ -152,5 +152,5 @@ def test_a_stop_string_across_the_min_tokens_boundary_ends_the_reply(plain):
     assert late.text.startswith(text[:start + len(stop)]) and len(late.token_ids) >= j + 2
     # a batch sequence ends at the same token (it builds its reply the same way)
     options = {"max_tokens": 24, "ignore_eos": True, "stop": stop, "min_tokens": j + 1}
-    out = next(iter(BatchRun(plain, [Request(0, PROMPT, options)], parallel=2)))
+    out = next(iter(PreparedBatch(plain, [Request(0, PROMPT, options)], parallel=2)))
     assert out.result.text == text[:start] and len(out.result.token_ids) == j + 1

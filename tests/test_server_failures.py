@@ -53,12 +53,12 @@ def test_parallel_beyond_llama_cpp_limit_refuses_to_start(engine):
 
 
 def test_a_batch_that_cannot_be_built_refuses_to_start(engine, monkeypatch):
-    import edgespec.batching.runner as multiseq
+    from edgespec.batching import runner
 
     def broken(*a, **kw):
         raise ModelLoadError("could not create a context of 153600 tokens")
 
-    monkeypatch.setattr(multiseq, "BatchRunner", broken)
+    monkeypatch.setattr(runner, "BatchRunner", broken)
     with pytest.raises(ModelLoadError, match="153600"):
         create_app(engine, parallel=4)
 

@@ -2,7 +2,7 @@
 
 ``runner`` (``BatchRunner``: continuous batching over one multi-sequence context),
 ``sequence`` (``BatchSeq``: one sequence of a batch, its round, reply and matcher),
-``run`` (``BatchRun``: a batch job, every request checked first, N chosen or checked),
+``run`` (``PreparedBatch``: a batch job, every request checked first, N chosen or checked),
 ``jobs`` (the JSONL input, read and checked line by line) and ``results`` (the
 append-only JSONL output, resuming, ``run_batch``).
 

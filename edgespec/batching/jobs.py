@@ -10,7 +10,7 @@ structured output, with ``lenient_schema``). The sampling settings are checked b
 keyword the constraint engine lacks is an error), the very checks the engine runs, so a
 line the engine would refuse is refused here, before the batch starts. Every bad line (not UTF-8, not JSON,
 a bad value) is reported with its line number and skipped; nothing is dropped silently.
-Knows nothing of engines or output files (``batch``).
+Knows nothing of engines or output files (``results``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """A batch job over many sequences per decode, and how many sequences one may hold.
 
-``BatchRun`` is ``Engine.generate_many`` / ``run_many``'s answer (``generate --input``):
+``PreparedBatch`` is ``Engine.generate_many`` / ``run_many``'s answer (``generate --input``):
 it checks and tokenizes every request first, chooses N (``parallel="auto"``: from the
 batch cost C(N), the request count and the KV memory) or checks the N asked for, and
-runs them through a ``batching.runner.BatchRunner``. ``check_parallel`` is the one check of N:
-llama.cpp's limit on sequences per context and the memory their KV cache takes; ``serve
---parallel`` asks it too, before its runner is built.
+runs them through a ``batching.runner.BatchRunner`` (the continuous-batching machine: a
+``PreparedBatch`` is the batch made ready for it, so the two names say which is which).
+``check_parallel`` is the one check of N: llama.cpp's limit on sequences per context and
+the memory their KV cache takes; ``serve --parallel`` asks it too, before its runner is built.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
-class BatchRun:
+class PreparedBatch:
     """``Engine.generate_many``'s answer: iterate it for ``Outcome``s in the order the
     requests finish. Before iterating, ``n_parallel`` says how many sequences share each
     decode and why (``parallel_reason``); while and after, ``stats`` has the throughput.

@@ -16,20 +16,20 @@ the same reasons at the same token. What changes is who chooses the draft length
 many rows per decode, a draft row costs real compute on a CPU, so the lengths are
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
-batch's own timings (``decoding.policy.OnlineCost``), each sequence's acceptance learned from its
+batch's own timings (``costmodel.costs.OnlineCost``), each sequence's acceptance learned from its
 own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
 the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
 A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
 
 Structured output: a request may carry a ``response_format`` (or a compiled
 ``constraint``) like a single generation; its sequence then has its own grammar matcher
-that moves with its own cache (``batchseq``), its forced tokens and grammar-valid
+that moves with its own cache (``batching.sequence``), its forced tokens and grammar-valid
 prompt-lookup drafts enter the batch's choice of draft lengths like any others, and the
 masks of all the constrained rows of a step are computed together, in one parallel call
 (``constraints.batch_masks``), before the decode.
 
 Under ``exact`` (batch-invariant kernels) a sequence's tokens do not depend on which
-others shared its batches (tests/test_multiseq.py checks it against solo runs).
+others shared its batches (tests/test_batch_runner.py checks it against solo runs).
 """
 
 from __future__ import annotations

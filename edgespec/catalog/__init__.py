@@ -19,7 +19,7 @@ command that gets it.
 The catalog also reads GGUF metadata (header only, no llama.cpp) to estimate the memory a
 model needs: weights + KV cache at ``n_ctx`` (f16 K and V) + headroom. It does not know
 whether two vocabularies agree — ``edgespec.llama`` checks that on the real files — nor
-how fast anything runs (``profiles`` and ``adaptive`` do).
+how fast anything runs (``profiles`` and ``costmodel`` do).
 
 Models the user already has in other tools' stores (Ollama, LM Studio, the Hugging Face
 cache, llama.cpp's cache, ``EDGESPEC_MODEL_PATH``) are found by ``stores``, known from

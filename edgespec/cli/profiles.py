@@ -1,6 +1,6 @@
 """``edgespec profiles ...`` and ``edgespec models ...``: show what edgespec knows.
 
-Thin: each command calls ``edgespec.profiles`` / ``planner`` / ``detect`` / ``catalog``, then prints a
+Thin: each command calls ``edgespec.profiles`` / ``planning`` / ``detect`` / ``catalog``, then prints a
 Rich table for people or, with ``--json``, one JSON object for scripts. Library errors
 become one line on stderr and the exit code of their class.
 """

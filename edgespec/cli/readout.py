@@ -113,12 +113,12 @@ class Readout:
         if self.live:
             self.console.print(self.legend())
 
-    def reply(self) -> "Reply":
+    def reply(self) -> "ReplyView":
         """A context manager showing one reply: ``with readout.reply() as r: r.feed(ev)``."""
-        return Reply(self)
+        return ReplyView(self)
 
-    def show(self, events: Iterable[Token | Round | Done]) -> "Reply":
-        """Show a whole event stream; returns the finished Reply (``.done``, ``.text``)."""
+    def show(self, events: Iterable[Token | Round | Done]) -> "ReplyView":
+        """Show a whole event stream; returns the finished ReplyView (``.done``, ``.text``)."""
         with self.reply() as r:
             for event in events:
                 r.feed(event)
@@ -151,8 +151,9 @@ class Readout:
         return " · ".join(parts)
 
 
-class Reply:
-    """One reply being shown. Feed it events; leave the ``with`` block to finish it.
+class ReplyView:
+    """One reply being shown (the screen's view of it; ``decoding.reply.Reply`` builds the
+    reply itself). Feed it events; leave the ``with`` block to finish it.
 
     ``text`` is the answer so far (what was committed, never rejected drafts); ``done``
     is the final ``Done`` event, or None if the stream was interrupted.
@@ -186,7 +187,7 @@ class Reply:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def __enter__(self) -> "Reply":
+    def __enter__(self) -> "ReplyView":
         if self.readout.live:
             self._live = Live(
                 self._renderable(),
@@ -363,7 +364,7 @@ def _style(tok: Token) -> Style:
 __all__ = [
     "STYLE_FORCED",
     "Readout",
-    "Reply",
+    "ReplyView",
     "STYLE_DRAFT",
     "STYLE_REJECTED",
     "STYLE_TARGET",

@@ -1,6 +1,6 @@
 """What the readout says about speculation's effect, in numbers and words: the speedup
 estimate from round timings and the drafting figures (acceptance, k). Pure arithmetic
-over the event stream's figures; knows nothing of Rich or the terminal (``readout``
+over the event stream's figures; knows nothing of Rich or the terminal (``cli.readout``
 draws it).
 
 **The speedup estimate.** A round in which the drafter proposed nothing is exactly one

@@ -2,7 +2,7 @@
 
 This module is pure numpy. It knows llama.cpp's *semantics* for each knob (so that a
 user who sets ``--top-p 0.9`` gets what llama.cpp would have given them) but it never
-imports ``llama_cpp``: logits arrive as numpy rows from ``llama.py`` and leave as
+imports ``llama_cpp``: logits arrive as numpy rows from ``edgespec.llama`` and leave as
 token ids or probability vectors. It knows nothing about drafters, KV caches or the
 speculative loop; the loop calls these functions for the target's distribution ``p``
 and, when a drafter samples from a model, for the draft's distribution ``q``.
@@ -122,7 +122,7 @@ class SamplingParams:
     def validate(self) -> None:
         """Raise ``SamplingOptionError`` (an ``InputError``) naming the first bad value
         and the allowed range. This is the one check of these values: the engine runs it
-        on every call and ``batch`` on every input line."""
+        on every call and ``batching.results`` on every input line."""
 
         def bad(name: str, value: object, allowed: str) -> InputError:
             return SamplingOptionError(name, value, allowed)

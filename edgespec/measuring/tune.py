@@ -1,7 +1,7 @@
 """Measuring this machine: the figures of the cost model, and the choice they imply.
 
-``adaptive`` predicts the speedup of a drafter from four figures; ``tune`` measures each
-of them on the real machine instead of estimating it:
+``costmodel.adaptive`` predicts the speedup of a drafter from four figures; ``tune``
+measures each of them on the real machine instead of estimating it:
 
 * the target's single-token step time, and the verify cost c(n): the wall time of one
   ``Context.decode`` of n tokens with logits at every row (exactly what a verify batch

@@ -2,8 +2,8 @@
 
 ``plan()`` turns a profile (or the detected machine) and command-line overrides into a
 ``Plan``: the model pair that fits memory, the drafter and k from the cost model in
-``adaptive``, and the reason. It knows nothing about llama.cpp; ``Plan.engine_kwargs()``
-resolves catalog names to files for ``Engine``.
+``costmodel.adaptive``, and the reason. It knows nothing about llama.cpp;
+``Plan.engine_kwargs()`` resolves catalog names to files for ``Engine``.
 
 It sits between the profile data (``profiles``), the machine (``detect``), the model
 table and memory fit (``catalog``) and the engine; it reads them and never writes.
@@ -252,7 +252,7 @@ class _Room:
 def _given_target(target: str, prof: Profile, ask: _Ask, room: _Room, exact: bool,
                   notes: list[str]) -> pairing.ForTarget:
     """The target named on the command line, its draft model candidate (every model on
-    this machine that can draft for it is weighed: ``pairing``) and its pair."""
+    this machine that can draft for it is weighed: ``planning.pairing``) and its pair."""
     slow = prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
     given = pairing.for_target(target, prof, ask.mode, ask.draft, budget=room.budget, headroom=room.headroom,
                                slowdown=slow, notes=notes)

@@ -26,7 +26,7 @@ that is not allowed (docs/server-safety.md).
 validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
 the one table of the fields honoured, refused and ignored), its structure compiled off
 the event loop (``structured``: ``response_format`` and tools; a 400 naming the field
-when a schema, grammar or tool does not compile), and it becomes a ``worker.Job``. The
+when a schema, grammar or tool does not compile), and it becomes a ``worker.ServeJob``. The
 handler waits for the worker's first word: ``Failed`` (the engine refused the prompt:
 too long for the context, a bad value) is a 400 before any byte of the response is
 sent, even for a streamed request; ``Started`` means tokens follow. The answer, whole or
@@ -71,7 +71,7 @@ from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
 from .structured import Structure, plan_chat, plan_completion
-from .worker import Failed, Job, QueueFull, Started, Worker, WorkerDied
+from .worker import Failed, QueueFull, ServeJob, Started, Worker, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -200,7 +200,7 @@ def create_app(
     def tokenize_text(text: str) -> list[int]:
         return engine.tokenize(text, add_special=False, parse_special=False)
 
-    def submit(jobs: list[Job]) -> None:
+    def submit(jobs: list[ServeJob]) -> None:
         try:
             if len(jobs) == 1:
                 worker.submit(jobs[0])
@@ -228,7 +228,7 @@ def create_app(
             return await serve_choices(request, worker, choice_jobs(structure.prompt, options, req.choices()),
                                        reply_for, stream=req.stream, param="messages" if chat else "prompt",
                                        submit=submit, watch=_watch_disconnect)
-        job = Job(prompt=structure.prompt, options=options)
+        job = ServeJob(prompt=structure.prompt, options=options)
         submit([job])
         watcher = asyncio.create_task(_watch_disconnect(request, job))
         try:
@@ -332,7 +332,7 @@ def create_app(
     return app
 
 
-async def _watch_disconnect(request: Request, job: Job) -> None:
+async def _watch_disconnect(request: Request, job: ServeJob) -> None:
     """Cancel ``job`` when the client disconnects (and wake whoever waits on it)."""
     try:
         while True:

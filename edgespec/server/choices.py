@@ -35,7 +35,7 @@ from edgespec.events import Done, Round, Stats, Token
 
 from .responses import Gone, ReplyBody, error_for, event
 from .schema import ApiError
-from .worker import Failed, Job, Started, Worker
+from .worker import Failed, ServeJob, Started, Worker
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Tagged:
 
 
 @dataclass(eq=False)
-class ChoiceJob(Job):
+class ChoiceJob(ServeJob):
     """The job of one choice: its events reach the shared queue tagged with its index."""
 
     index: int = 0
@@ -108,7 +108,7 @@ def combined_stats(stats: list[Stats]) -> Stats:
 
 async def serve_choices(request: Request, worker: Worker, jobs: list[ChoiceJob],
                         make_reply: Callable[[int, float], ReplyBody], *, stream: bool, param: str,
-                        submit: Callable[[list[Job]], None],
+                        submit: Callable[[list[ServeJob]], None],
                         watch: Callable[[Request, Any], Awaitable[None]]) -> Response:
     """The response of one request's choices: ``submit`` queues them (raising the
     ``ApiError`` of a full queue), ``make_reply(index, queue_wait)`` builds a choice's

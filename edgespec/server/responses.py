@@ -41,7 +41,7 @@ from .logprobs import LogprobWriter
 from .schema import ApiError, ChatRequest, CompletionRequest
 from .structured import Structure
 from .tools import CallStream, Piece
-from .worker import Failed, Job, QueueFull, WorkerDied
+from .worker import Failed, QueueFull, ServeJob, WorkerDied
 
 log = logging.getLogger("edgespec.server")
 
@@ -272,8 +272,8 @@ def event(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse(reply: ReplyBody, job: Job, watcher: asyncio.Task,
-              next_event: Callable[[Job], Awaitable[Any]]) -> AsyncIterator[str]:
+async def sse(reply: ReplyBody, job: ServeJob, watcher: asyncio.Task,
+              next_event: Callable[[ServeJob], Awaitable[Any]]) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation (``next_event``: the worker's,
     which never waits on a dead worker). An error midway is an error event, then
     ``[DONE]``."""

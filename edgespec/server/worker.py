@@ -1,14 +1,14 @@
 """One generation at a time: a worker thread fed by a bounded FIFO queue of jobs.
 
 An ``Engine`` holds one KV session and is not safe to drive from two threads, so every
-request becomes a ``Job`` that waits in ``Worker``'s queue; the worker thread takes
+request becomes a ``ServeJob`` that waits in ``Worker``'s queue; the worker thread takes
 jobs in arrival order and runs ``engine.stream()`` for each. (One engine for everyone
 also means the previous request's KV prefix is reused: a chat continuation decodes only
 its new tokens.) The queue is bounded: ``submit`` raises ``QueueFull`` rather than let
 waits grow without limit, and the HTTP layer answers 503 with ``Retry-After``.
 
 A job's events travel to the asyncio side through ``loop.call_soon_threadsafe`` into an
-``asyncio.Queue``: no executor thread is parked per waiting request. ``Job.cancel()`` (a
+``asyncio.Queue``: no executor thread is parked per waiting request. ``ServeJob.cancel()`` (a
 client hung up) is seen by the worker between two events: it stops iterating and closes
 the generator, which leaves the engine's caches consistent (see ``Engine.stream``), and
 takes the next job. A job cancelled while still queued is skipped without running.
@@ -76,7 +76,7 @@ class Failed:
 
 
 @dataclass(eq=False)
-class Job:
+class ServeJob:
     """One request's generation: what to run, and where its events go.
 
     ``prompt`` and ``options`` are ``Engine.stream``'s arguments. Create it on the event
@@ -121,14 +121,14 @@ class Worker:
             raise ValueError(f"parallel must be at least 1 (got {parallel})")
         self.engine = engine
         self.parallel = parallel
-        self._active: set[Job] = set()  # parallel slots: the jobs generating now
+        self._active: set[ServeJob] = set()  # parallel slots: the jobs generating now
         self.max_queue = max_queue
         self.metrics = metrics
         self.on_fatal = on_fatal
-        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._jobs: queue.Queue[ServeJob | None] = queue.Queue(maxsize=max_queue)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._current: Job | None = None
+        self._current: ServeJob | None = None
         self._stopping = False
         self._died: BaseException | None = None  # why the thread ended, if it did
         self._runner: Any = self._new_runner() if parallel > 1 else None
@@ -142,7 +142,7 @@ class Worker:
         return BatchRunner(self.engine, self.parallel, n_ctx_seq=self.engine.n_ctx)
 
     # -- the asyncio side -------------------------------------------------------------
-    def submit(self, job: Job) -> None:
+    def submit(self, job: ServeJob) -> None:
         """Queue ``job`` (FIFO); ``QueueFull`` when ``max_queue`` jobs already wait or the
         server is stopping, ``WorkerDied`` when the worker has ended."""
         self.start()
@@ -156,7 +156,7 @@ class Worker:
             except queue.Full:
                 raise QueueFull(f"{self.max_queue} requests are already waiting") from None
 
-    def submit_all(self, jobs: list[Job]) -> None:
+    def submit_all(self, jobs: list[ServeJob]) -> None:
         """Queue every one of ``jobs`` or none (the choices of one request, ``n`` > 1):
         ``QueueFull`` when the queue has no room for all of them, as ``submit``."""
         self.start()
@@ -171,7 +171,7 @@ class Worker:
             for job in jobs:
                 self._jobs.put_nowait(job)
 
-    async def next_event(self, job: Job, poll: float = 1.0) -> Any:
+    async def next_event(self, job: ServeJob, poll: float = 1.0) -> Any:
         """The job's next event; ``Failed(WorkerDied)`` once the worker has ended and no
         event is left for it (checked every ``poll`` seconds while waiting)."""
         while True:
@@ -274,7 +274,7 @@ class Worker:
             finally:
                 self._current = None
 
-    def _serve(self, job: Job) -> None:
+    def _serve(self, job: ServeJob) -> None:
         wait = time.perf_counter() - job.enqueued_at
         try:
             events = self.engine.stream(job.prompt, **job.options)
@@ -363,7 +363,7 @@ class Worker:
             self._active.add(job)
         return True
 
-    def _forward(self, job: Job, event: Any) -> None:
+    def _forward(self, job: ServeJob, event: Any) -> None:
         if isinstance(event, Done):
             # counted before the client hears of it: /metrics is never behind a reply
             self.metrics.observe_generation(event.stats)

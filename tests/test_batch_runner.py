@@ -19,7 +19,7 @@ from edgespec import Engine
 from edgespec.costmodel.adaptive import VerifyCost, choose_parallel
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.llama import Model, MultiContext
-from edgespec.batching.run import BatchRun
+from edgespec.batching.run import PreparedBatch
 from edgespec.batching.runner import Request
 from tiny_models import make_tiny_model
 
@@ -36,7 +36,7 @@ def solo(engine: Engine, req: Request):
 
 def run(engine: Engine, reqs: list[Request], parallel, chunk: int = 128) -> dict:
     out = {}
-    for o in BatchRun(engine, reqs, parallel=parallel, chunk=chunk):
+    for o in PreparedBatch(engine, reqs, parallel=parallel, chunk=chunk):
         assert o.key not in out, "an outcome came back twice"
         out[o.key] = o
     assert set(out) == {r.key for r in reqs}
@@ -71,7 +71,7 @@ def test_prompts_longer_than_the_chunk_are_prefilled_beside_running_sequences(ex
     reqs = [Request("short", prompt(0, 2), {"max_tokens": 30, "raw": True}),
             Request("long", prompt(1, 60), {"max_tokens": 10, "raw": True}),
             Request("long2", prompt(2, 45), {"max_tokens": 12, "raw": True})]
-    batch = BatchRun(exact_engine, reqs, parallel=3, chunk=8)
+    batch = PreparedBatch(exact_engine, reqs, parallel=3, chunk=8)
     out = {o.key: o for o in batch}
     assert len(exact_engine.prompt_tokens(reqs[1].prompt, raw=True)) > 8 * 5
     # the long prompts took several steps of 8 tokens while "short" kept generating
@@ -120,7 +120,7 @@ def test_prompt_lookup_inside_a_batch_keeps_every_sequence_exact(tiny_target):
         # prompts that repeat themselves: the continuation copies, so lookup has matches
         reqs = [Request(i, prompt(i, 5) + " " + prompt(i, 5) + " " + prompt(i, 3), {"max_tokens": 30, "raw": True})
                 for i in range(6)]
-        batch = BatchRun(e, reqs, parallel=3)
+        batch = PreparedBatch(e, reqs, parallel=3)
         out = {o.key: o for o in batch}
         for r in reqs:
             assert out[r.key].result.token_ids == solo(plain, r).token_ids
@@ -143,7 +143,7 @@ def test_batch_drafts_carry_sentence_breaks_into_the_choice(tiny_target, monkeyp
     monkeypatch.setattr(DraftPolicy, "expected_tokens", spy)
     with Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1) as e:
         reqs = [Request(i, prompt(i, 6) + " " + prompt(i, 6), {"max_tokens": 20, "raw": True}) for i in range(3)]
-        batch = BatchRun(e, reqs, parallel=3)
+        batch = PreparedBatch(e, reqs, parallel=3)
         list(batch)
     proposals = [(n, b) for n, b in seen if n]
     assert proposals and all(n == b for n, b in proposals)
@@ -152,7 +152,7 @@ def test_batch_drafts_carry_sentence_breaks_into_the_choice(tiny_target, monkeyp
 def test_a_fixed_k_drafts_inside_the_batch(tiny_target):
     with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4, adaptive_k=False) as e:
         reqs = [Request(i, prompt(i, 6) + " " + prompt(i, 6), {"max_tokens": 30, "raw": True}) for i in range(4)]
-        batch = BatchRun(e, reqs, parallel=4)
+        batch = PreparedBatch(e, reqs, parallel=4)
         out = {o.key: o for o in batch}
         assert batch.stats.drafted > 0
         e.set_drafter(None)
@@ -171,7 +171,7 @@ def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
     reqs = [Request(i, text + text, {"max_tokens": 400, "raw": True}) for i in range(2)]
     with Engine(tiny_target, draft="ngram", k=600, adaptive_k=False, n_ctx=2048, exact=True,
                 n_threads=1) as e:
-        batch = BatchRun(e, reqs, parallel=2)
+        batch = PreparedBatch(e, reqs, parallel=2)
         sizes = []
         real = MultiContext.decode
 
@@ -198,7 +198,7 @@ def test_each_sequence_gets_its_share_of_every_step(tiny_target):
     reqs = [Request(i, prompt(i, 4 + 20 * i) + " " + prompt(i, 6), {"max_tokens": 12 + 6 * i, "raw": True})
             for i in range(3)]
     with Engine(tiny_target, draft="ngram", k=4, adaptive_k=False, n_ctx=512, n_threads=1) as e:
-        batch = BatchRun(e, reqs, parallel=3, chunk=16)
+        batch = PreparedBatch(e, reqs, parallel=3, chunk=16)
         results = [o.result for o in batch]
     assert batch.stats.prompt_shared == 0
     for r in results:
@@ -237,7 +237,7 @@ def test_generate_many_yields_index_keys_and_parallel_is_checked(exact_engine):
 
 def test_closing_the_iterator_early_frees_the_slots(exact_engine):
     reqs = [Request(i, prompt(i, 5), {"max_tokens": 20, "raw": True}) for i in range(6)]
-    batch = BatchRun(exact_engine, reqs, parallel=3)
+    batch = PreparedBatch(exact_engine, reqs, parallel=3)
     it = iter(batch)
     first = next(it)
     assert first.result is not None
@@ -319,7 +319,7 @@ def test_a_batch_computes_a_common_prompt_prefix_once(tiny_target, exact_engine)
         ids = [fast.prompt_tokens(r.prompt, raw=True) for r in reqs]
         n_head = len(os.path.commonprefix(ids))
         assert n_head > 30
-        batch = BatchRun(fast, reqs, parallel=3, chunk=16)
+        batch = PreparedBatch(fast, reqs, parallel=3, chunk=16)
         out = {o.key: o.result for o in batch}
     # the first sequence computed the head; the others waited for it, then took its cells
     st = batch.stats
@@ -329,7 +329,7 @@ def test_a_batch_computes_a_common_prompt_prefix_once(tiny_target, exact_engine)
     assert all(len(r.token_ids) == 8 for r in out.values())
     assert "prompt tokens shared" in batch.summary()
     # exact kernels: each sequence still equals its solo run, shared head included
-    batch = BatchRun(exact_engine, reqs, parallel=3, chunk=16)
+    batch = PreparedBatch(exact_engine, reqs, parallel=3, chunk=16)
     out = {o.key: o.result for o in batch}
     assert batch.stats.prompt_shared >= 4 * n_head
     for r in reqs:

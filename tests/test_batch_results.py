@@ -1,5 +1,11 @@
-"""JSONL batches: input validation with line numbers, the append-only resumable writer,
-and a real ``edgespec generate --input/--output`` run killed with SIGKILL and resumed."""
+"""JSONL results (edgespec.batching.results): the append-only resumable writer, the batch
+loop, and a real ``edgespec generate --input/--output`` run killed with SIGKILL and
+resumed. The input lines are test_batch_jobs.py's.
+
+Issue 13's review, defect 1: a batch's ``--output`` that is not edgespec's (no trailing
+newline, or the input itself) was cut or replaced; now it is refused and left byte for
+byte. Defect 4: ``--on-error stop`` halted halfway over a sampling value the input check
+let through."""
 
 from __future__ import annotations
 
@@ -13,15 +19,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
-from edgespec.batching.results import (
-    BatchObserver,
-    InputLineError,
-    ResultWriter,
-    parse_line,
-    read_jobs,
-    run_batch,
-)
+from edgespec.batching.results import BatchObserver, ResultWriter, read_jobs, run_batch
+from edgespec.cli.generate import generate
+from edgespec.decoding.sampling import SamplingParams
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.events import Stats
 
@@ -31,70 +34,12 @@ def cli_command() -> list[str]:
     return [sys.executable, "-m", "edgespec"]
 
 
-# -- input ------------------------------------------------------------------------------
+# -- input lines (their checks: test_batch_jobs.py) ------------------------------------
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
-
-
-def test_parse_line_accepts_prompt_or_messages_and_per_line_settings():
-    job = parse_line('{"id": "a", "prompt": "hi", "max_tokens": 8, "temperature": 0.5, "seed": 3, "stop": "\\n"}', 1)
-    assert job.id == "a" and job.prompt == "hi"
-    assert job.options == {"max_tokens": 8, "temperature": 0.5, "seed": 3, "stop": ("\n",)}
-    job = parse_line('{"id": 7, "messages": [{"role": "user", "content": "hi"}]}', 2)
-    assert job.prompt == [{"role": "user", "content": "hi"}] and job.line == 2
-
-
-@pytest.mark.parametrize(
-    "line, message",
-    [
-        ("{not json", "not valid JSON"),
-        ("[1, 2]", "expected a JSON object"),
-        ('{"prompt": "x"}', "missing 'id'"),
-        ('{"id": true, "prompt": "x"}', "'id' must be"),
-        ('{"id": "a"}', "exactly one of 'prompt' or 'messages'"),
-        ('{"id": "a", "prompt": "x", "messages": []}', "exactly one of"),
-        ('{"id": "a", "prompt": ""}', "non-empty string"),
-        ('{"id": "a", "messages": [{"role": "user"}]}', "messages[0]"),
-        ('{"id": "a", "prompt": "x", "max_tokens": 0}', "'max_tokens' must be at least 1"),
-        ('{"id": "a", "prompt": "x", "max_tokens": 2.5}', "'max_tokens' must be an integer"),
-        ('{"id": "a", "prompt": "x", "temperature": -1}', "'temperature' must be >= 0"),
-        ('{"id": "a", "prompt": "x", "top_p": 2}', "'top_p' must be in (0, 1]"),
-        ('{"id": "a", "prompt": "x", "stop": [1]}', "'stop' must be"),
-        ('{"id": "a", "prompt": "x", "max_token": 5}', "unknown key 'max_token'"),
-    ],
-)
-def test_bad_lines_are_reported_with_their_line_number(line, message):
-    with pytest.raises(InputLineError) as info:
-        parse_line(line, 12, "prompts.jsonl")
-    assert info.value.line == 12
-    assert str(info.value).startswith("prompts.jsonl:12: ")
-    assert message in str(info.value)
-    assert isinstance(info.value, InputError) and info.value.exit_code == 2
-
-
-def test_read_jobs_keeps_good_lines_and_lists_every_bad_one(tmp_path):
-    path = write_lines(tmp_path / "in.jsonl", [
-        '{"id": "a", "prompt": "one"}',
-        "",
-        '{"id": "b", "prompt": 5}',
-        '{"id": "a", "prompt": "again"}',
-        '{"id": 1, "prompt": "int id"}',
-        '{"id": "1", "prompt": "string id"}',
-        "oops",
-    ])
-    inp = read_jobs(path)
-    assert [j.id for j in inp.jobs] == ["a", 1, "1"]
-    assert [j.line for j in inp.jobs] == [1, 5, 6]
-    assert [e.line for e in inp.errors] == [3, 4, 7]
-    assert "duplicate id \"a\" (first on line 1)" in str(inp.errors[1])
-
-
-def test_missing_input_file_is_a_clear_error(tmp_path):
-    with pytest.raises(InputError, match="input file not found"):
-        read_jobs(tmp_path / "nope.jsonl")
 
 
 # -- the writer -------------------------------------------------------------------------
@@ -286,3 +231,149 @@ def test_kill_9_mid_batch_then_resume_gives_every_id_exactly_once(tmp_path, tiny
     again = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120)
     assert again.returncode == 0 and "nothing to do" in again.stderr
     assert check_output(out) == ids
+
+
+# -- issue 13's review, 1: an output file that is not a result file ------------------------
+
+
+RECORD = {"id": "a", "text": "t", "finish_reason": "stop", "stats": {}}
+
+
+def record_line(rec: dict = RECORD) -> bytes:
+    """A result line exactly as ResultWriter.write writes it."""
+    return (json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"my notes, no trailing newline",
+        b'{"id": 1, "prompt": "hello world"}',  # an input line, whole
+        b'{"id":1,"prompt":"hello',  # an input line, cut short
+        record_line() + b"my notes",  # results, then something else
+        record_line() + b'{"id":"b","text":"x","finish_reason":"stop","stats":{}} trailing words',
+        record_line() + b"  ",
+        record_line() + b'{"id":"b","text":5',  # text is not a string
+        "é".encode()[:1],  # half a character, and not a result
+    ],
+)
+def test_output_that_is_not_a_result_file_is_refused_and_kept(tmp_path, content):
+    out = tmp_path / "notes.txt"
+    out.write_bytes(content)
+    with pytest.raises(InputError, match="not a result line written by edgespec"):
+        ResultWriter(out).open()
+    assert out.read_bytes() == content
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b'{"id":"b","text":"half a li',
+        b'{"id": "b", "text": "half a li',  # the same, written with spaces
+        b"{",
+        b'{"i',
+        b'{"id":"b","text":"caf\xc3',  # torn inside a two-byte character
+        b'{"id":"b","text":"x","finish_reason":"stop","stats":{"drafter":"ng',
+        b'{"id":"b","text":"x","finish_reason":"stop","stats":{}',  # only the brace lost
+    ],
+)
+def test_only_a_torn_result_line_is_cut(tmp_path, tail):
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(record_line() + tail)
+    with ResultWriter(out) as w:
+        assert (w.torn_line, w.torn_action) == (2, "dropped")
+        assert w.done == {'"a"'}
+    assert out.read_bytes() == record_line()
+
+
+def test_a_file_holding_only_a_torn_result_is_emptied(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b'{"id":"p0","text":"hal')
+    with ResultWriter(out) as w:
+        assert w.torn_action == "dropped" and not w.done
+    assert out.read_bytes() == b""
+
+
+def test_output_that_is_the_input_is_refused_also_through_links(tmp_path):
+    one = tmp_path / "one.jsonl"
+    content = b'{"id": 1, "prompt": "hello world"}'
+    one.write_bytes(content)
+    inp = read_jobs(one)
+    assert [j.id for j in inp.jobs] == [1]
+    (tmp_path / "soft.jsonl").symlink_to(one)
+    os.link(one, tmp_path / "hard.jsonl")
+    for path in (one, tmp_path / "soft.jsonl", tmp_path / "hard.jsonl", tmp_path / "." / "one.jsonl"):
+        with pytest.raises(InputError, match="is the input file"):
+            ResultWriter(path, input=inp).open()
+    assert one.read_bytes() == content
+    with ResultWriter(tmp_path / "other.jsonl", input=inp):  # another file is fine
+        pass
+
+
+def test_output_that_is_the_input_read_from_stdin_is_refused(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(b'{"id": 1, "prompt": "hello world"}\n')
+    with open(one, "rb") as f:  # edgespec generate -i - -o one.jsonl < one.jsonl
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(f, encoding="utf-8"))
+        inp = read_jobs("-")
+        with pytest.raises(InputError, match="is the input file <stdin>"):
+            ResultWriter(one, input=inp).open()
+    assert one.read_bytes() == b'{"id": 1, "prompt": "hello world"}\n'
+
+
+@pytest.fixture()
+def run_cli():
+    app = typer.Typer()
+    app.command("generate")(generate)
+    app.command("other")(lambda: None)  # keep "generate" a subcommand
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_cli_refuses_notes_and_its_own_input_as_output(run_cli, tmp_path, tiny_target):
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b'{"id": 1, "prompt": "hello world"}\n')
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"my notes, no trailing newline")
+    common = ("generate", "--target", tiny_target, "--draft", "none", "--max-tokens", "4", "--raw")
+
+    r = run_cli(*common, "--input", inp, "--output", notes)
+    assert r.exit_code == 2, r.output
+    assert "not a result line" in r.stderr
+    assert notes.read_bytes() == b"my notes, no trailing newline"
+
+    one = tmp_path / "one.jsonl"
+    one.write_bytes(b'{"id": 1, "prompt": "hello world"}')
+    r = run_cli(*common, "-i", one, "-o", one)
+    assert r.exit_code == 2, r.output
+    assert "is the input file" in r.stderr
+    assert one.read_bytes() == b'{"id": 1, "prompt": "hello world"}'
+
+
+# -- issue 13's review, 4: --on-error stop over a sampling value ---------------------------
+
+
+def test_on_error_stop_does_not_halt_halfway_over_a_sampling_value(tmp_path):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(obj) + "\n" for obj in [
+        {"id": 1, "prompt": "one"}, {"id": 2, "prompt": "two", "top_p": 0}, {"id": 3, "prompt": "three"},
+    ]))
+    inp = read_jobs(path)
+    assert [j.id for j in inp.jobs] == [1, 3]  # the bad line is known before any work
+
+    class Checking:
+        def generate(self, prompt, **options):
+            SamplingParams(**{k: v for k, v in options.items()
+                              if k in ("temperature", "top_k", "top_p", "min_p", "seed")}).validate()
+            return SimpleNamespace(text=prompt, finish_reason="stop", stats=Stats(drafter="none"))
+
+    with ResultWriter(tmp_path / "out.jsonl") as w:
+        summary = run_batch(Checking(), inp.jobs, w, on_error="stop")
+    assert summary.done == 2
