@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.errors import EdgespecError, InputError
 
 EXIT_INTERRUPTED = 130
@@ -65,7 +66,7 @@ def normalize_draft(draft: str | None) -> str | None:
     if draft is None:
         return None
     d = draft.strip()
-    if d.lower() in ("none", "off", "plain"):
+    if is_no_draft(d):
         return "none"
     if d.lower() == "ngram":
         return "ngram"

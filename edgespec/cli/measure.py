@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from edgespec.cli.common import describe_plan, err_console, load_engine, make_plan, read_prompt
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.errors import InputError, ProfileError
 
 # -- options (the ones generate and chat share come from cli.common) ----------------------
@@ -97,7 +98,7 @@ def drafter_candidates(spec: str | None, profile: str, target: str | None, auto_
     draft_model: str | None = None
     for item in items:
         low = item.lower()
-        if low in ("none", "plain", "off"):
+        if is_no_draft(low):
             continue  # plain decoding is always measured
         if low == "ngram":
             drafters.append("ngram")

@@ -22,6 +22,7 @@ from edgespec.cli.common import (
     err_console,
     out_console,
 )
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.cli.measure import (
     InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
     close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
@@ -67,7 +68,7 @@ def tune(
                                        exact, rpc, tensor_split)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
-        if mode in ("none", "off", "plain"):
+        if is_no_draft(mode):
             drafters, draft_model = [], None
         else:
             spec = None if mode == "auto" else "ngram" if mode == "ngram" else f"{draft},ngram"
