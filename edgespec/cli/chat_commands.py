@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import normalize_draft
+from edgespec.cli.plan_options import normalize_draft
 from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.errors import EdgespecError
 
