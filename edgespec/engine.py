@@ -28,6 +28,7 @@ from .decoding.sampling import SamplingParams
 from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .decoding.policy import DraftPolicy, FixedPolicy
+from .costmodel.adaptive import NO_DRAFT_ALIASES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batching.run import PreparedBatch, Request
@@ -53,7 +54,7 @@ class Prepared(NamedTuple):
 
 
 def _is_drafter(draft: str | os.PathLike | None) -> bool:
-    return draft is not None and str(draft) not in ("none", "off", "plain")
+    return draft is not None and str(draft) not in NO_DRAFT_ALIASES
 
 
 class Engine:

@@ -217,3 +217,10 @@ def test_fit_drafts_cuts_the_longest_first():
     assert adaptive.fit_drafts([600, 600], 510) == [255, 255]
     assert adaptive.fit_drafts([5, 5, 5], 0) == [0, 0, 0]
     assert sum(adaptive.fit_drafts([7, 1, 9, 9, 2], 13)) == 13
+
+
+def test_the_names_for_no_drafter():
+    for name in ("none", "off", "plain", " Off ", "PLAIN"):
+        assert adaptive.is_no_draft(name), name
+    for name in (None, "", "ngram", "model", "nonesuch", "models/off.gguf"):
+        assert not adaptive.is_no_draft(name), name

@@ -4,6 +4,7 @@ names for the same things, and non-UTF-8 input as a one-line error with exit 2."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from edgespec.planning import planner
 from edgespec.cli import app as edgespec_app
+from edgespec.cli.plan_options import PlanOptions, make_plan
 
 DATA = Path(__file__).parent / "data" / "detect"
 
@@ -193,6 +195,21 @@ def test_every_engine_command_has_the_shared_options():
         opts = options_of(command)
         assert opts["input_file"][0] == "--input" and opts["prompt_file"][0] == "--prompt-file", command
         assert "--quiet" in opts["quiet"] and "--json" in opts["json_output"]
+
+
+def test_the_plan_options_are_one_frozen_set_that_every_engine_command_takes(tiny_target):
+    fields = [f.name for f in dataclasses.fields(PlanOptions)]
+    assert len(fields) == 9
+    for command in ("generate", "chat", "serve"):
+        assert set(fields) <= set(options_of(command)), command
+    for command in ("bench", "tune"):  # their --draft names the drafters to measure; they measure a k grid
+        assert set(fields) - {"k"} <= set(options_of(command)), command
+    asked = PlanOptions(profile="cpu-small", target=str(tiny_target), draft=" Off ", threads=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        asked.k = 2  # type: ignore[misc]
+    p = make_plan(asked)
+    assert p.drafter == "none" and p.n_threads == 3
+    assert make_plan(PlanOptions(profile="cpu-small", target=str(tiny_target))).drafter == "ngram"
 
 
 def test_old_spellings_still_work():

@@ -23,12 +23,11 @@ from typing import IO, Any, Iterable
 
 from edgespec.constraints import grammar_spec
 from edgespec.errors import ConstraintError, InputError
-from edgespec.decoding.sampling import SamplingOptionError, SamplingParams
+from edgespec.decoding.sampling import SAMPLING_KEYS, SamplingOptionError, SamplingParams
 
 
 GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw",
                    "response_format", "lenient_schema")
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "seed")  # checked by SamplingParams
 ALLOWED_KEYS = frozenset(("id", "prompt", "messages") + GENERATION_KEYS)
 
 

@@ -18,11 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    ExactOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, VerboseOpt,
-    RpcOpt, TensorSplitOpt,
+    SeedOpt, TemperatureOpt, VerboseOpt,
     cli_errors,
     out_console,
     parse_parallel,
+)
+from edgespec.cli.plan_options import (
+    ExactOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    PlanOptions,
 )
 from edgespec.cli.measure import (
     InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
@@ -70,12 +73,13 @@ def bench(
 
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None
-        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", profile, target, n_ctx,
-                                       exact, rpc, tensor_split)
+        plan_opts = PlanOptions(profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
+                                tensor_split=tensor_split)  # --draft here: the drafters to compare
+        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
         show_plan(auto_plan, verbose and not quiet)
-        drafters, draft_model = drafter_candidates(draft, profile, target, auto_plan, quiet)
+        drafters, draft_model = drafter_candidates(draft, plan_opts, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
-        engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, threads, quiet)
+        engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet)
         try:
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
             # the automatic choice as a user runs it: the learned policy, the plan's bound

@@ -24,14 +24,16 @@ from rich.console import Console
 from rich.text import Text
 
 from edgespec.cli.common import (
-    DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, ShowRejectedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
-    RpcOpt, TensorSplitOpt,
+    MinPOpt, SeedOpt, ShowRejectedOpt, TemperatureOpt, TopKOpt, TopPOpt, VerboseOpt,
     cli_errors,
     ensure_utf8,
     err_console,
     load_engine,
-    make_plan,
     out_console,
+)
+from edgespec.cli.plan_options import (
+    DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    PlanOptions, make_plan,
 )
 from edgespec.cli.chat_commands import SlashCommands, shown_names
 from edgespec.cli.chat_input import History
@@ -309,8 +311,8 @@ def chat(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
-                      rpc=rpc, tensor_split=tensor_split)
+        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx,
+                                  threads=threads, rpc=rpc, tensor_split=tensor_split))
         engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors():

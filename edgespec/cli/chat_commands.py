@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import normalize_draft
+from edgespec.cli.plan_options import normalize_draft
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.errors import EdgespecError
 
 HELP = """\
@@ -140,7 +141,8 @@ class SlashCommands:
         if not arg:
             self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|PATH"))
             return
-        choice = normalize_draft(os.path.expanduser(arg) if arg not in ("off", "none", "ngram", "model") else arg)
+        named = is_no_draft(arg) or arg in ("ngram", "model")
+        choice = normalize_draft(arg if named else os.path.expanduser(arg))
         if choice not in ("none", "ngram", "model") and self.err.is_terminal:
             with self.err.status(Text(f"loading {Path(choice).name}…")):
                 self.engine.set_drafter(choice)

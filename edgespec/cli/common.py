@@ -7,7 +7,6 @@ exit 130. Nothing here knows how tokens are generated.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from contextlib import contextmanager
@@ -60,86 +59,17 @@ def cli_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def normalize_draft(draft: str | None) -> str | None:
-    """``--draft`` values: a path, ``ngram``, or ``none``/``off`` (plain decoding)."""
-    if draft is None:
-        return None
-    d = draft.strip()
-    if d.lower() in ("none", "off", "plain"):
-        return "none"
-    if d.lower() == "ngram":
-        return "ngram"
-    return d
-
-
-# Options shared by the commands that load an engine (defaults stay in each signature).
-ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")]
-TargetOpt = Annotated[
-    Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
-]
-DraftOpt = Annotated[
-    Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
-]
-KOpt = Annotated[Optional[int], typer.Option(
-    "--k", min=1, help="Draft exactly this many tokens every round instead of the learned policy.")]
-ExactOpt = Annotated[bool, typer.Option(
-    "--exact", help="Batch-invariant kernels: speculation gives plain greedy decoding's output token for "
-                    "token (1.2-1.3x slower per token on CPUs).")]
+# Options shared by the commands that generate (defaults stay in each signature); the plan
+# options (--profile, --target, ...) are in plan_options.
 TemperatureOpt = Annotated[float, typer.Option("--temperature", "-t", min=0.0, help="0 = greedy.")]
 TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="0 = off.")]
 TopPOpt = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0)]
 MinPOpt = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0)]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling (temperature > 0).")]
-NCtxOpt = Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")]
-ThreadsOpt = Annotated[
-    Optional[int],
-    typer.Option("--threads", min=1, help="CPU threads for llama.cpp (default: the profile's, one per physical core)."),
-]
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say in full why the profile chose this drafter and k.")
 ]
-RpcOpt = Annotated[Optional[str], typer.Option(
-    "--rpc", help="Put the target's layers on llama.cpp RPC servers, HOST:PORT[,HOST:PORT...] (start them with "
-                  "`edgespec rpc-server`); the drafter and sampling stay here.")]
-TensorSplitOpt = Annotated[Optional[str], typer.Option(
-    "--tensor-split", help="With --rpc: each server's share of the target's layers, e.g. 3,1 (default: by memory).")]
 ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
-
-
-def make_plan(
-    profile: str,
-    *,
-    target: str | None = None,
-    draft: str | None = None,
-    k: int | None = None,
-    n_ctx: int | None = None,
-    threads: int | None = None,
-    exact: bool = False,
-    rpc: str | None = None,
-    tensor_split: str | None = None,
-) -> Any:
-    """The profile's plan with the command line's overrides on top."""
-    from edgespec.planning.planner import plan
-
-    servers, split = parse_rpc(rpc, tensor_split)
-    p = plan(profile, target=target, draft=normalize_draft(draft), k=k, n_ctx=n_ctx, exact=exact,
-             rpc=servers, tensor_split=split)
-    return dataclasses.replace(p, n_threads=threads) if threads else p
-
-
-def parse_rpc(rpc: str | None, tensor_split: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:
-    """``--rpc`` and ``--tensor-split`` as the planner takes them."""
-    from edgespec.llama.rpc import parse_endpoints
-
-    servers = tuple(str(e) for e in parse_endpoints(rpc)) if rpc is not None else ()
-    if tensor_split is None:
-        return servers, ()
-    if not servers:
-        raise InputError("--tensor-split needs --rpc")
-    try:
-        return servers, tuple(float(x) for x in tensor_split.split(","))
-    except ValueError:
-        raise InputError(f"--tensor-split: {tensor_split!r} is not a list of numbers such as 3,1") from None
 
 
 def report_lost_rpc_server(err: Exception) -> None:

@@ -12,10 +12,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from edgespec.cli.common import describe_plan, err_console, load_engine, make_plan, read_prompt
+from edgespec.cli.common import describe_plan, err_console, load_engine, read_prompt
+from edgespec.cli.plan_options import PlanOptions, make_plan
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.errors import InputError, ProfileError
 
-# -- options (the ones generate and chat share come from cli.common) ----------------------
+# -- options (the ones generate and chat share come from cli.common and cli.plan_options) -
 KGridOpt = Annotated[str, typer.Option("--k-grid", help="Draft lengths to measure, comma-separated.")]
 InputOpt = Annotated[
     Optional[Path],
@@ -33,14 +35,13 @@ QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or di
 
 
 def setup(k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str,
-          profile: str, target: str | None, n_ctx: int | None = None,
-          exact: bool = False, rpc: str | None = None,
-          tensor_split: str | None = None) -> tuple[list[int], list, Any]:
+          options: PlanOptions) -> tuple[list[int], list, Any]:
     """The k grid, the prompts (``--input`` JSONL, ``--prompt-file`` text, or the
-    built-in ``prompt_set``) and the profile's plan (its automatic choice), checked
-    before any model is loaded."""
-    return (parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set),
-            make_plan(profile, target=target, n_ctx=n_ctx, exact=exact, rpc=rpc, tensor_split=tensor_split))
+    built-in ``prompt_set``) and the profile's plan (its automatic choice: the options'
+    drafter and k are the ones measured, and the threads go to ``open_engines``),
+    checked before any model is loaded."""
+    auto = replace(options, draft=None, k=None, threads=None)
+    return parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set), make_plan(auto)
 
 
 def show_plan(plan: Any, verbose: bool) -> None:
@@ -84,8 +85,8 @@ def load_prompts(input_file: Path | None, prompt_file: Path | None, limit: int |
     return prompts[:limit] if limit else prompts
 
 
-def drafter_candidates(spec: str | None, profile: str, target: str | None, auto_plan: Any,
-                quiet: bool = False) -> tuple[list[str], str | None]:
+def drafter_candidates(spec: str | None, options: PlanOptions, auto_plan: Any,
+                       quiet: bool = False) -> tuple[list[str], str | None]:
     """Drafter names for the grid, and the draft model (catalog name or path) to load.
 
     Without ``spec``: the pair's draft model if it is on this machine, and ngram."""
@@ -97,14 +98,14 @@ def drafter_candidates(spec: str | None, profile: str, target: str | None, auto_
     draft_model: str | None = None
     for item in items:
         low = item.lower()
-        if low in ("none", "plain", "off"):
+        if is_no_draft(low):
             continue  # plain decoding is always measured
         if low == "ngram":
             drafters.append("ngram")
             continue
         if low == "model":
             try:
-                name = make_plan(profile, target=target, draft="model").draft
+                name = make_plan(PlanOptions(profile=options.profile, target=options.target, draft="model")).draft
             except ProfileError:
                 if explicit:
                     raise

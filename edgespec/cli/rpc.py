@@ -19,7 +19,8 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from edgespec.cli.common import EXIT_INTERRUPTED, ThreadsOpt, cli_errors, err_console
+from edgespec.cli.common import EXIT_INTERRUPTED, cli_errors, err_console
+from edgespec.cli.plan_options import ThreadsOpt
 from edgespec.cli.serve import is_loopback
 from edgespec.errors import InputError, RpcError
 

@@ -23,13 +23,15 @@ import typer
 from rich.text import Text
 
 from edgespec.cli.common import (
-    DraftOpt, ExactOpt, KOpt, MinPOpt, NCtxOpt, ProfileOpt, SeedOpt, TargetOpt, TemperatureOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    RpcOpt, TensorSplitOpt,
+    MinPOpt, SeedOpt, TemperatureOpt, TopKOpt, TopPOpt,
     cli_errors,
     err_console,
     load_engine,
-    make_plan,
     store_name,
+)
+from edgespec.cli.plan_options import (
+    DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    PlanOptions, make_plan,
 )
 
 GRACEFUL_SHUTDOWN_S = 3
@@ -112,8 +114,8 @@ def serve(
             err.print(Text(f"warning: listening on {h} without --api-key: anyone who can reach this machine "
                            "can use the model", style="yellow"))
     with cli_errors():
-        p = make_plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, threads=threads, exact=exact,
-                      rpc=rpc, tensor_split=tensor_split)
+        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx,
+                                  threads=threads, rpc=rpc, tensor_split=tensor_split))
         engine = load_engine(p)
     try:
         with cli_errors():

@@ -16,12 +16,16 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    ExactOpt, NCtxOpt, ProfileOpt, TargetOpt, ThreadsOpt, VerboseOpt,
-    RpcOpt, TensorSplitOpt,
+    VerboseOpt,
     cli_errors,
     err_console,
     out_console,
 )
+from edgespec.cli.plan_options import (
+    ExactOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    PlanOptions,
+)
+from edgespec.costmodel.adaptive import is_no_draft
 from edgespec.cli.measure import (
     InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
     close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
@@ -63,17 +67,18 @@ def tune(
     from edgespec.measuring import tune as lib
 
     with cli_errors():
-        ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", profile, target, n_ctx,
-                                       exact, rpc, tensor_split)
+        plan_opts = PlanOptions(profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
+                                tensor_split=tensor_split)  # --draft here: the draft model to measure
+        ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", plan_opts)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
-        if mode in ("none", "off", "plain"):
+        if is_no_draft(mode):
             drafters, draft_model = [], None
         else:
             spec = None if mode == "auto" else "ngram" if mode == "ngram" else f"{draft},ngram"
-            drafters, draft_model = drafter_candidates(spec, profile, target, base, quiet)
+            drafters, draft_model = drafter_candidates(spec, plan_opts, base, quiet)
             draft_model = draft_model if "model" in drafters else None
-        engine, fast_engine = open_engines(base, draft_model, threads, quiet)
+        engine, fast_engine = open_engines(base, draft_model, plan_opts.threads, quiet)
         prof = prof_lib.load_profile(base.profile)
         err = err_console()
         err.quiet = quiet

@@ -129,6 +129,17 @@ class DrafterOption:
     floor: float = 0.0
 
 
+# The names that ask for no drafter (plain decoding), wherever a drafter is named: the
+# command line, the planner, the engine. "none" is the one a Choice carries.
+NO_DRAFT_ALIASES = ("none", "off", "plain")
+
+
+def is_no_draft(name: object) -> bool:
+    """Whether ``name`` (a ``--draft`` value, ``/draft`` in chat, ...) asks for plain
+    decoding: one of ``NO_DRAFT_ALIASES``, in any case, around any spaces."""
+    return name is not None and str(name).strip().lower() in NO_DRAFT_ALIASES
+
+
 @dataclass(frozen=True)
 class Choice:
     drafter: str  # "model" | "ngram" | "none"

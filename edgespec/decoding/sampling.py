@@ -39,7 +39,7 @@ logit bias must be valid indices into the logits row.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import numpy as np
@@ -181,11 +181,15 @@ class SamplingParams:
                 raise SamplingOptionError("logit_bias", tok, f"token ids must be below the vocabulary size {n_vocab}")
 
 
+# The sampling options' names, as SamplingParams declares them: the one list of them.
+SAMPLING_KEYS = tuple(f.name for f in fields(SamplingParams))
+
+
 def params_from(options: dict) -> SamplingParams:
     """``SamplingParams`` from keyword options, checked (``validate``): an unknown name is
     an ``InputError`` naming it; ``logit_bias`` may be a mapping {token id: bias} or
     (id, bias) pairs."""
-    unknown = sorted(set(options) - set(SamplingParams.__dataclass_fields__))
+    unknown = sorted(set(options) - set(SAMPLING_KEYS))
     if unknown:
         raise InputError(f"unknown generation option{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}")
     bias = options.get("logit_bias")

@@ -222,7 +222,7 @@ class _Ask:
     @classmethod
     def of(cls, draft: str | None, k: int | None) -> "_Ask":
         draft_kw = (draft or "auto").strip()
-        if draft_kw.lower() in ("off", "plain"):
+        if adaptive.is_no_draft(draft_kw):
             draft_kw = "none"
         low = draft_kw.lower()
         return cls(low if low in ("none", "ngram", "model", "auto") else "given", draft_kw, k)

@@ -61,6 +61,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec import __version__
+from edgespec.decoding.sampling import SAMPLING_KEYS
 from edgespec.errors import InputError
 from edgespec.events import Done
 
@@ -78,8 +79,6 @@ log = logging.getLogger("edgespec.server")
 DEFAULT_MAX_QUEUE = 32
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 1024
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty",
-                   "frequency_penalty", "presence_penalty", "seed")
 API_ROUTES = ("/models", "/chat/completions", "/completions", *responses_api.ROUTES)
 ROUTES = ("/", "/health", "/metrics", *(f"/v1{r}" for r in API_ROUTES), *API_ROUTES, *routes_extra.ROUTES)
 
@@ -121,7 +120,7 @@ def create_app(
         raise InputError(f"max_body_bytes must be at least 1024 (got {max_body_bytes})")
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
-    unknown = set(defaults or {}) - set(SAMPLING_FIELDS)
+    unknown = set(defaults or {}) - set(SAMPLING_KEYS)
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
     origins = check_origins(allow_origins)

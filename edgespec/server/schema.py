@@ -29,6 +29,8 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from edgespec.decoding.sampling import SAMPLING_KEYS
+
 from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
@@ -255,8 +257,8 @@ class _Request(BaseModel):
         """The ``Engine.stream`` sampling options this request sets, llama-server's
         conventions turned into the engine's: ``top_k: -1`` is off (0), ``seed: -1`` is a
         random seed (None), ``repeat_last_n`` is ``penalty_last_n``."""
-        names = ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "frequency_penalty",
-                 "presence_penalty", "seed", "ignore_eos", "min_tokens")
+        own = ("penalty_last_n", "logit_bias")  # the request spells these its own way, below
+        names = [name for name in SAMPLING_KEYS if name not in own]
         opts = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
         if opts.get("top_k") == -1:
             opts["top_k"] = 0
