@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 from .decoding import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
@@ -24,7 +24,7 @@ from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
 from .decoding.logprob import MAX_TOP
-from .decoding.sampling import SamplingParams
+from .decoding.sequence import Prepared
 from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .decoding.policy import DraftPolicy, FixedPolicy
@@ -39,17 +39,6 @@ DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
 PromptLike = str | Sequence[dict] | Sequence[int]
-
-
-class Prepared(NamedTuple):
-    """A checked, tokenized request (``Engine.prepare``)."""
-
-    ids: list[int]
-    params: SamplingParams
-    max_tokens: int
-    stops: list[str]
-    constraint: Constraint | None = None
-    logprobs: int | None = None  # each token's logprob and this many alternatives
 
 
 def _is_drafter(draft: str | os.PathLike | None) -> bool:
@@ -169,9 +158,9 @@ class Engine:
         """c(n) as this engine knows it now: the prior refined by its timed rounds."""
         return self._cost.as_verify_cost()
 
-    def _policy(self) -> DraftPolicy | FixedPolicy:
-        """The drafting policy for the current drafter (what it learned about the
-        machine — c(n), the draft cost — carries over between generations)."""
+    def draft_policy(self) -> DraftPolicy | FixedPolicy:
+        """The drafting policy for the current drafter, for the next generation (what it
+        learned about the machine — c(n), the draft cost — carries over between them)."""
         name = self.drafter.name
         if name == "none":
             return FixedPolicy(0)
@@ -210,6 +199,11 @@ class Engine:
     @property
     def drafter_name(self) -> str:
         return self.drafter.name
+
+    @property
+    def n_batch(self) -> int:
+        """The decode batch asked for (``n_batch``; a batch's context takes at least it)."""
+        return self._n_batch
 
     @property
     def k_max(self) -> int:
@@ -272,7 +266,7 @@ class Engine:
             self.drafter = NoDrafter()
             return
         if str(draft) == "ngram":
-            self.drafter = NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
+            self.drafter = self.new_drafter("ngram")
         elif str(draft) == "model":
             if self._model_drafter is None:
                 raise InputError("no draft model is loaded; pass a draft model path instead")
@@ -295,6 +289,14 @@ class Engine:
                 self.draft_model, self._model_drafter = model, drafter
                 self._policies.pop("model", None)  # a new draft model has its own cost
             self.drafter = self._model_drafter
+
+    def new_drafter(self, name: str) -> Drafter:
+        """A fresh drafter of kind ``name`` that needs no model of its own: ``"ngram"``
+        (prompt lookup with this engine's ``ngram_min_match`` and the target's sentence
+        breaks), anything else none (each sequence of a batch gets its own)."""
+        if name == "ngram":
+            return NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
+        return NoDrafter()
 
     def reset(self) -> None:
         """Forget the cached conversation in both models."""
@@ -379,7 +381,7 @@ class Engine:
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
         """
-        return generation.run(self, *self.prepare(prompt, **options))
+        return generation.run(self, self.prepare(prompt, **options))
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
                 raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
