@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from .decoding import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
@@ -72,7 +72,9 @@ class Engine:
     the cost per step on a CPU. A draft model uses the target's kind of kernels.
     ``target_name`` and ``draft_name`` are how messages name the models (the name of a
     model in another tool's store: an Ollama blob's file name says nothing); by default
-    their file names.
+    their file names. ``plan``: the planner's ``Plan`` the engine was built from
+    (``Plan.engine_kwargs()`` passes it, for ``edgespec.load`` and the CLI), kept as
+    ``engine.plan``; None for an engine built by hand.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class Engine:
         batch_cost: VerifyCost | None = None,
         rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
         target_name: str | None = None, draft_name: str | None = None,
+        plan: Any = None,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -106,6 +109,7 @@ class Engine:
         if n_batch < 2:
             # a verify batch is the last committed token plus at least one draft
             raise InputError(f"n_batch must be at least 2 (got {n_batch})")
+        self.plan = plan
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
