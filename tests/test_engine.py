@@ -230,3 +230,10 @@ def test_kernel_choice(tiny_target, tiny_noisy, prompts, greedy_reference):
         assert e.draft_model.exact
         assert e.generate(prompt, max_tokens=40).token_ids == ref
 
+
+
+def test_the_plan_is_a_constructor_argument(tiny_target, plain_engine):
+    assert plain_engine.plan is None  # built by hand
+    plan = object()  # the engine keeps whatever plan it was built from, as it is
+    with Engine(tiny_target, n_ctx=64, plan=plan) as e:
+        assert e.plan is plan
