@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from .decoding import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
@@ -24,7 +24,7 @@ from .errors import ContextOverflowError, InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
 from .decoding.logprob import MAX_TOP
-from .decoding.sampling import SamplingParams
+from .decoding.sequence import Prepared
 from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .decoding.policy import DraftPolicy, FixedPolicy
@@ -40,17 +40,6 @@ DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 
 
 PromptLike = str | Sequence[dict] | Sequence[int]
-
-
-class Prepared(NamedTuple):
-    """A checked, tokenized request (``Engine.prepare``)."""
-
-    ids: list[int]
-    params: SamplingParams
-    max_tokens: int
-    stops: list[str]
-    constraint: Constraint | None = None
-    logprobs: int | None = None  # each token's logprob and this many alternatives
 
 
 def _is_drafter(draft: str | os.PathLike | None) -> bool:
@@ -84,7 +73,9 @@ class Engine:
     the cost per step on a CPU. A draft model uses the target's kind of kernels.
     ``target_name`` and ``draft_name`` are how messages name the models (the name of a
     model in another tool's store: an Ollama blob's file name says nothing); by default
-    their file names.
+    their file names. ``plan``: the planner's ``Plan`` the engine was built from
+    (``Plan.engine_kwargs()`` passes it, for ``edgespec.load`` and the CLI), kept as
+    ``engine.plan``; None for an engine built by hand.
     """
 
     def __init__(
@@ -108,6 +99,7 @@ class Engine:
         batch_cost: VerifyCost | None = None,
         rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
         target_name: str | None = None, draft_name: str | None = None,
+        plan: Any = None,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -118,6 +110,7 @@ class Engine:
         if n_batch < 2:
             # a verify batch is the last committed token plus at least one draft
             raise InputError(f"n_batch must be at least 2 (got {n_batch})")
+        self.plan = plan
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
@@ -170,9 +163,9 @@ class Engine:
         """c(n) as this engine knows it now: the prior refined by its timed rounds."""
         return self._cost.as_verify_cost()
 
-    def _policy(self) -> DraftPolicy | FixedPolicy:
-        """The drafting policy for the current drafter (what it learned about the
-        machine — c(n), the draft cost — carries over between generations)."""
+    def draft_policy(self) -> DraftPolicy | FixedPolicy:
+        """The drafting policy for the current drafter, for the next generation (what it
+        learned about the machine — c(n), the draft cost — carries over between them)."""
         name = self.drafter.name
         if name == "none":
             return FixedPolicy(0)
@@ -211,6 +204,11 @@ class Engine:
     @property
     def drafter_name(self) -> str:
         return self.drafter.name
+
+    @property
+    def n_batch(self) -> int:
+        """The decode batch asked for (``n_batch``; a batch's context takes at least it)."""
+        return self._n_batch
 
     @property
     def k_max(self) -> int:
@@ -273,7 +271,7 @@ class Engine:
             self.drafter = NoDrafter()
             return
         if str(draft) == "ngram":
-            self.drafter = NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
+            self.drafter = self.new_drafter("ngram")
         elif str(draft) == "model":
             if self._model_drafter is None:
                 raise InputError("no draft model is loaded; pass a draft model path instead")
@@ -296,6 +294,14 @@ class Engine:
                 self.draft_model, self._model_drafter = model, drafter
                 self._policies.pop("model", None)  # a new draft model has its own cost
             self.drafter = self._model_drafter
+
+    def new_drafter(self, name: str) -> Drafter:
+        """A fresh drafter of kind ``name`` that needs no model of its own: ``"ngram"``
+        (prompt lookup with this engine's ``ngram_min_match`` and the target's sentence
+        breaks), anything else none (each sequence of a batch gets its own)."""
+        if name == "ngram":
+            return NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
+        return NoDrafter()
 
     def reset(self) -> None:
         """Forget the cached conversation in both models."""
@@ -380,7 +386,7 @@ class Engine:
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
         call reuses them.
         """
-        return generation.run(self, *self.prepare(prompt, **options))
+        return generation.run(self, self.prepare(prompt, **options))
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
                 raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,

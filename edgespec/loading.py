@@ -35,6 +35,4 @@ def load(
     errors (an unknown or ambiguous name lists the candidates) before loading anything.
     """
     p: Plan = plan(profile, target=target, draft=draft, k=k, n_ctx=n_ctx, exact=exact, offline=offline)
-    engine = Engine(**{**p.engine_kwargs(offline=offline), **engine_options})
-    engine.plan = p
-    return engine
+    return Engine(**{**p.engine_kwargs(offline=offline), **engine_options})

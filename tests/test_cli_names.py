@@ -215,7 +215,7 @@ def test_the_chat_banner_names_the_models_as_given_and_as_they_are(home):
 
     p = planner.plan("cpu-small", target=TARGET, draft=BRACKETS, n_gpu_layers=0)
     with Engine(**p.engine_kwargs()) as engine:
-        engine.plan = p
+        assert engine.plan is p  # the plan comes with its engine_kwargs
         buf = io.StringIO()
         ChatSession(engine, system=None, options={},
                     console=Console(file=buf, width=200, markup=False, emoji=False))._banner()

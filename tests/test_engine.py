@@ -415,3 +415,10 @@ def test_penalty_window_counts_this_rounds_tokens_within_its_n():
     got = _penalized(row, [1, 2, 3], [4], params)
     assert np.array_equal(got, sampling.apply_penalties(row, [2, 3, 4], params))
     assert got[1] == 0.0
+
+
+def test_the_plan_is_a_constructor_argument(tiny_target, plain_engine):
+    assert plain_engine.plan is None  # built by hand
+    plan = object()  # the engine keeps whatever plan it was built from, as it is
+    with Engine(tiny_target, n_ctx=64, plan=plan) as e:
+        assert e.plan is plan

@@ -1,7 +1,8 @@
 """Many sequences per decode, and resumable JSONL batches.
 
 ``runner`` (``BatchRunner``: continuous batching over one multi-sequence context),
-``sequence`` (``BatchSeq``: one sequence of a batch, its round, reply and matcher),
+``sequence`` (``BatchSeq``: one sequence of a batch, around the decoding sequence),
+``protocol`` (``BatchEngine``: what batching asks of the engine),
 ``run`` (``PreparedBatch``: a batch job, every request checked first, N chosen or checked),
 ``jobs`` (the JSONL input, read and checked line by line) and ``results`` (the
 append-only JSONL output, resuming, ``run_batch``).

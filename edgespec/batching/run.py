@@ -18,13 +18,14 @@ from ..costmodel.adaptive import choose_parallel
 from ..detect import LocalProbe
 from ..errors import EdgespecError, InputError
 from ..llama import max_parallel_sequences
+from .protocol import BatchEngine
 from .runner import DEFAULT_CHUNK, BatchRunner, BatchStats, Outcome, Request, check_sequence_limit
 
 KV_SHARE = 0.5  # of the free memory where the KV cache lives, what a batch's KV cache may take
 UNKNOWN_MEMORY = 4 << 30  # free memory assumed by "auto" where it cannot be read
 
 
-def kv_places(engine: Any) -> list[tuple[str, float, int | None]]:
+def kv_places(engine: BatchEngine) -> list[tuple[str, float, int | None]]:
     """Where the target's KV cache lives: (where, share of it, free bytes there or None).
     llama.cpp keeps each offloaded layer's K and V on its device, so a model on a GPU has
     its KV cache in the GPU's memory, not in RAM; a partly offloaded one has both."""
@@ -38,7 +39,7 @@ def kv_places(engine: Any) -> list[tuple[str, float, int | None]]:
     return places
 
 
-def kv_room(engine: Any, n_ctx_seq: int, available: int | None = None) -> int:
+def kv_room(engine: BatchEngine, n_ctx_seq: int, available: int | None = None) -> int:
     """How many sequences of ``n_ctx_seq`` tokens have their KV cache fit in ``KV_SHARE``
     of the free memory where it lives (``kv_places``; ``available``: that many bytes
     free wherever it lives, None: read them now, ``UNKNOWN_MEMORY`` where they cannot be).
@@ -50,7 +51,7 @@ def kv_room(engine: Any, n_ctx_seq: int, available: int | None = None) -> int:
                       for _where, share, free in kv_places(engine)))
 
 
-def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
+def check_parallel(engine: BatchEngine, n_parallel: int, n_ctx_seq: int) -> None:
     """Refuse (``InputError``, exit 2) ``n_parallel`` sequences of ``n_ctx_seq`` tokens
     each that one llama.cpp context cannot hold, or whose KV cache does not fit in
     ``KV_SHARE`` of the free memory where it lives: the GPU's when the model is offloaded,
@@ -70,7 +71,7 @@ def check_parallel(engine: Any, n_parallel: int, n_ctx_seq: int) -> None:
                 "(or the context each sequence reserves: --n-ctx, max_tokens)")
 
 
-def _compiled_once(engine: Any, options: dict, compiled: dict[str, Any]) -> dict:
+def _compiled_once(engine: BatchEngine, options: dict, compiled: dict[str, Any]) -> dict:
     """``options`` with its ``response_format`` replaced by the constraint compiled for
     it, compiled once per distinct value within the batch (each sequence still gets its
     own matcher from it)."""
@@ -102,7 +103,7 @@ class PreparedBatch:
     that cannot run (empty, too long, bad settings) comes back at once as an error.
     """
 
-    def __init__(self, engine: Any, requests: Iterable[Request], *, parallel: int | str = "auto",
+    def __init__(self, engine: BatchEngine, requests: Iterable[Request], *, parallel: int | str = "auto",
                  chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
         self.engine = engine
         self.failed: list[Outcome] = []
@@ -115,7 +116,7 @@ class PreparedBatch:
             except EdgespecError as e:
                 self.failed.append(Outcome(req.key, error=e))
         # Each sequence reserves room for its prompt, its reply and one verify batch.
-        need = max((len(r.prepared[0]) + r.prepared[2] + 16 for r in self.requests), default=64)
+        need = max((len(r.prepared.ids) + r.prepared.max_tokens + 16 for r in self.requests), default=64)
         self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
         self.max_by_memory = kv_room(engine, self.n_ctx_seq)
         if parallel == "auto":

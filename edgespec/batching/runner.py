@@ -40,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from ..costmodel.adaptive import batch_draft_lengths, fit_drafts
+from .protocol import BatchEngine
 from .sequence import BatchSeq, step_masks
 from ..errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
 from ..llama import MultiContext, max_parallel_sequences
 from ..llama.context import common_prefix_len
 from ..costmodel.costs import OnlineCost
+from ..decoding.sequence import DecodeSequence, Prepared
 from ..decoding.policy import DraftPolicy, FixedPolicy
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
@@ -66,7 +68,7 @@ class Request:
     key: Any
     prompt: Any
     options: dict = field(default_factory=dict)
-    prepared: tuple | None = None  # Engine.prepare's answer, once asked
+    prepared: Prepared | None = None  # Engine.prepare's answer, once asked
     # streaming (the server): each of the sequence's events as it happens, and a check
     # between steps whether the caller has gone (its slot is then freed at once)
     on_event: Callable[[Any], None] | None = None
@@ -129,7 +131,7 @@ class BatchRunner:
     ``drafter_name``.
     """
 
-    def __init__(self, engine: Any, n_parallel: int, *, n_ctx_seq: int,
+    def __init__(self, engine: BatchEngine, n_parallel: int, *, n_ctx_seq: int,
                  chunk: int = DEFAULT_CHUNK, draft: str | None = None, adaptive: bool | None = None,
                  k: int | None = None) -> None:
         if n_parallel < 1:
@@ -145,7 +147,7 @@ class BatchRunner:
         self.n_parallel = n_parallel
         self.n_ctx_seq = n_ctx_seq
         self.chunk = chunk
-        n_batch = max(engine._n_batch, n_parallel * 16 + chunk)
+        n_batch = max(engine.n_batch, n_parallel * 16 + chunk)
         self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
                                 n_batch=n_batch, n_threads=engine.n_threads)
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
@@ -156,24 +158,29 @@ class BatchRunner:
     def close(self) -> None:
         self.ctx.close()
 
-    def new_policy(self, seed: int | None) -> DraftPolicy | FixedPolicy:
+    def new_policy(self) -> DraftPolicy | FixedPolicy:
+        """A sequence's own drafting policy, learning c(n) from the batch's cost (its
+        sequence begins it with the request's seed)."""
         if self.drafter_name == "none":
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.k)
-        pol = DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
-        pol.begin(seed)
-        return pol
+        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
 
     # -- admission ----------------------------------------------------------------------
     def _prepare(self, req: Request, slot: int) -> BatchSeq:
         if req.prepared is None:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
-        ids, params, max_tokens, stops, constraint, logprobs = req.prepared
+        ids = req.prepared.ids
         if len(ids) >= self.n_ctx_seq:
             raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
                                        f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
-        return BatchSeq(req, slot, ids, params, max_tokens, stops, self.n_ctx_seq, self, constraint, logprobs)
+        # on its own view of the pool; its times are its share of each step it had rows
+        # in (see _attribute)
+        seq = DecodeSequence(self.ctx.view(slot, self.n_ctx_seq), self.engine.new_drafter(self.drafter_name),
+                             req.prepared, model=self.engine.target_model, policy=self.new_policy(),
+                             n_ctx=self.n_ctx_seq)
+        return BatchSeq(req, slot, seq)
 
     @property
     def has_room(self) -> bool:
@@ -246,9 +253,9 @@ class BatchRunner:
                 self._adopt(s)
         gen = sorted((s for s in running if not s.prefilling), key=lambda s: s.slot)
         for s in gen:
-            s.t_gen = t_step if s.t_gen is None else s.t_gen
+            s.seq.t_gen = t_step if s.seq.t_gen is None else s.seq.t_gen
             try:  # under a constraint: forced tokens first, drafts cut to the grammar
-                s.proposal = s.loop.propose(s.budget - s.produced)
+                s.proposal = s.loop.propose(s.seq.remaining)
             except ConstraintStateError as e:
                 s.error = e
         failed = [s for s in gen if s.error is not None]
@@ -302,14 +309,12 @@ class BatchRunner:
             if s.error is not None:  # its matcher failed: the sequence ends with the error
                 ended.append(s)
                 continue
-            s.produced += len(res.tokens)
             st.drafted += res.info.drafted
             st.accepted += res.info.accepted
-            n_before = len(s.reply.ids)
-            events = s.reply.push(res)
-            st.tokens += len(s.reply.ids) - n_before
-            if s.reply.done or s.produced >= s.budget:
-                events += s.reply.finish(s.loop.rounds)
+            n_before = len(s.seq.reply.ids)
+            events = s.seq.push(res)  # and the reply's tail, if it ended
+            st.tokens += len(s.seq.reply.ids) - n_before
+            if s.seq.ended:
                 ended.append(s)
             if s.req.on_event is not None:
                 for ev in events:
@@ -326,11 +331,11 @@ class BatchRunner:
         self.stats.t_steps += step
         rows = sum(len(s.drafts) + 1 for s in gen) + sum(take for _, take in filling)
         for s, take in filling:
-            s.stats.t_prompt += step * take / rows
+            s.seq.stats.t_prompt += step * take / rows
         for s in gen:
             n = len(s.drafts) + 1
-            s.stats.t_verify += decode * n / rows
-            s.stats.t_batch += step * n / rows
+            s.seq.stats.t_verify += decode * n / rows
+            s.seq.stats.t_batch += step * n / rows
 
     def _adopt(self, s: BatchSeq) -> None:
         """Give prefilling ``s`` the longest prefix of its prompt that another sequence
@@ -346,7 +351,7 @@ class BatchRunner:
             return
         self.ctx.share(donor.slot, s.slot, best)
         saved, s.prefilled = best - s.prefilled, best
-        s.stats.prompt_tokens_processed -= saved
+        s.seq.stats.prompt_tokens_processed -= saved
         self.stats.prompt_shared += saved
 
     def _shares_with(self, s: BatchSeq, filling: list[tuple[BatchSeq, int]]) -> bool:

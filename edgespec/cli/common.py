@@ -117,7 +117,6 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrid
             engine = Engine(**kwargs)
     else:
         engine = Engine(**kwargs)
-    engine.plan = p
     return engine
 
 

@@ -2,8 +2,10 @@
 
 ``drafters`` (the Drafter protocol: a draft model, prompt lookup, none), ``policy`` (each
 round's draft length, learned online), ``sampling`` (pure numpy: logits -> probabilities,
-acceptance, residuals), ``speculative`` (one round, read top to bottom), ``generation``
-(one generation on the engine's context: prefix reuse, prefill, the rounds), ``reply``
+acceptance, residuals), ``speculative`` (one round, read top to bottom), ``sequence``
+(one decoding sequence, request to ``Done``: what the single stream and every batch
+sequence share), ``generation`` (one generation on the engine's context: prefix reuse,
+prefill, the rounds), ``reply``
 and ``text`` (tokens -> events, end of generation, max_tokens, stop strings),
 ``logprob`` (a verify row's log-softmax, when asked), ``suffix`` and ``suffix_store``
 (the memory of earlier outputs and its opt-in store; not yet wired into the engine).

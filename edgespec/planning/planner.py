@@ -67,8 +67,9 @@ class Plan:
     tensor_split: tuple[float, ...] = ()
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
-        """Keyword arguments for ``edgespec.engine.Engine``; resolves catalog names to
-        local files (assembling or downloading them if needed)."""
+        """Keyword arguments for ``edgespec.engine.Engine`` (the plan itself among them,
+        kept as ``engine.plan``); resolves catalog names to local files (assembling or
+        downloading them if needed)."""
         if self.drafter == "model":
             if self.draft is None:  # pragma: no cover - plan() never builds this
                 raise ProfileError("plan has drafter 'model' but no draft model")
@@ -80,6 +81,7 @@ class Plan:
         over_rpc = {"rpc": ",".join(self.rpc), "tensor_split": self.tensor_split} if self.rpc else {}
         return {
             **over_rpc,
+            "plan": self,  # kept on the engine as engine.plan
             "target": catalog.resolve_model(self.target, offline=offline),
             "draft": draft,
             # without a drafter k is unused, but Engine wants k >= 1

@@ -1,0 +1,123 @@
+"""One decoding sequence, start to ``Done``: what the single stream and every sequence of
+a batch share.
+
+A request, once checked and tokenized (``Prepared``: the engine's ``prepare``), becomes a
+``DecodeSequence`` on a target context (the engine's own, or one sequence's view of a
+batch's KV pool): its stats, its random generator, its drafter begun on the prompt, its
+drafting policy begun with the request's seed, the round machinery
+(``decoding.speculative.SpeculativeLoop``, with its own grammar matcher under a
+constraint), its reply (``decoding.reply.Reply``) and its budget: ``max_tokens``, within
+the ``n_ctx`` tokens the sequence may hold. ``push`` turns each settled round into its
+events (the reply's held-back tail too, once the sequence has ended); ``events`` runs the
+rounds on a context of its own (``decoding.generation.run``); a batch settles the rounds
+itself, many sequences per decode (``batching.runner``), and pushes them here.
+``finish_stats`` completes the stats, ``done`` builds the ``Done``: text, token ids,
+logprobs when asked for, and under a constraint whether the structure is complete (and
+its parsed JSON value, what was relaxed, or why not: ``Matcher.outcome``).
+
+It knows nothing of prefix reuse or prefill (the caller's: one context or a pool), of
+batches, or of the screen.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator, NamedTuple
+
+from . import sampling
+from ..constraints import Constraint
+from ..events import Done, Event, Stats
+from ..llama import Model
+from .drafters import Drafter
+from .policy import DraftPolicy, FixedPolicy
+from .reply import Reply
+from .sampling import SamplingParams
+from .speculative import RoundResult, SpeculativeLoop
+
+
+class Prepared(NamedTuple):
+    """A checked, tokenized request (``Engine.prepare``)."""
+
+    ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stops: list[str]
+    constraint: Constraint | None = None
+    logprobs: int | None = None  # each token's logprob and this many alternatives
+
+
+class DecodeSequence:
+    """One generation's decoding state on ``target``: loop, reply, stats and budget.
+
+    ``n_ctx``: the tokens the sequence may hold, prompt and reply (the engine's context,
+    or what a batch sequence reserved of the pool). ``t_start`` is when it was built;
+    ``t_gen``, when its first round began (set by ``events``, or by a batch's first verify
+    step for it): ``finish_stats`` measures ``t_total`` and ``t_generate`` from them."""
+
+    def __init__(self, target, drafter: Drafter, req: Prepared, *, model: Model,
+                 policy: DraftPolicy | FixedPolicy, n_ctx: int) -> None:
+        ids, params = req.ids, req.params
+        self.t_start = time.perf_counter()
+        self.t_gen: float | None = None
+        self.stats = Stats(drafter=drafter.name, prompt_tokens=len(ids), prompt_tokens_processed=len(ids))
+        rng = sampling.make_rng(params.seed)
+        drafter.begin(ids, params, rng)
+        policy.begin(params.seed)
+        self.loop = SpeculativeLoop(
+            target=target, drafter=drafter, committed=list(ids), params=params, rng=rng, policy=policy,
+            stats=self.stats, n_vocab=model.n_vocab, is_eog=model.is_eog,
+            eog_ids=model.eog_ids if params.bans_eog else (),
+            matcher=req.constraint.matcher() if req.constraint is not None else None, logprobs=req.logprobs)
+        self.reply = Reply(model, req.stops, req.max_tokens, params.min_tokens, logprobs=req.logprobs is not None)
+        self.budget = min(req.max_tokens, n_ctx - len(ids))  # tokens it may generate
+        self.produced = 0  # tokens its rounds committed (the reply may end before them)
+
+    @property
+    def matcher(self):
+        """The grammar matcher under a constraint (None: free generation)."""
+        return self.loop.matcher
+
+    @property
+    def remaining(self) -> int:
+        """How many more tokens its rounds may commit."""
+        return self.budget - self.produced
+
+    @property
+    def ended(self) -> bool:
+        """Whether the reply has ended (end of generation, a stop string, ``max_tokens``)
+        or the budget is spent."""
+        return self.reply.done or self.produced >= self.budget
+
+    def push(self, res: RoundResult) -> list[Event]:
+        """The events of one settled round; when the sequence ends with it, then the
+        reply's held-back text too (a last ``Token`` with id -1)."""
+        self.produced += len(res.tokens)
+        events = self.reply.push(res)
+        if self.ended:
+            events += self.reply.finish(self.loop.rounds)
+        return events
+
+    def events(self) -> Iterator[Event]:
+        """Its rounds on a context of its own (its prompt already prefilled), until it ends."""
+        self.t_gen = time.perf_counter()
+        for res in self.loop.run(self.remaining):
+            yield from self.push(res)
+            if self.ended:
+                return
+        yield from self.reply.finish(self.loop.rounds)  # the context filled up first
+
+    def finish_stats(self) -> Stats:
+        """The stats completed: tokens generated, the wall times, the last round's k bound."""
+        st, now = self.stats, time.perf_counter()
+        st.generated_tokens = len(self.reply.ids)
+        st.t_total, st.t_generate = now - self.t_start, now - (self.t_gen or now)
+        st.k_final = self.loop.last_k
+        return st
+
+    def done(self) -> Done:
+        """The finished sequence as ``Done``; under a constraint, whether the structure is
+        complete and its parsed value, judged on the reply as it ended."""
+        m, reply = self.matcher, self.reply
+        return Done(finish_reason=reply.finish_reason, stats=self.stats, text=reply.text,
+                    token_ids=tuple(reply.ids), logprobs=reply.logprobs_out(),
+                    **(m.outcome(reply) if m is not None else {}))
