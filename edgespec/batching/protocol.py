@@ -1,6 +1,6 @@
 """What batching asks of the engine: ``BatchEngine``, a small ``typing.Protocol``.
 
-``batching.run`` (``BatchRun``, ``check_parallel``), ``batching.runner`` (``BatchRunner``)
+``batching.run`` (``PreparedBatch``, ``check_parallel``), ``batching.runner`` (``BatchRunner``)
 and ``batching.sequence`` (``BatchSeq``) take an engine typed with it and use nothing
 else of it: the target model, the engine's settings (its context, threads, decode batch,
 k and whether k adapts, its drafter's name), its checks (``prepare``), its priors
