@@ -23,11 +23,11 @@ from typing import Any, Sequence
 
 from ..decoding import sampling
 from ..constraints import Constraint, batch_masks
-from ..decoding.drafters import NgramDrafter, NoDrafter
+from ..decoding.drafters import NgramDrafter, NoDrafter, Proposal
 from ..errors import ConstraintStateError
 from ..events import Done, Result, Stats
 from ..decoding.reply import Reply
-from ..decoding.speculative import SpeculativeLoop
+from ..decoding.speculative import Drafts, SpeculativeLoop
 
 
 class BatchSeq:
@@ -56,8 +56,9 @@ class BatchSeq:
         self.budget = min(max_tokens, reserve - len(ids))
         self.produced = 0
         self.reply = Reply(model, stops, max_tokens, params.min_tokens, logprobs=logprobs is not None)
-        self.proposal = None
-        self.drafts: list[int] = []
+        self.proposal: Proposal | None = None  # this step's, and the seconds drafting it took
+        self.t_draft = 0.0
+        self.drafts: Drafts | None = None  # what this step verifies of it
         self.masks: list | None = None  # this step's verify-row masks (under a constraint)
         self.error: ConstraintStateError | None = None
 
@@ -96,11 +97,11 @@ def step_masks(gen: Sequence[BatchSeq], is_eog) -> None:
     if not todo:
         return
     try:
-        for s, masks in zip(todo, batch_masks([(s.matcher, s.drafts) for s in todo], is_eog)):
+        for s, masks in zip(todo, batch_masks([(s.matcher, s.drafts.ids) for s in todo], is_eog)):
             s.masks = masks
     except ConstraintStateError:
         for s in todo:  # find which one failed: the others still get their masks
             try:
-                s.masks = s.matcher.masks(s.drafts, is_eog)
+                s.masks = s.matcher.masks(s.drafts.ids, is_eog)
             except ConstraintStateError as e:
                 s.error = e
