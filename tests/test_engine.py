@@ -345,7 +345,7 @@ class _OneDraft:
     def __init__(self, q: np.ndarray, seed: int):
         self.q, self.rng = q, np.random.default_rng(seed)
 
-    def propose(self, tokens, k, keep_drafting=None):
+    def propose(self, tokens, k, keep_drafting=None, guide=None):
         return Proposal([int(self.rng.choice(len(self.q), p=self.q))], self.q[None, :])
 
     def accepted(self, n):

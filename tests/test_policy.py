@@ -283,7 +283,7 @@ class _Proposes:
     def __init__(self, ids, after_break=()):
         self.ids, self.after_break = ids, after_break
 
-    def propose(self, tokens, k, keep_drafting=None):
+    def propose(self, tokens, k, keep_drafting=None, guide=None):
         return Proposal(list(self.ids[:k]), match_len=9, after_break=tuple(self.after_break[:k]))
 
     def accepted(self, n):
@@ -304,7 +304,7 @@ class _Verifies:
     def keep_drafting(self, j, conf):
         return True
 
-    def choose(self, ids, match_len=0, confidence=(), after_break=()):
+    def choose(self, ids, match_len=0, confidence=(), after_break=(), forced=0):
         return min(self.n, len(ids))
 
     def observe(self, **kw):

@@ -255,7 +255,7 @@ class BatchRunner:
         for s in gen:
             s.seq.t_gen = t_step if s.seq.t_gen is None else s.seq.t_gen
             try:  # under a constraint: forced tokens first, drafts cut to the grammar
-                s.proposal = s.loop.propose(s.seq.remaining)
+                s.proposal, s.t_draft = s.loop.propose(s.seq.remaining)
             except ConstraintStateError as e:
                 s.error = e
         failed = [s for s in gen if s.error is not None]
@@ -267,8 +267,8 @@ class BatchRunner:
         parts, room = [], self.ctx.n_batch
         for s, n in zip(gen, lengths):
             s.drafts = s.loop.drafts(s.proposal, n)
-            parts.append((s.slot, [s.loop.committed[-1], *s.drafts], range(len(s.drafts) + 1)))
-            room -= len(s.drafts) + 1
+            parts.append((s.slot, [s.loop.committed[-1], *s.drafts.ids], range(len(s.drafts.ids) + 1)))
+            room -= len(s.drafts.ids) + 1
         step_masks(gen, self.engine.target_model.is_eog)  # every constrained row, in one call
         room = min(room, self.chunk)
         filling = []
@@ -303,7 +303,7 @@ class BatchRunner:
         for s, logits in zip(gen, outs):
             if s.error is None:
                 try:
-                    res = s.loop.settle(s.proposal, s.drafts, logits, masks=s.masks)
+                    res = s.loop.settle(s.drafts, logits, draft_seconds=s.t_draft, masks=s.masks)
                 except ConstraintStateError as e:
                     s.error = e
             if s.error is not None:  # its matcher failed: the sequence ends with the error
@@ -329,11 +329,11 @@ class BatchRunner:
         share of the decode is verify time (``t_verify``) and its share of the whole step
         its round time in the batch (``t_batch``, which holds the Python overhead too)."""
         self.stats.t_steps += step
-        rows = sum(len(s.drafts) + 1 for s in gen) + sum(take for _, take in filling)
+        rows = sum(len(s.drafts.ids) + 1 for s in gen) + sum(take for _, take in filling)
         for s, take in filling:
             s.seq.stats.t_prompt += step * take / rows
         for s in gen:
-            n = len(s.drafts) + 1
+            n = len(s.drafts.ids) + 1
             s.seq.stats.t_verify += decode * n / rows
             s.seq.stats.t_batch += step * n / rows
 
@@ -374,13 +374,12 @@ class BatchRunner:
         for i, s in enumerate(gen):
             pol = s.loop.policy
             # the grammar's forced tokens lead the proposal, drafted for free
-            forced = {"forced": s.proposal.forced} if getattr(s.proposal, "forced", 0) else {}
             if isinstance(pol, FixedPolicy):
-                lengths[i] = pol.choose(s.proposal.ids, **forced)
+                lengths[i] = pol.choose(s.proposal.ids, forced=s.proposal.forced)
                 curves.append(None)
             else:
                 curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len,
-                                                  s.proposal.after_break, **forced))
+                                                  s.proposal.after_break, forced=s.proposal.forced))
         lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..constraints import batch_masks
+from ..decoding.drafters import Proposal
 from ..decoding.sequence import DecodeSequence
+from ..decoding.speculative import Drafts
 from ..errors import ConstraintStateError
 from ..events import Result
 
@@ -35,8 +37,9 @@ class BatchSeq:
         self.req, self.slot, self.seq = req, slot, seq  # req: a batching.runner.Request
         self.ids = req.prepared.ids
         self.prefilled = 0  # prompt tokens (all but the last) in the KV so far
-        self.proposal = None
-        self.drafts: list[int] = []
+        self.proposal: Proposal | None = None  # this step's, and the seconds drafting it took
+        self.t_draft = 0.0
+        self.drafts: Drafts | None = None  # what this step verifies of it
         self.masks: list | None = None  # this step's verify-row masks (under a constraint)
         self.error: ConstraintStateError | None = None
 
@@ -71,11 +74,11 @@ def step_masks(gen: Sequence[BatchSeq], is_eog) -> None:
     if not todo:
         return
     try:
-        for s, masks in zip(todo, batch_masks([(s.matcher, s.drafts) for s in todo], is_eog)):
+        for s, masks in zip(todo, batch_masks([(s.matcher, s.drafts.ids) for s in todo], is_eog)):
             s.masks = masks
     except ConstraintStateError:
         for s in todo:  # find which one failed: the others still get their masks
             try:
-                s.masks = s.matcher.masks(s.drafts, is_eog)
+                s.masks = s.matcher.masks(s.drafts.ids, is_eog)
             except ConstraintStateError as e:
                 s.error = e

@@ -31,11 +31,19 @@ is that token (certain when it is the only one allowed).
 The output is therefore distributed exactly as masked sampling from the target; under
 greedy it is token for token the constrained run with no drafter (given batch-invariant
 kernels). The matcher moves with the KV cache: after every round it has consumed exactly
-the tokens committed after the prompt (asserted in ``settle``).
+the tokens committed after the prompt (asserted when ``settle`` commits).
 
 Asked for ``logprobs`` (``SpeculativeLoop.logprobs``: how many alternatives per token),
 each committed token also gets the target's log-probability at its verify row, the row
 the token was chosen from (``edgespec.decoding.logprob``); not asked, nothing is computed.
+
+A round in halves, so that a batch (``edgespec.batching``) can verify many sequences in
+one decode: ``propose`` (the proposal, and the seconds drafting it took), the policy's
+``choose``, ``drafts`` (a frozen ``Drafts`` record: what is verified, and where it was
+cut), the target's decode, then ``settle``: ``accept`` (the rules above, a pure function),
+``_commit`` (roll back, commit, advance the matcher), ``policy.observe`` and
+``count_round``. What one half hands the next travels in those values, never on the loop;
+proposals are changed with ``dataclasses.replace`` (``cut_proposal``, ``with_forced``).
 
 This module knows nothing about text, stop strings or the screen: it yields token ids
 with their ``from_draft`` flag and a ``Round`` record per round.
@@ -44,14 +52,14 @@ with their ``from_draft`` flag and a ``Round`` record per round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from . import sampling
 from ..constraints import Matcher, apply_mask
-from .drafters import Drafter
+from .drafters import Drafter, Proposal
 from ..events import Round, Stats, TokenLogprob
 from ..llama import Context
 from .logprob import token_logprob
@@ -93,22 +101,22 @@ class SpeculativeLoop:
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
-        proposal = self.propose(budget)
+        proposal, draft_seconds = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
-        forced = {"forced": proposal.forced} if proposal.forced else {}  # (policies without it stay valid)
         n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break,
-                               **forced)
+                               forced=proposal.forced)
         drafts = self.drafts(proposal, n)
-        masks = self.masks(drafts)
+        masks = self.masks(drafts.ids)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
         t1 = time.perf_counter()
-        rows = self.target.decode([self.committed[-1], *drafts], rows=range(len(drafts) + 1))
-        return self.settle(proposal, drafts, rows, verify_start=t1, masks=masks)
+        rows = self.target.decode([self.committed[-1], *drafts.ids], rows=range(len(drafts.ids) + 1))
+        return self.settle(drafts, rows, draft_seconds=draft_seconds, verify_start=t1, masks=masks)
 
-    def propose(self, budget: int):
+    def propose(self, budget: int) -> tuple[Proposal, float]:
         """The drafter's proposal for this round, within the room the context and one
-        verify batch leave (a round commits at most ``budget`` >= 1 tokens). Under a
-        constraint it starts with the forced tokens and keeps only its valid prefix."""
+        verify batch leave (a round commits at most ``budget`` >= 1 tokens), and the
+        seconds the drafter took. Under a constraint it starts with the forced tokens
+        and keeps only its valid prefix."""
         target, policy, m = self.target, self.policy, self.matcher
         L = len(self.committed)
         # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
@@ -116,26 +124,25 @@ class SpeculativeLoop:
         forced = self._grammar_draft(room) if m is not None and self.drafter.name != "none" else []
         l_max = policy.limit(room - len(forced))
         t0 = time.perf_counter()
-        proposal = _EMPTY
+        proposal = Proposal([])
         if l_max > 0:
             base = m.consumed if m is not None else 0
             if m is not None:
                 m.consume(forced)  # the drafter drafts after the forced tokens, masked
             try:
-                guide = {"guide": m} if m is not None else {}  # (drafters without one stay valid)
                 proposal = self.drafter.propose(self.committed + forced if forced else self.committed,
-                                                l_max, policy.keep_drafting, **guide)
+                                                l_max, policy.keep_drafting, guide=m)
                 if len(proposal.ids) > l_max:
-                    proposal = _Cut(proposal, l_max)
+                    proposal = cut_proposal(proposal, l_max)
                 if m is not None and proposal.q is None and proposal.ids:
                     ok = m.validate(proposal.ids)  # prompt lookup: its grammar-valid prefix
-                    proposal = _Cut(proposal, ok) if ok < len(proposal.ids) else proposal
+                    proposal = cut_proposal(proposal, ok) if ok < len(proposal.ids) else proposal
             finally:
                 if m is not None:
                     m.rollback(m.consumed - base)
-        self._draft_seconds = time.perf_counter() - t0
-        self.stats.t_draft += self._draft_seconds
-        return _Forced(forced, proposal) if forced else proposal
+        draft_seconds = time.perf_counter() - t0
+        self.stats.t_draft += draft_seconds
+        return (with_forced(proposal, forced) if forced else proposal), draft_seconds
 
     def _grammar_draft(self, room: int) -> list[int]:
         """What the grammar drafts by itself: the forced tokens, then the likely tokens of
@@ -161,128 +168,63 @@ class SpeculativeLoop:
             return None
         return self.matcher.masks(drafts, self.is_eog)
 
-    def drafts(self, proposal, n: int) -> list[int]:
+    def drafts(self, proposal: Proposal, n: int) -> Drafts:
         """The first ``n`` proposed ids, cut at the first id the target lacks: a draft
         vocabulary may be up to 128 ids larger than the target's. That draft cannot be
-        decoded; it is still rejected by the rules in ``settle``, as p(d) = 0."""
-        drafts = list(proposal.ids[:n])
-        self._cut = next((i for i, d in enumerate(drafts) if not 0 <= d < self.n_vocab), None)
-        return drafts if self._cut is None else drafts[: self._cut]
+        decoded; it is still rejected by the rules in ``accept``, as p(d) = 0."""
+        ids = list(proposal.ids[:n])
+        bad = next((i for i, d in enumerate(ids) if not 0 <= d < self.n_vocab), None)
+        return Drafts(proposal, ids if bad is None else ids[:bad], bad)
 
-    def settle(self, proposal, drafts: list[int], rows: np.ndarray,
+    def settle(self, drafts: Drafts, rows: np.ndarray, draft_seconds: float = 0.0,
                verify_start: float | None = None, masks: list | None = None) -> RoundResult:
         """Accept or reject ``drafts`` against the target's logit ``rows`` (x_last and
-        each draft: len(drafts) + 1 rows), roll the sequence back past the first
-        rejection, commit, and let the policy learn. ``verify_start`` is when this round's
-        own decode began (None when it shared a batch: the batch is timed by its owner).
-        ``masks``: the rows' grammar masks (``masks()``), computed here when not given."""
-        target, committed, params, policy = self.target, self.committed, self.params, self.policy
-        L = len(committed)
-        q, cut = proposal.q, self._cut
+        each draft: len(drafts.ids) + 1 rows), roll the sequence back past the first
+        rejection, commit, and let the policy learn. ``draft_seconds``: what drafting
+        them took (``propose``); ``verify_start``: when this round's own decode began
+        (None when it shared a batch: the batch is timed by its owner). ``masks``: the
+        rows' grammar masks (``masks()``), computed here when not given."""
+        proposal = drafts.proposal
         if masks is None and self.matcher is not None:
-            masks = self.masks(drafts)
-        row = self._row_reader(rows, masks)
-        n_forced = min(proposal.forced, len(drafts))
-        self.last_k = policy.bound
-        batch = len(drafts) + 1
-        out: list[int] = []
-        from_draft: list[bool] = []
-        lps: list[TokenLogprob] | None = None if self.logprobs is None else []
-        n_acc = 0
-        for i, d in enumerate(drafts):
-            # p' at row i: the target's logits, penalised, masked by the grammar state
-            # after d_1..d_(i-1) (a fixed proposal's row of q is None: verify by matching)
-            r = row(i, out)
-            if params.greedy:
-                x = int(np.argmax(r))
-                ok = x == d
-            else:
-                p = sampling.probs_from_logits(r, params)
-                if q is None or q[i] is None:
-                    x = sampling.sample(p, self.rng)
-                    ok = x == d
-                else:
-                    q_i = _fit(q[i], self.n_vocab)
-                    ok = sampling.accept(float(p[d]), float(q_i[d]), self.rng)
-                    if not ok:
-                        x = sampling.sample(sampling.residual(p, q_i), self.rng)
-            if lps is not None:
-                lps.append(token_logprob(r, d if ok else x, self.logprobs))
-            if not ok:
-                out.append(x)
-                from_draft.append(False)
-                break
-            out.append(d)
-            from_draft.append(True)
-            n_acc += 1
-            if self.is_eog(d):
-                # generation ends here: drafts past an end-of-generation token were never
-                # candidates, so they count as neither drafted nor rejected
-                drafts = drafts[: i + 1]
-                break
-        else:
-            # Every draft accepted: the last row is p after d_k, a bonus token for free.
-            last = row(len(drafts), out)
-            if params.greedy:
-                out.append(int(np.argmax(last)))
-            elif cut is not None and q is not None and q[cut] is not None:
-                # the cut draft, sampled from q, is rejected for sure (p(d) = 0), so the
-                # token comes from the residual max(0, p - q) as for any rejection
-                p = sampling.probs_from_logits(last, params)
-                out.append(sampling.sample(sampling.residual(p, _fit(q[cut], self.n_vocab)), self.rng))
-            else:
-                out.append(sampling.sample(sampling.probs_from_logits(last, params), self.rng))
-            from_draft.append(False)
-            if lps is not None:
-                lps.append(token_logprob(last, out[-1], self.logprobs))
-
-        # Roll back: keep x_last and the accepted drafts (positions < L + n_acc).
-        target.rollback(L + n_acc)
-        self.drafter.accepted(n_acc)
-        committed.extend(out)
-        if self.matcher is not None:
-            # the grammar moves with the KV cache: it has consumed exactly what is committed
-            self.matcher.consume(out)
-            assert self.matcher.consumed == len(committed) - self.n_prompt, "matcher out of step with the KV cache"
-            self.stats.t_mask = self.matcher.t_mask
-        # A fixed proposal's first unverified id, when every draft was kept, is judged
-        # for free: the round's own next token is what verifying it would have tested.
-        next_ok = None
-        if q is None and n_acc == len(drafts) and not from_draft[-1] \
-                and len(proposal.ids) > n_acc:
-            next_ok = out[-1] == proposal.ids[n_acc]
-        policy.observe(batch=batch, tested=len(drafts), accepted=n_acc,
-                       verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
-                       draft_seconds=self._draft_seconds, drafted=len(proposal.ids) - proposal.forced,
-                       match_len=proposal.match_len, next_ok=next_ok, after_break=proposal.after_break,
-                       **({"forced": n_forced} if n_forced else {}))
-
-        st = self.stats
+            masks = self.masks(drafts.ids)
+        row, read = self._row_reader(rows, masks), None
+        if self.logprobs is not None:
+            row, read = _recorded(row)
+        self.last_k = self.policy.bound
+        out, from_draft, n_acc = accept(drafts.ids, row, proposal.q, self.params, self.rng, self.is_eog,
+                                        cut=drafts.cut)
+        # an accepted end-of-generation draft ends generation: the drafts past it were
+        # never candidates, so they count as neither drafted nor rejected
+        tested = drafts.ids[:n_acc] if from_draft[-1] else drafts.ids
+        # token j was chosen at verify row j (a kept draft, the correction or the bonus)
+        lps = None if read is None else [token_logprob(r, t, self.logprobs) for r, t in zip(read, out)]
+        self._commit(out, n_acc)
+        n_forced = min(proposal.forced, len(drafts.ids))
+        self.policy.observe(
+            batch=len(drafts.ids) + 1, tested=len(tested), accepted=n_acc,
+            verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
+            draft_seconds=draft_seconds, drafted=len(proposal.ids) - proposal.forced,
+            match_len=proposal.match_len, next_ok=next_ok(proposal, out, from_draft, n_acc, len(tested)),
+            after_break=proposal.after_break, forced=n_forced)
         self.rounds += 1
-        st.rounds += 1
-        st.drafted += len(drafts)
-        st.accepted += n_acc
-        st.rejected += len(drafts) - n_acc
-        st.from_draft_tokens += n_acc
-        st.forced += n_forced
-        st.forced_accepted += min(n_acc, n_forced)
-        for j in range(len(drafts)):
-            if j >= len(st.drafted_by_position):
-                st.drafted_by_position.append(0)
-                st.accepted_by_position.append(0)
-            st.drafted_by_position[j] += 1
-            st.accepted_by_position[j] += 1 if j < n_acc else 0
-        info = Round(
-            index=self.rounds,
-            drafted=len(drafts),
-            accepted=n_acc,
-            rejected=len(drafts) - n_acc,
-            k=policy.bound,
-            drafter=self.drafter.name,
-            rejected_ids=tuple(drafts[n_acc:]),
-            forced=n_forced,
-        )
+        count_round(self.stats, len(tested), n_acc, n_forced)
+        info = Round(index=self.rounds, drafted=len(tested), accepted=n_acc, rejected=len(tested) - n_acc,
+                     k=self.policy.bound, drafter=self.drafter.name, rejected_ids=tuple(tested[n_acc:]),
+                     forced=n_forced)
         return RoundResult(out, from_draft, info, lps)
+
+    def _commit(self, out: list[int], n_acc: int) -> None:
+        """Roll back and commit ``out``: the target keeps x_last and the ``n_acc``
+        accepted drafts (positions < L + n_acc), the drafter learns how many it got,
+        and the grammar moves with the KV cache (it consumes exactly what is committed)."""
+        self.target.rollback(len(self.committed) + n_acc)
+        self.drafter.accepted(n_acc)
+        self.committed.extend(out)
+        m = self.matcher
+        if m is not None:
+            m.consume(out)
+            assert m.consumed == len(self.committed) - self.n_prompt, "matcher out of step with the KV cache"
+            self.stats.t_mask = m.t_mask
 
     def _row_reader(self, rows: np.ndarray, masks: list | None):
         """``row(i, out)``: verify row i as this round samples it, ``_logits`` then the
@@ -326,33 +268,125 @@ class SpeculativeLoop:
             yield res
 
 
-_EMPTY = type("P", (), {"ids": [], "q": None, "match_len": 0, "confidence": (), "after_break": (), "forced": 0})()
+@dataclass(frozen=True)
+class Drafts:
+    """What one round verifies: the first ids of ``proposal`` the policy chose, cut
+    before ``cut``, the index of the first id the target's vocabulary lacks (None: none
+    was cut; ``accept`` rejects that draft as p(d) = 0)."""
+
+    proposal: Proposal
+    ids: list[int]
+    cut: int | None = None
 
 
-class _Cut:
-    """A proposal seen only up to ``n`` ids (a drafter may offer more than asked)."""
-
-    forced = 0
-
-    def __init__(self, proposal, n: int) -> None:
-        self.ids = list(proposal.ids[:n])
-        self.q, self.match_len = proposal.q, proposal.match_len
-        self.confidence = tuple(proposal.confidence[:n])
-        self.after_break = tuple(proposal.after_break[:n])
+Row = Callable[[int, Sequence[int]], np.ndarray]
 
 
-class _Forced:
-    """The grammar's forced tokens followed by the drafter's proposal: a fixed proposal
-    for the forced part (their rows of ``q`` are None), near-certain for the policy."""
+def accept(drafts: Sequence[int], row: Row, q: Sequence[np.ndarray | None] | None, params: SamplingParams,
+           rng: np.random.Generator, is_eog: Callable[[int], bool],
+           cut: int | None = None) -> tuple[list[int], list[bool], int]:
+    """The tokens one round commits, whether each is a kept draft, and how many drafts
+    were kept: the acceptance rules of the module docstring, nothing else (no cache, no
+    policy). ``row(i, out)`` is p at verify row i as sampled (penalised for this
+    round's tokens so far, ``out``; masked under a constraint), ``q`` the drafter's rows
+    (None, or a row None: a fixed proposal, verified by matching a sample of p), and
+    ``cut`` the index of a sampled draft the target lacked (``Drafts.cut``): when every
+    draft before it is kept, the token comes from the residual max(0, p - q[cut]).
+    Drafting stops at an accepted end-of-generation draft (its ``from_draft`` is True)."""
+    out: list[int] = []
+    from_draft: list[bool] = []
+    for i, d in enumerate(drafts):
+        r = row(i, out)
+        if params.greedy:
+            x = int(np.argmax(r))
+            ok = x == d
+        else:
+            p = sampling.probs_from_logits(r, params)
+            if q is None or q[i] is None:
+                x = sampling.sample(p, rng)
+                ok = x == d
+            else:
+                q_i = _fit(q[i], p.shape[0])
+                ok = sampling.accept(float(p[d]), float(q_i[d]), rng)
+                if not ok:
+                    x = sampling.sample(sampling.residual(p, q_i), rng)
+        if not ok:
+            out.append(x)
+            from_draft.append(False)
+            return out, from_draft, i
+        out.append(d)
+        from_draft.append(True)
+        if is_eog(d):  # generation ends here: the drafts after it are no candidates
+            return out, from_draft, i + 1
+    # Every draft accepted: the last row is p after d_k, a bonus token for free.
+    last = row(len(drafts), out)
+    if params.greedy:
+        out.append(int(np.argmax(last)))
+    elif cut is not None and q is not None and q[cut] is not None:
+        # the cut draft, sampled from q, is rejected for sure (p(d) = 0), so the token
+        # comes from the residual max(0, p - q) as for any rejection
+        p = sampling.probs_from_logits(last, params)
+        out.append(sampling.sample(sampling.residual(p, _fit(q[cut], p.shape[0])), rng))
+    else:
+        out.append(sampling.sample(sampling.probs_from_logits(last, params), rng))
+    from_draft.append(False)
+    return out, from_draft, len(drafts)
 
-    def __init__(self, forced: list[int], proposal) -> None:
-        f = len(forced)
-        self.forced = f
-        self.ids = [*forced, *proposal.ids]
-        self.q = None if proposal.q is None else [*([None] * f), *proposal.q]
-        self.match_len = proposal.match_len
-        self.confidence = (*([1.0] * f), *proposal.confidence)
-        self.after_break = (*([False] * f), *proposal.after_break) if proposal.after_break else ()
+
+def next_ok(proposal: Proposal, out: Sequence[int], from_draft: Sequence[bool], n_acc: int,
+            tested: int) -> bool | None:
+    """A fixed proposal's first unverified id, when every tested draft was kept, is
+    judged for free: the round's own next token is what verifying it would have tested
+    (None: nothing is known)."""
+    if proposal.q is None and n_acc == tested and not from_draft[-1] and len(proposal.ids) > n_acc:
+        return out[-1] == proposal.ids[n_acc]
+    return None
+
+
+def count_round(st: Stats, tested: int, n_acc: int, n_forced: int) -> None:
+    """A round's counts in ``st``: ``tested`` drafts, ``n_acc`` of them kept, the first
+    ``n_forced`` the grammar's; and per draft position, how often it was drafted and kept."""
+    st.rounds += 1
+    st.drafted += tested
+    st.accepted += n_acc
+    st.rejected += tested - n_acc
+    st.from_draft_tokens += n_acc
+    st.forced += n_forced
+    st.forced_accepted += min(n_acc, n_forced)
+    for j in range(tested):
+        if j >= len(st.drafted_by_position):
+            st.drafted_by_position.append(0)
+            st.accepted_by_position.append(0)
+        st.drafted_by_position[j] += 1
+        st.accepted_by_position[j] += 1 if j < n_acc else 0
+
+
+def cut_proposal(proposal: Proposal, n: int) -> Proposal:
+    """``proposal`` seen only up to ``n`` ids (a drafter may offer more than asked)."""
+    return replace(proposal, ids=list(proposal.ids[:n]), q=None if proposal.q is None else proposal.q[:n],
+                   confidence=tuple(proposal.confidence[:n]), after_break=tuple(proposal.after_break[:n]))
+
+
+def with_forced(proposal: Proposal, forced: Sequence[int]) -> Proposal:
+    """The grammar's ``forced`` tokens followed by ``proposal``: a fixed proposal for the
+    forced part (their rows of ``q`` are None), near-certain for the policy."""
+    f = len(forced)
+    return replace(proposal, ids=[*forced, *proposal.ids], forced=f,
+                   q=None if proposal.q is None else [*([None] * f), *proposal.q],
+                   confidence=(*([1.0] * f), *proposal.confidence),
+                   after_break=(*([False] * f), *proposal.after_break) if proposal.after_break else ())
+
+
+def _recorded(row: Row) -> tuple[Row, list[np.ndarray]]:
+    """``row`` that also keeps every row it reads, in order (for the logprobs)."""
+    read: list[np.ndarray] = []
+
+    def reading(i: int, out: Sequence[int]) -> np.ndarray:
+        r = row(i, out)
+        read.append(r)
+        return r
+
+    return reading, read
 
 
 def _penalized(row: np.ndarray, history: Sequence[int], extra: Sequence[int], params: SamplingParams) -> np.ndarray:
