@@ -165,7 +165,7 @@ def deep_schema(levels: int) -> dict:
 def test_json_nested_past_the_parsers_limit_is_a_400_naming_it(client):
     """issue 28 item 7: 200 nested arrays are valid JSON; the parser's depth limit is
     named, not called invalid JSON. One level less than the limit is read."""
-    from edgespec.server.schema import JSON_DEPTH_LIMIT
+    from edgespec.server.bodies import JSON_DEPTH_LIMIT
 
     ok = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2,
                                                    "json_schema": deep_schema(JSON_DEPTH_LIMIT - 1)})

@@ -57,7 +57,6 @@ from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec import __version__
@@ -70,7 +69,8 @@ from .choices import choice_jobs, serve_choices
 from .guard import Guard, check_origins, given_keys, key_ok
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
-from .schema import ApiError, ChatRequest, CompletionRequest, describe_validation_error
+from .bodies import parse_request
+from .schema import ApiError, ChatRequest, CompletionRequest
 from .structured import Structure, plan_chat, plan_completion
 from .worker import Failed, QueueFull, ServeJob, Started, Worker, WorkerDied
 
@@ -256,17 +256,6 @@ def create_app(
             job.cancel()
             watcher.cancel()
 
-    def parse(model: type, body: bytes) -> Any:
-        try:
-            req = model.model_validate_json(body)
-        except ValidationError as e:
-            message, param = describe_validation_error(e)
-            raise ApiError(400, message, param=param) from None
-        refused = req.refusal()
-        if refused is not None:
-            raise refused
-        return req
-
     # -- routes ---------------------------------------------------------------------------
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:
@@ -299,7 +288,7 @@ def create_app(
 
     async def chat(request: Request, body: bytes) -> Response:
         """A chat completion for ``body`` (also the Responses API's way in)."""
-        req = parse(ChatRequest, body)
+        req = parse_request(ChatRequest, body)
         return await run(request, req, await asyncio.to_thread(plan_chat, engine, req), chat=True)
 
     @app.get("/v1/models")
@@ -322,7 +311,7 @@ def create_app(
     @app.post("/completions")
     async def completions(request: Request) -> Response:
         check_key(request)
-        req = parse(CompletionRequest, await read_body(request))
+        req = parse_request(CompletionRequest, await read_body(request))
         return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
     api = routes_extra.Api(engine=engine, model_id=model_id, check_key=check_key, read_body=read_body, chat=chat)

@@ -195,16 +195,11 @@ async def _sse(replies: list[ReplyBody], group: JobGroup, watcher: asyncio.Task)
                     yield event("[DONE]")
                 return
             reply, ev = replies[item.index], item.item
-            if isinstance(ev, Token):
-                reply.feed(ev)
-                for chunk in reply.text_chunks(ev.text, ev.from_draft):
-                    yield event(chunk)
-            elif isinstance(ev, Round):
-                reply.feed(ev)
-            elif isinstance(ev, Done):
-                reply.feed(ev)
-                for chunk in reply.last_chunks(usage=False):
-                    yield event(chunk)
+            if not isinstance(ev, (Token, Round, Done)):
+                continue  # a later choice's Started
+            for chunk in reply.stream_chunks(ev, usage=False):
+                yield event(chunk)
+            if isinstance(ev, Done):
                 finished += 1
                 if finished == len(replies):
                     if replies[0].req.include_usage():

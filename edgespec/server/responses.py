@@ -244,6 +244,17 @@ class ReplyBody:
             call["function"] = {"arguments": p.arguments}
         return self.chunk(tool_call=call, from_draft=from_draft)
 
+    def stream_chunks(self, ev: Token | Round | Done, usage: bool = True) -> list[dict]:
+        """Feed one generation event and return the chunks it streams: a token's text
+        (less what a stop string may still claim), nothing for a round, the finish (and
+        the usage chunk when asked and ``usage``) for ``Done``."""
+        self.feed(ev)
+        if isinstance(ev, Token):
+            return self.text_chunks(ev.text, ev.from_draft)
+        if isinstance(ev, Done):
+            return self.last_chunks(usage=usage)
+        return []
+
     def last_chunks(self, usage: bool = True) -> list[dict]:
         """The chunks that end this choice (``usage``: and the usage chunk, when asked)."""
         done = self.done
@@ -282,18 +293,12 @@ async def sse(reply: ReplyBody, job: ServeJob, watcher: asyncio.Task,
             yield event(reply.chunk(text="", first=True))
         while True:
             item = await next_event(job)
-            if isinstance(item, Token):
-                reply.feed(item)
-                for chunk in reply.text_chunks(item.text, item.from_draft):
+            if isinstance(item, (Token, Round, Done)):
+                for chunk in reply.stream_chunks(item):
                     yield event(chunk)
-            elif isinstance(item, Round):
-                reply.feed(item)
-            elif isinstance(item, Done):
-                reply.feed(item)
-                for chunk in reply.last_chunks():
-                    yield event(chunk)
-                yield event("[DONE]")
-                return
+                if isinstance(item, Done):
+                    yield event("[DONE]")
+                    return
             elif isinstance(item, Failed):
                 if isinstance(item.error, Gone):
                     return

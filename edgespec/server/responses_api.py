@@ -40,11 +40,12 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .responses_events import ResponseBuilder
 from .routes_extra import Api
-from .schema import ApiError, describe_validation_error
+from .bodies import parse_request
+from .schema import ApiError
 
 ROUTES = ("/responses",)
 ROLES = ("user", "assistant", "system", "developer")
@@ -224,18 +225,6 @@ def _parts_text(i: int, content: Any, key: str) -> str:
     return "".join(texts)
 
 
-def _parse(body: bytes) -> ResponsesRequest:
-    try:
-        req = ResponsesRequest.model_validate_json(body)
-    except ValidationError as e:
-        message, param = describe_validation_error(e)
-        raise ApiError(400, message, param=param) from None
-    refused = req.refusal()
-    if refused is not None:
-        raise refused
-    return req
-
-
 # the chat request's field -> the Responses request's, for a 400 the chat path gives
 CHAT_PARAMS = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input",
                "tools": "tools", "tool_choice": "tool_choice"}
@@ -257,7 +246,7 @@ def add_routes(app: FastAPI, api: Api) -> None:
     @app.post("/responses")
     async def responses(request: Request) -> Response:
         api.check_key(request)
-        req = _parse(await api.read_body(request))
+        req = parse_request(ResponsesRequest, await api.read_body(request))
         body = json.dumps(req.chat_body()).encode()
         try:
             answer = await api.chat(request, body)

@@ -31,11 +31,12 @@ from typing import Any, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from edgespec import __version__
 
-from .schema import ApiError, describe_validation_error
+from .bodies import parse_request
+from .schema import ApiError
 
 ROUTES = ("/tokenize", "/detokenize")
 
@@ -85,14 +86,6 @@ class DetokenizeRequest(BaseModel):
     tokens: list[int]
 
 
-def _parse(model: type[BaseModel], body: bytes) -> Any:
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as e:
-        message, param = describe_validation_error(e)
-        raise ApiError(400, message, param=param) from None
-
-
 def _piece(model: Any, token: int) -> str | list[int]:
     raw = model.token_to_bytes(token, special=True)
     try:
@@ -122,11 +115,11 @@ def add_routes(app: FastAPI, api: Api) -> None:
     @app.post("/tokenize")
     async def tokenize_route(request: Request) -> JSONResponse:
         api.check_key(request)
-        req = _parse(TokenizeRequest, await api.read_body(request))
+        req = parse_request(TokenizeRequest, await api.read_body(request))
         return JSONResponse(await asyncio.to_thread(tokenize, api.engine.target_model, req))
 
     @app.post("/detokenize")
     async def detokenize_route(request: Request) -> JSONResponse:
         api.check_key(request)
-        req = _parse(DetokenizeRequest, await api.read_body(request))
+        req = parse_request(DetokenizeRequest, await api.read_body(request))
         return JSONResponse(await asyncio.to_thread(detokenize, api.engine.target_model, req))

@@ -17,8 +17,8 @@ whether a schema or grammar compiles is ``edgespec.server.structured``'s questio
 a 400 before any model work).
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
-(``{"error": {"message", "type", "param", "code"}}``); ``describe_validation_error``
-turns pydantic's report into one message naming the field.
+(``{"error": {"message", "type", "param", "code"}}``); ``bodies`` turns pydantic's
+report on a body into one message naming the field.
 """
 
 from __future__ import annotations
@@ -411,34 +411,3 @@ class CompletionRequest(_Request):
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
             return self.prompt[0]
         return self.prompt
-
-
-JSON_DEPTH_LIMIT = 200
-"""The deepest nesting of arrays and objects, the body's own object included, that the
-request parser (pydantic-core's) reads; one level more is its "recursion limit exceeded"
-(tests/test_server_structured.py checks the boundary)."""
-
-
-def describe_validation_error(e: ValidationError) -> tuple[str, str | None]:
-    """One message for the first problem pydantic found, and the field it concerns."""
-    err = e.errors(include_url=False)[0]
-    kind = err.get("type", "")
-    if kind == "json_invalid":
-        detail = err.get("ctx", {}).get("error", "")
-        if detail.startswith("recursion limit exceeded"):  # valid JSON, only too deep for the parser
-            return (f"the request body nests arrays and objects more than {JSON_DEPTH_LIMIT} levels deep, the "
-                    "limit of the server's JSON parser (pydantic's); a schema that deep can be written with "
-                    "$defs and $ref"), None
-        return f"the request body is not valid JSON ({detail})" if detail else "the request body is not valid JSON", None
-    if kind == "model_type" or (kind.endswith("_type") and not err.get("loc")):
-        return "the request body must be a JSON object", None
-    loc = [str(p) for p in err.get("loc", ())]
-    # drop pydantic's union-branch names ("str", "list[str]") from the location
-    loc = [p for p in loc if not (p in ("str", "int", "float", "bool") or p.startswith(("list[", "function-")))]
-    param = ".".join(loc) or None
-    msg = err.get("msg", "invalid value")
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    if kind == "missing":
-        msg = "this field is required"
-    return (f"{param}: {msg}" if param else msg), param
