@@ -1,4 +1,7 @@
-"""Request bodies into request objects, and the one 400 that says what was wrong.
+"""Request bodies into request objects, and the error that says what was wrong.
+
+``ApiError`` is an HTTP error answered with an OpenAI-style error object (every route's
+400s and the others); ``edgespec.server.schema`` re-exports it beside the request shapes.
 
 pydantic reads the body (``model_validate_json``); its first complaint becomes a message
 naming the field, and valid JSON that is only too deep for its parser says so
@@ -12,7 +15,24 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .schema import ApiError
+
+class ApiError(Exception):
+    """An HTTP error answered with an OpenAI-style error object."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
 
 JSON_DEPTH_LIMIT = 200
 """The deepest nesting of arrays and objects, the body's own object included, that the

@@ -17,8 +17,8 @@ whether a schema or grammar compiles is ``edgespec.server.structured``'s questio
 a 400 before any model work).
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
-(``{"error": {"message", "type", "param", "code"}}``); ``bodies`` turns pydantic's
-report on a body into one message naming the field.
+(``{"error": {"message", "type", "param", "code"}}``, defined in ``bodies`` with the
+one message naming the field that pydantic's report on a body becomes).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError is re-exported
+
 from edgespec.decoding.sampling import SAMPLING_KEYS
 
 from .fields import refused_field
@@ -36,24 +38,6 @@ from .fields import refused_field
 MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16  # n
 MAX_TOP_LOGPROBS = 20  # top_logprobs (OpenAI's limit), and the legacy logprobs: N
-
-
-class ApiError(Exception):
-    """An HTTP error answered with an OpenAI-style error object."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class TextPart(BaseModel):
