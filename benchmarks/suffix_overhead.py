@@ -7,8 +7,8 @@ Measures, on one token stream, for ``edgespec.decoding.suffix``:
 - propose: microseconds per ``SuffixIndex.propose`` at the cap, for contexts taken from
   held-out documents (mean, p50, p99 of the least of three calls each: the call's cost
   without the preemptions of a shared 2-core machine);
-- a drafter round: ``SuffixDrafter.propose`` (writing the newly committed tokens into the
-  request and global indexes, then asking both) while it "generates" held-out documents:
+- a drafter round: ``MemoryDrafter.propose`` (writing the newly committed tokens into the
+  global index, then asking prompt lookup and the index) while it "generates" held-out documents:
   each round commits the accepted prefix of its draft plus one token (what the target
   would do at greedy), so the cost is per round, as a decode step is (timed once, noise
   and all; ``begin``, once per request, apart);
@@ -53,7 +53,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgespec.decoding.suffix import DEFAULT_CAP, SuffixDrafter, SuffixIndex  # noqa: E402
+from edgespec.decoding.drafters import NgramDrafter  # noqa: E402
+from edgespec.decoding.memory import MemoryDrafter  # noqa: E402
+from edgespec.decoding.suffix import DEFAULT_CAP, SuffixIndex  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,7 +151,7 @@ def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random
         if p.ids:
             hits += 1
             lengths.append(len(p.ids))
-            expected.append(p.expected)
+            expected.append(sum(p.probs))
     times.sort()
     cpu.sort()
     return {"propose_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
@@ -163,7 +165,7 @@ def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random
 
 def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) -> dict:
     """The drafter generating each held-out document from its first 64 tokens."""
-    drafter = SuffixDrafter(memory)
+    drafter = MemoryDrafter(NgramDrafter(), memory)
     times, cpu, begins, rounds, committed, accepted, drafted, expected = [], [], [], 0, 0, 0, 0, 0.0
     for doc in held_out:
         prompt, rest = doc[:64], doc[64:]
@@ -187,8 +189,8 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
             committed += len(step)
             accepted += n
             drafted += len(p.ids)
-            expected += p.expected
-        drafter.close()
+            expected += sum(p.probs)
+        drafter.end(tokens)
     times.sort()
     cpu.sort()
     return {"rounds": rounds, "begin_wall_us_mean": round(1e6 * statistics.fmean(begins), 3),

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from .decoding import generation, sampling
 from .constraints import Constraint, compile_constraint, tokenizer_for
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
-from .errors import ContextOverflowError, InputError
+from .decoding.memory import MemoryDrafter
+from .decoding.suffix import DEFAULT_CAP, SuffixIndex
+from .errors import InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
-from .decoding.logprob import MAX_TOP
-from .decoding.sequence import Prepared
+from .decoding.sequence import Prepared, check_request
 from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
                     GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .decoding.policy import DraftPolicy, FixedPolicy
@@ -76,6 +77,13 @@ class Engine:
     their file names. ``plan``: the planner's ``Plan`` the engine was built from
     (``Plan.engine_kwargs()`` passes it, for ``edgespec.load`` and the CLI), kept as
     ``engine.plan``; None for an engine built by hand.
+
+    ``memory`` (on by default): prompt lookup also drafts from the answers this engine
+    wrote before, across ``generate`` calls, chat turns and the lines of a batch
+    (``edgespec.decoding.memory``): ``engine.memory``, a ``SuffixIndex`` of the last
+    ``memory_cap`` tokens written (262,144 by default, ~50 MB), first in, first out.
+    Assign another index (``decoding.suffix_store.load``) to start warm, or None to draft
+    from each request alone; a request's ``memory`` option picks one per request.
     """
 
     def __init__(
@@ -100,6 +108,7 @@ class Engine:
         rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
         target_name: str | None = None, draft_name: str | None = None,
         plan: Any = None,
+        memory: bool = True, memory_cap: int = DEFAULT_CAP,
     ) -> None:
         if k < 1:
             raise InputError(f"k must be at least 1 (got {k})")
@@ -110,7 +119,10 @@ class Engine:
         if n_batch < 2:
             # a verify batch is the last committed token plus at least one draft
             raise InputError(f"n_batch must be at least 2 (got {n_batch})")
+        if memory_cap < 1:
+            raise InputError(f"the memory cap must be at least 1 token (got {memory_cap})")
         self.plan = plan
+        self.memory: SuffixIndex | None = SuffixIndex(memory_cap) if memory else None
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
@@ -298,9 +310,11 @@ class Engine:
     def new_drafter(self, name: str) -> Drafter:
         """A fresh drafter of kind ``name`` that needs no model of its own: ``"ngram"``
         (prompt lookup with this engine's ``ngram_min_match`` and the target's sentence
-        breaks), anything else none (each sequence of a batch gets its own)."""
+        breaks, and the memory of earlier answers: ``decoding.memory``), anything else
+        none (each sequence of a batch gets its own)."""
         if name == "ngram":
-            return NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break)
+            return MemoryDrafter(NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break),
+                                 self.memory)
         return NoDrafter()
 
     def reset(self) -> None:
@@ -390,39 +404,27 @@ class Engine:
 
     def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
                 raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
-                logprobs: int | None = None, lenient_schema: bool = False,
+                logprobs: int | None = None, lenient_schema: bool = False, memory: bool | SuffixIndex = True,
                 **sampling_options) -> Prepared:
-        """A generation request checked and tokenized: (prompt ids, sampling parameters,
-        max_tokens, stop strings, constraint or None, logprobs or None).
+        """A generation request checked and tokenized (``decoding.sequence.Prepared``).
         ``sampling_options`` are ``SamplingParams``' fields (``decoding.sampling.params_from``).
         Raises on anything invalid (``ConstraintError`` for a response_format that does
         not compile). ``lenient_schema``: schema keywords the constraint engine lacks are
-        relaxed instead of refused (the result's ``relaxed`` says which)."""
+        relaxed instead of refused (the result's ``relaxed`` says which). ``memory``: the
+        memory of earlier answers it drafts from and is written into: True, the engine's
+        (``engine.memory``); False, none; or an index of its own (one API key's)."""
         if constraint is not None and response_format is not None:
             raise InputError("pass response_format or a compiled constraint, not both")
         if constraint is None:
             constraint = compile_constraint(response_format, self.target_model, lenient=lenient_schema)
         elif constraint.tokenizer is not tokenizer_for(self.target_model):
             raise InputError("the constraint was compiled for another model than this engine's target")
-        params = sampling.params_from(sampling_options)
-        params.check_vocab(self.target_model.n_vocab)
-        if max_tokens < 1:
-            raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                     or not 0 <= logprobs <= MAX_TOP):
-            raise InputError(f"logprobs must be an integer from 0 to {MAX_TOP} (got {logprobs!r})")
-        stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
-        prompt_ids = self.prompt_tokens(prompt, raw=raw)
-        if not prompt_ids:
-            raise InputError("the prompt is empty")
-        if len(prompt_ids) >= self.n_ctx:
-            raise ContextOverflowError(
-                f"the prompt is {len(prompt_ids)} tokens but the context holds {self.n_ctx}, "
-                "leaving no room for a reply; shorten the prompt or raise --n-ctx"
-                + (f" (the model was trained for {self.target_model.n_ctx_train})"
-                   if self.target_model.n_ctx_train > self.n_ctx else "")
-            )
-        return Prepared(prompt_ids, params, max_tokens, stops, constraint, logprobs)
+        if not isinstance(memory, (bool, SuffixIndex)):
+            raise InputError("memory must be True, False or a SuffixIndex")
+        index = (self.memory if memory else None) if isinstance(memory, bool) else memory
+        return check_request(self.target_model, self.n_ctx, self.prompt_tokens(prompt, raw=raw),
+                             sampling.params_from(sampling_options), max_tokens=max_tokens, stop=stop,
+                             constraint=constraint, logprobs=logprobs, memory=index)
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:
         """Run ``stream`` to the end and return the text, token ids, reason and stats."""

@@ -65,6 +65,7 @@ class Round:
     rejected_ids: tuple[int, ...] = ()
     rejected_text: str = ""
     forced: int = 0
+    source: str = ""
 
 
 @dataclass
@@ -85,6 +86,10 @@ class Stats:
     forced_accepted: int = 0        # of those, accepted (in ``accepted`` too)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
+    # drafted and accepted tokens by where they came from: "prompt" (prompt lookup),
+    # "memory" (earlier answers), "grammar" (forced and likely tokens), "model"
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
     k_final: int = 0
     t_prompt: float = 0.0           # seconds prefilling the prompt (both models)
     t_draft: float = 0.0            # seconds inside the drafter's propose()
@@ -101,6 +106,11 @@ class Stats:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    def count_source(self, source: str, drafted: int, accepted: int) -> None:
+        """``drafted`` tokens from ``source``, ``accepted`` of them kept."""
+        self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + drafted
+        self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
 
     @property
     def mean_accepted_length(self) -> float:

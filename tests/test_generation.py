@@ -36,7 +36,8 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 @pytest.fixture(scope="module")
 def engine(tiny_target):
     # a fixed k: the single stream's draft lengths do not depend on timings
-    with Engine(tiny_target, draft="ngram", k=3, adaptive_k=False, n_ctx=256, exact=True, n_threads=1) as e:
+    with Engine(tiny_target, draft="ngram", k=3, adaptive_k=False, n_ctx=256, exact=True, n_threads=1,
+                memory=False) as e:  # runs of one prompt compared: no memory of the last one
         yield e
 
 

@@ -9,7 +9,8 @@ from edgespec.costmodel.adaptive import VerifyCost
 from edgespec.decoding.drafters import Proposal
 from edgespec.events import Stats
 from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
-from edgespec.decoding.policy import DraftPolicy, MatchAcceptance, best_length, match_bucket
+from edgespec.decoding.acceptance import MatchAcceptance, match_bucket
+from edgespec.decoding.policy import DraftPolicy, best_length
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.speculative import SpeculativeLoop
 
@@ -304,7 +305,7 @@ class _Verifies:
     def keep_drafting(self, j, conf):
         return True
 
-    def choose(self, ids, match_len=0, confidence=(), after_break=(), forced=0):
+    def choose(self, ids, match_len=0, confidence=(), after_break=(), forced=0, **_):
         return min(self.n, len(ids))
 
     def observe(self, **kw):

@@ -16,7 +16,6 @@ from edgespec.decoding import sampling
 from edgespec.decoding.drafters import Proposal
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.speculative import accept, cut_proposal, with_forced
-from edgespec.decoding.suffix import SuffixProposal
 
 from test_exact_sampling import chi_square_rejects
 
@@ -224,7 +223,9 @@ def test_cut_proposal_keeps_the_first_ids_and_what_goes_with_them():
     assert m.ids == [0] and m.q.shape == (1, 3) and m.confidence == (0.9,)
 
 
-@pytest.mark.parametrize("helper", [lambda p: cut_proposal(p, 1), lambda p: with_forced(p, [9])])
-def test_the_helpers_keep_a_suffix_proposals_own_record(helper):
-    p = helper(SuffixProposal([3, 4], match_len=2, probs=(0.5, 0.25), expected=0.75, source="global"))
-    assert isinstance(p, SuffixProposal) and p.source == "global"
+def test_the_helpers_keep_a_memory_proposals_source_and_path_probabilities():
+    p = Proposal([3, 4], match_len=2, probs=(0.5, 0.25), source="memory")
+    cut = cut_proposal(p, 1)
+    assert (cut.ids, cut.probs, cut.source) == ([3], (0.5,), "memory")
+    led = with_forced(p, [9])  # probs stay the drafter's own ids' (after the forced ones)
+    assert (led.ids, led.forced, led.probs, led.source) == ([9, 3, 4], 1, (0.5, 0.25), "memory")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgespec.decoding.suffix import END, OPEN, SuffixDrafter, SuffixIndex
+from edgespec.decoding.suffix import END, OPEN, SuffixIndex
 
 
 def index_of(*docs, cap=1000, close=True, **kw):
@@ -32,17 +32,11 @@ def test_count_ratios_make_the_path_probability():
     p = ix.propose([8, 1, 2, 3], 8)
     assert p.ids == [4, 5, 7] and p.match_len == 3 and p.q is None
     assert p.probs == pytest.approx((2 / 3, 2 / 3, 1 / 3))
-    assert p.expected == pytest.approx(sum(p.probs))
 
 
-def test_a_proposal_has_every_field_the_round_reads_from_a_drafters_proposal():
-    from dataclasses import fields
-
-    from edgespec.decoding.drafters import Proposal
-
-    theirs = {f.name: f.default for f in fields(Proposal)}
+def test_a_proposal_is_a_fixed_proposal_from_the_memory():
     p = index_of([1, 2, 3]).propose([1, 2], 2)
-    assert all(getattr(p, name) == default for name, default in theirs.items() if name not in ("ids", "match_len"))
+    assert (p.ids, p.q, p.source, p.forced, p.confidence) == ([3], None, "memory", 0, ())
 
 
 def test_draft_stops_under_the_minimum_probability():
@@ -170,92 +164,6 @@ def test_bad_arguments_are_refused():
         SuffixIndex(0)
     with pytest.raises(ValueError):
         SuffixIndex(10, key_lens=(30,), max_match=24)
-
-
-# -- the drafter: the request's index is reset for every request --------------------
-def test_a_finished_requests_context_cannot_steer_the_next_ones_matches():
-    memory = SuffixIndex(1000)
-    drafter = SuffixDrafter(memory)
-    secret = [901, 902, 903, 904, 905, 906, 907, 908]
-    first = [1, 2, 3, *secret, 4, 5]
-    drafter.begin(first)
-    assert drafter.propose(first + [901, 902], 4).ids == [903, 904]  # its own prompt drafts
-    drafter.propose(first + [30, 31], 4)
-    drafter.close()
-    second = [6, 901, 902, 903]
-    drafter.begin(second)
-    # the request index holds the second prompt only; the global one holds the first
-    # request's output (and its prompt's last seed_len tokens), not "902 903 -> 904"
-    assert drafter.request.documents() == [([0, 1, 2, 3], second, False)]
-    assert drafter.request.propose(second, 4).ids == []
-    assert drafter.propose(second, 4).ids == []
-
-
-def test_without_a_global_index_nothing_carries_over():
-    drafter = SuffixDrafter(None)
-    drafter.begin([1, 2, 3, 4, 5, 6])
-    assert drafter.propose([1, 2, 3, 4, 5, 6, 1, 2], 4).ids == [3, 4]
-    drafter.close()
-    drafter.begin([9, 1, 2])
-    assert drafter.propose([9, 1, 2], 4).ids == []
-
-
-def test_the_drafter_writes_outputs_into_the_global_index_and_credits_acceptance():
-    memory = SuffixIndex(1000)
-    drafter = SuffixDrafter(memory, seed_len=2)
-    header = [100, 101]
-    drafter.begin([5, 5, *header])
-    drafter.propose([5, 5, *header, 20, 21, 22, 23], 4)
-    drafter.close()
-    drafter.begin([6, 6, *header])
-    p = drafter.propose([6, 6, *header], 4)
-    assert p.source == "global" and p.ids == [20, 21]  # the answer's first ids, from memory
-    drafter.accepted(2)
-    assert memory.accepted_ids == 2 and memory.hits == 1
-
-
-def test_two_drafters_of_one_batch_draft_from_each_others_output_as_it_is_written():
-    memory = SuffixIndex(1000)
-    a, b = SuffixDrafter(memory, seed_len=2), SuffixDrafter(memory, seed_len=2)
-    a.begin([1, 100, 101])
-    b.begin([2, 100, 101])
-    a.propose([1, 100, 101, 30, 31, 32, 33], 4)  # a has written 30..33, still open
-    p = b.propose([2, 100, 101], 4)
-    assert p.source == "global" and p.ids == [30, 31]
-
-
-def test_a_changed_context_rebuilds_the_request_index():
-    drafter = SuffixDrafter(None)
-    drafter.begin([1, 2, 3, 1, 2])
-    drafter.propose([1, 2, 3, 1, 2, 3], 2)
-    p = drafter.propose([1, 2, 4, 1, 2], 2)  # not a continuation of what it saw
-    assert p.ids == [4, 1]
-
-
-def test_drafts_the_target_did_not_keep_are_taken_back_not_rebuilt():
-    memory = SuffixIndex(1000)
-    drafter = SuffixDrafter(memory, seed_len=2)
-    prompt = list(range(100, 400))
-    drafter.begin(prompt)
-    request = drafter.request
-    drafter.propose(prompt + [7, 8, 9], 4)  # the grammar's likely tokens, handed in as text
-    drafter.propose(prompt + [7, 5], 4)  # 8 and 9 were rejected
-    assert drafter.request is request  # taken back, not rebuilt from the whole prompt
-    assert drafter.request.documents()[0][1] == prompt + [7, 5]
-    assert memory.documents()[0][1] == prompt[-2:] + [7, 5]
-
-
-def test_when_another_sequence_wrote_after_the_drafts_the_global_document_starts_anew():
-    memory = SuffixIndex(1000)
-    a, b = SuffixDrafter(memory, seed_len=2), SuffixDrafter(memory, seed_len=2)
-    a.begin([1, 2, 3])
-    b.begin([4, 5, 6])
-    a.propose([1, 2, 3, 7, 8, 9], 4)
-    b.propose([4, 5, 6, 10], 4)
-    a.propose([1, 2, 3, 7, 5], 4)  # 8 9 rejected, but b's 10 came after them
-    assert a.request.documents()[0][1] == [1, 2, 3, 7, 5]
-    assert [(toks, closed) for _, toks, closed in memory.documents()] == [
-        ([2, 3, 7, 8, 9], True), ([5, 6, 10], False), ([3, 7, 5], False)]
 
 
 # -- properties ---------------------------------------------------------------------

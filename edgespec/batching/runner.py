@@ -47,6 +47,7 @@ from ..llama import MultiContext, max_parallel_sequences
 from ..llama.context import common_prefix_len
 from ..costmodel.costs import OnlineCost
 from ..decoding.sequence import DecodeSequence, Prepared
+from ..decoding.acceptance import MemoryAcceptance
 from ..decoding.policy import DraftPolicy, FixedPolicy
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
@@ -151,6 +152,7 @@ class BatchRunner:
         self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
                                 n_batch=n_batch, n_threads=engine.n_threads)
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
+        self._memory_rates = MemoryAcceptance()  # what the memory's drafts are worth, learned by all
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
         self._running: list[BatchSeq] = []
@@ -165,7 +167,7 @@ class BatchRunner:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.k)
-        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
+        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"), memory=self._memory_rates)
 
     # -- admission ----------------------------------------------------------------------
     def _prepare(self, req: Request, slot: int) -> BatchSeq:
@@ -378,8 +380,9 @@ class BatchRunner:
                 lengths[i] = pol.choose(s.proposal.ids, forced=s.proposal.forced)
                 curves.append(None)
             else:
-                curves.append(pol.expected_tokens(s.proposal.ids, s.proposal.match_len,
-                                                  s.proposal.after_break, forced=s.proposal.forced))
+                p = s.proposal
+                curves.append(pol.expected_tokens(p.ids, p.match_len, p.after_break, forced=p.forced,
+                                                  source=p.source, probs=p.probs))
         lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)

@@ -5,7 +5,9 @@ copying): ``begin(tokens, params, rng)`` once per generation, then per round
 ``propose(tokens, k, keep_drafting) -> Proposal(ids, q, ...)`` where ``tokens`` is
 everything committed so far (prompt + generated), ``k`` the most ids wanted and
 ``keep_drafting`` the drafting policy's say, token by token, for drafters that pay per
-token; and ``accepted(n)`` with how many of the proposed ids the target kept. How many
+token; and ``accepted(n)`` with how many of the proposed ids the target kept; ``end(tokens)``
+when the generation ends, with everything it committed (the memory drafter writes the
+answer's last tokens then, ``decoding.memory``). How many
 of the proposed ids are verified is the policy's choice (``edgespec.decoding.policy``), from the
 proposal's ``match_len`` or ``confidence``. ``q`` holds the draft's probability rows for the proposed ids when the
 drafter sampled them from a distribution; ``q is None`` means a fixed proposal that the
@@ -45,6 +47,10 @@ class Proposal:
     # first id, the last committed token): where a copied span is likely to end
     after_break: tuple[bool, ...] = ()
     forced: int = 0  # leading ids the grammar forced (set by the loop, never by a drafter)
+    # where the non-forced ids come from: "prompt" (prompt lookup), "memory" (earlier
+    # answers, decoding.memory), "model" (a draft model); the readout counts accepted drafts by it
+    source: str = ""
+    probs: tuple[float, ...] = ()  # memory: each id's path probability (decoding.suffix)
 
 
 # Called by a drafter that drafts token by token, after draft j (1-based) with the
@@ -61,6 +67,8 @@ class Drafter(Protocol):
                 guide=None) -> Proposal: ...
 
     def accepted(self, n: int) -> None: ...
+
+    def end(self, tokens: Sequence[int]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -79,6 +87,9 @@ class NoDrafter:
         return Proposal([])
 
     def accepted(self, n: int) -> None:
+        pass
+
+    def end(self, tokens: Sequence[int]) -> None:
         pass
 
     def close(self) -> None:
@@ -208,12 +219,16 @@ class NgramDrafter:
                 guide=None) -> Proposal:
         ids, m = self.lookup(tokens, k)
         if not ids or self.is_break is None:
-            return Proposal(ids, match_len=m)
+            return Proposal(ids, match_len=m, source="prompt")
         brk = self.is_break
-        return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])))
+        return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])),
+                        source="prompt")
 
     def accepted(self, n: int) -> None:
         pass
+
+    def end(self, tokens: Sequence[int]) -> None:
+        pass  # the next begin syncs the index to the next prompt
 
     def close(self) -> None:
         self._tokens, self._index = [], {}
@@ -335,10 +350,13 @@ class ModelDrafter:
                 # round's _sync decodes it together with the target's bonus token
                 logits = self.ctx.decode([tok])
         q_arr = np.stack(qs) if (qs and not greedy) else None
-        return Proposal(ids, q_arr, confidence=tuple(confs))
+        return Proposal(ids, q_arr, confidence=tuple(confs), source="model")
 
     def accepted(self, n: int) -> None:
         pass  # the next _sync trims whatever the target rejected
+
+    def end(self, tokens: Sequence[int]) -> None:
+        pass
 
     def close(self) -> None:
         self.ctx.close()

@@ -16,14 +16,18 @@ Both factors are learned online:
   the acceptance test), so every round measures c at one n. Measurements refine the
   prior from the profile or ``tune``, n by n, so a CPU's tiled GEMM — where verifying 8
   or 16 tokens costs less than 7 or 15 — is seen and used: the table keeps its dips.
-* **a_j** (``MatchAcceptance``, ``ConfidenceAcceptance``): Beta-distributed acceptance
-  rates per feature bucket, with counts that decay so the estimate follows the text.
+* **a_j** (``decoding.acceptance``: ``MatchAcceptance``, ``MemoryAcceptance``,
+  ``ConfidenceAcceptance``): Beta-distributed acceptance rates per feature bucket, with
+  counts that decay so the estimate follows the text.
   Prompt lookup's feature is the length of the context match behind the drafted token
   (match length m for the first draft, m + j - 1 for the j-th, because accepted drafts
   extend the match): long matches are copied spans; and whether the draft follows a
   sentence or line break, where a quoted span ends (one learned rate for all breaks).
   The model drafter's features are the draft position and the draft model's own
-  confidence (its top probability), which replaces a fixed cut-off.
+  confidence (its top probability), which replaces a fixed cut-off. The memory of
+  earlier answers (``decoding.memory``) is judged by the index's count ratio and match
+  length, rates kept across generations; when it and prompt lookup both propose, the
+  loop verifies the proposal ``rank`` rates higher (more tokens per unit of cost).
 
 Under a constraint a proposal may start with ``forced`` tokens, the grammar's own (see
 ``decoding/speculative.py``): they cost no drafting and are near-certain (``FORCED_RATE``; a single
@@ -43,145 +47,13 @@ Pure arithmetic over numbers handed in: no llama.cpp, no timing of its own.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ..costmodel.costs import OnlineCost
-
-
-class _BetaBuckets:
-    """Acceptance rates per bucket as Beta(acc, rej) pseudo-counts that decay.
-
-    ``decay`` < 1 forgets old rounds: with 0.95 a bucket's estimate rests on roughly its
-    last 20 outcomes, so a collapse or a recovery shows within a few rounds.
-    """
-
-    def __init__(self, prior_mean: Sequence[float], *, prior_strength: float = 2.0,
-                 decay: float = 0.95) -> None:
-        m = np.clip(np.asarray(prior_mean, dtype=np.float64), 0.01, 0.99)
-        self.acc = m * prior_strength
-        self.rej = (1.0 - m) * prior_strength
-        self.decay = decay
-
-    def record(self, bucket: int, accepted: bool) -> None:
-        d = self.decay
-        self.acc[bucket] = self.acc[bucket] * d + (1.0 if accepted else 0.0)
-        self.rej[bucket] = self.rej[bucket] * d + (0.0 if accepted else 1.0)
-
-    def mean(self) -> np.ndarray:
-        return self.acc / (self.acc + self.rej)
-
-    def draw(self, rng: np.random.Generator) -> np.ndarray:
-        return rng.beta(self.acc, self.rej)
-
-
-# P(a grammar-drafted token is accepted): a forced token can only lose to another
-# tokenization of the same forced text; the likely tokens of forced text (the rest of the
-# grammar's draft) lose more often, but a verify row costs little next to a round.
-FORCED_RATE = 0.98
-
-# Match-length buckets for prompt lookup: lengths 1..5 alone, then coarser.
-_MATCH_EDGES = (1, 2, 3, 4, 5, 6, 8, 11, 16, 24, 40)
-# Prior P(copying goes on past a sentence or line break): the tuning prompts' edits and
-# summaries copy on across breaks (~97%); a text that stops there teaches it otherwise.
-BREAK_PRIOR = 0.8
-
-
-def match_bucket(m: int) -> int:
-    """Index of the bucket holding match length m (>= 1)."""
-    i = 0
-    while i + 1 < len(_MATCH_EDGES) and m >= _MATCH_EDGES[i + 1]:
-        i += 1
-    return i
-
-
-class MatchAcceptance:
-    """Prompt lookup: P(draft accepted | the context match behind it is m tokens long),
-    and P(a copied span goes on past the end of a sentence or line).
-
-    The prior is pessimistic for short matches (a 2-token match is mostly chance) and
-    optimistic for long ones (a 24-token match is a copied span). A draft that follows a
-    sentence or line break (``Proposal.after_break``) must also pass the break bucket,
-    one rate for all breaks of this text: code edits copy on across lines, answers that
-    quote a document stop at the end of the quoted sentence. Its rate is learned from
-    the first breaks the text crosses, and bounds a_j from above (``min``).
-    """
-
-    def __init__(self, *, decay: float = 0.95) -> None:
-        prior = [0.12 + 0.8 * (1.0 - math.exp(-(e - 1) / 10.0)) for e in _MATCH_EDGES]
-        self.brk = len(prior)  # index of the break bucket
-        self.beta = _BetaBuckets([*prior, BREAK_PRIOR], decay=decay)
-        self._bucket = [match_bucket(m) for m in range(0, 129)]
-
-    def bucket(self, m: int) -> int:
-        return self._bucket[min(max(m, 1), 128)]
-
-    def rates(self, match_len: int, n: int, draws: np.ndarray,
-              after_break: Sequence[bool] = ()) -> list[float]:
-        """a_1..a_n for drafts that continue a match of ``match_len`` tokens."""
-        b = self._bucket
-        out = [float(draws[b[min(match_len + j, 128)]]) for j in range(n)]
-        if any(after_break):
-            a_brk = float(draws[self.brk])
-            out = [min(a, a_brk) if j < len(after_break) and after_break[j] else a
-                   for j, a in enumerate(out)]
-        return out
-
-    def record(self, match_len: int, drafted: int, accepted: int, next_ok: bool | None = None,
-               after_break: Sequence[bool] = ()) -> None:
-        """Drafts 1..accepted were accepted; draft accepted+1 (if drafted) was rejected;
-        later drafts were never tested. ``next_ok``: all were accepted and the round's
-        own next token did (True) or did not (False) equal the first proposed id left
-        unverified: that id's outcome, seen for free (None: not known). Each outcome
-        counts for the match bucket and, after a break, for the break bucket."""
-        seen = min(accepted + 1, drafted)
-        if next_ok is not None and accepted == drafted:
-            seen = drafted + 1
-        for j in range(seen):
-            ok = j < accepted or (j == drafted and bool(next_ok))
-            self.beta.record(self.bucket(match_len + j), ok)
-            if j < len(after_break) and after_break[j]:
-                self.beta.record(self.brk, ok)
-
-
-# Confidence (the draft model's top probability) buckets and draft-position groups.
-_CONF_EDGES = (0.0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.995)
-_POS_GROUPS = 3  # positions 1, 2-3, 4+
-
-
-def _conf_bucket(conf: float) -> int:
-    i = 0
-    while i + 1 < len(_CONF_EDGES) and conf >= _CONF_EDGES[i + 1]:
-        i += 1
-    return i
-
-
-def _pos_group(j: int) -> int:
-    return 0 if j <= 1 else (1 if j <= 3 else 2)
-
-
-class ConfidenceAcceptance:
-    """Model drafter: P(draft j accepted | its position j and the draft's confidence).
-
-    The prior takes the draft model at its word, a little discounted: a token it gives
-    probability 0.9 is accepted about 80% of the time when draft and target agree well.
-    """
-
-    def __init__(self, *, decay: float = 0.95) -> None:
-        mids = [(lo + hi) / 2 for lo, hi in zip(_CONF_EDGES, (*_CONF_EDGES[1:], 1.0))]
-        prior = [0.9 * m for m in mids] * _POS_GROUPS
-        self.beta = _BetaBuckets(prior, decay=decay)
-        self.n_conf = len(_CONF_EDGES)
-
-    def bucket(self, j: int, conf: float) -> int:
-        return _pos_group(j) * self.n_conf + _conf_bucket(conf)
-
-    def record(self, confidences: Sequence[float], drafted: int, accepted: int) -> None:
-        for j in range(min(accepted + 1, drafted, len(confidences))):
-            self.beta.record(self.bucket(j + 1, confidences[j]), j < accepted)
+from .acceptance import FORCED_RATE, ConfidenceAcceptance, MatchAcceptance, MemoryAcceptance
 
 
 def best_length(rates: Sequence[float], cost: OnlineCost, gamma: float = 0.0,
@@ -224,10 +96,12 @@ class DraftPolicy:
     """
 
     def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15,
-                 seed: int = 0) -> None:
+                 seed: int = 0, memory: MemoryAcceptance | None = None) -> None:
         if kind not in ("ngram", "model"):
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
+        # what it learns of the memory's drafts outlives a generation (a batch shares one)
+        self.mem = memory if memory is not None else MemoryAcceptance()
         self.cost = cost
         self.gamma = gamma          # draft cost per token in target steps (model drafter)
         self._gamma_w = 2.0         # the prior counts as two measurements
@@ -241,6 +115,7 @@ class DraftPolicy:
         self.rng = np.random.default_rng(self._seed if seed is None else seed)
         self.acc = MatchAcceptance() if self.kind == "ngram" else ConfidenceAcceptance()
         self._draws: np.ndarray | None = None
+        self._mem_draws: np.ndarray | None = None
         self._conf: list[float] = []
         self._rates: list[float] = []
 
@@ -257,6 +132,7 @@ class DraftPolicy:
         if l_max <= 0:
             return 0
         self._draws = self.acc.beta.draw(self.rng)
+        self._mem_draws = None  # drawn when a memory proposal is first judged this round
         self._conf, self._rates = [], []
         self._e = self._p = self._best = 1.0  # E(j), a_1·…·a_j and the best ratio so far
         if self.kind == "model":
@@ -278,10 +154,38 @@ class DraftPolicy:
         nxt = (self._e + self._p * a) / (self.cost(j + 2) + self.gamma * (j + 1))
         return j < self.l_max and nxt > self._best
 
+    def _lookup_rates(self, match_len: int, rest: int, after_break: Sequence[bool], source: str,
+                      probs: Sequence[float], means: bool = False) -> list[float]:
+        """a_1..a_rest for a lookup proposal of ``source`` ("memory": the memory's rates;
+        else prompt lookup's), from this round's draws or (``means``) the posterior means."""
+        if source == "memory":
+            if means:
+                draws = self.mem.beta.mean()
+            else:
+                if self._mem_draws is None:
+                    self._mem_draws = self.mem.beta.draw(self.rng)
+                draws = self._mem_draws
+            return self.mem.rates(match_len, probs, rest, draws)
+        draws = self.acc.beta.mean() if means else self._draws
+        return self.acc.rates(match_len, rest, draws, after_break)
+
+    def rank(self, ids: Sequence[int], match_len: int = 0, after_break: Sequence[bool] = (),
+             forced: int = 0, source: str = "", probs: Sequence[float] = ()) -> float:
+        """The most committed tokens per unit of cost a round verifying some of these
+        lookup ids could expect (``best_length``'s ratio): how the loop picks among the
+        memory drafter's candidates."""
+        if self._draws is None or self.kind != "ngram":
+            return 0.0
+        rest = len(ids) - forced
+        rates = [FORCED_RATE] * forced + self._lookup_rates(match_len, rest, tuple(after_break[forced:]),
+                                                           source, probs)
+        return best_length(rates, self.cost)[1]
+
     def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = (), forced: int = 0) -> int:
+               after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
+               probs: Sequence[float] = ()) -> int:
         """How many of the proposed ``ids`` to verify (the first ``forced`` of them are
-        the grammar's forced tokens)."""
+        the grammar's forced tokens; ``source`` and ``probs`` as on ``Proposal``)."""
         if not ids:
             return 0
         if self._draws is None:  # the drafter was not asked this round: forced tokens only
@@ -291,10 +195,10 @@ class DraftPolicy:
         rest = len(ids) - forced
         if self.kind == "ngram":
             brk = tuple(after_break[forced:])
-            rates = head + self.acc.rates(match_len, rest, self._draws, brk)
+            rates = head + self._lookup_rates(match_len, rest, brk, source, probs)
             n, _ = best_length(rates, self.cost)
             if n > forced:
-                means = head + self.acc.rates(match_len, rest, self.acc.beta.mean(), brk)
+                means = head + self._lookup_rates(match_len, rest, brk, source, probs, means=True)
                 if best_length(means, self.cost)[0] <= forced:
                     self.stats.explored_rounds += 1
         else:
@@ -309,16 +213,18 @@ class DraftPolicy:
         return n
 
     def expected_tokens(self, ids: Sequence[int], match_len: int = 0,
-                        after_break: Sequence[bool] = (), forced: int = 0) -> list[float]:
+                        after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
+                        probs: Sequence[float] = ()) -> list[float]:
         """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
         is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
         The first ``forced`` ids are the grammar's (``FORCED_RATE`` each); the rest
-        prompt lookup's. What a batch weighs against the batch's cost."""
+        prompt lookup's or the memory's (``source``). What a batch weighs against the
+        batch's cost."""
         curve, p = [1.0], 1.0
         rates = [FORCED_RATE] * min(forced, len(ids))
         rest = len(ids) - len(rates)
         if rest > 0 and self._draws is not None and self.kind == "ngram":
-            rates += self.acc.rates(match_len, rest, self._draws, tuple(after_break[forced:]))
+            rates += self._lookup_rates(match_len, rest, tuple(after_break[forced:]), source, probs)
         for a in rates:
             p *= a
             curve.append(curve[-1] + p)
@@ -331,11 +237,13 @@ class DraftPolicy:
 
     def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
                 draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0,
-                next_ok: bool | None = None, after_break: Sequence[bool] = (), forced: int = 0) -> None:
+                next_ok: bool | None = None, after_break: Sequence[bool] = (), forced: int = 0,
+                source: str = "", probs: Sequence[float] = ()) -> None:
         """The round verified a batch of ``batch`` tokens (the last committed one and
         the drafts) in ``verify_seconds`` (target decode + acceptance test); of the
         ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``;
-        ``next_ok`` and ``after_break`` as in ``MatchAcceptance.record``.
+        ``next_ok`` and ``after_break`` as in ``MatchAcceptance.record``; ``source`` and
+        ``probs`` as on ``Proposal`` (the memory's drafts teach ``MemoryAcceptance``).
         The drafter spent ``draft_seconds`` drafting ``drafted`` tokens. The first
         ``forced`` tested tokens were the grammar's: acceptance is learned after them."""
         self.cost.observe(batch, verify_seconds)
@@ -347,7 +255,9 @@ class DraftPolicy:
                 tested, accepted = tested - forced, accepted - forced
             after_break = tuple(after_break[forced:])
         if tested or next_ok is not None:
-            if self.kind == "ngram":
+            if self.kind == "ngram" and source == "memory":
+                self.mem.record(match_len, probs, tested, accepted, next_ok)
+            elif self.kind == "ngram":
                 self.acc.record(match_len, tested, accepted, next_ok, after_break)
             else:
                 self.acc.record(self._conf, tested, accepted)
@@ -383,7 +293,8 @@ class FixedPolicy:
         return j < self.k
 
     def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = (), forced: int = 0) -> int:
+               after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
+               probs: Sequence[float] = ()) -> int:
         n = min(len(ids), self.k + forced)
         if n > forced:
             self.stats.drafted_rounds += 1

@@ -22,13 +22,15 @@ batches, or of the screen.
 from __future__ import annotations
 
 import time
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from . import sampling
 from ..constraints import Constraint
+from ..errors import ContextOverflowError, InputError
 from ..events import Done, Event, Stats
 from ..llama import Model
 from .drafters import Drafter
+from .logprob import MAX_TOP
 from .policy import DraftPolicy, FixedPolicy
 from .reply import Reply
 from .sampling import SamplingParams
@@ -44,6 +46,33 @@ class Prepared(NamedTuple):
     stops: list[str]
     constraint: Constraint | None = None
     logprobs: int | None = None  # each token's logprob and this many alternatives
+    # the memory of earlier answers this request drafts from and is written into
+    # (``decoding.suffix.SuffixIndex``; None: none, prompt lookup alone)
+    memory: Any = None
+
+
+def check_request(model: Model, n_ctx: int, prompt_ids: list[int], params: SamplingParams, *,
+                  max_tokens: int, stop: Sequence[str] | str, constraint: Constraint | None,
+                  logprobs: int | None, memory: Any = None) -> Prepared:
+    """A tokenized request checked before any work (``Engine.prepare``): its sampling
+    parameters against the vocabulary, ``max_tokens``, ``logprobs``, and a prompt that
+    leaves room to generate in ``n_ctx`` (else ``ContextOverflowError``)."""
+    params.check_vocab(model.n_vocab)
+    if max_tokens < 1:
+        raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                 or not 0 <= logprobs <= MAX_TOP):
+        raise InputError(f"logprobs must be an integer from 0 to {MAX_TOP} (got {logprobs!r})")
+    stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
+    if not prompt_ids:
+        raise InputError("the prompt is empty")
+    if len(prompt_ids) >= n_ctx:
+        raise ContextOverflowError(
+            f"the prompt is {len(prompt_ids)} tokens but the context holds {n_ctx}, "
+            "leaving no room for a reply; shorten the prompt or raise --n-ctx"
+            + (f" (the model was trained for {model.n_ctx_train})" if model.n_ctx_train > n_ctx else "")
+        )
+    return Prepared(prompt_ids, params, max_tokens, stops, constraint, logprobs, memory)
 
 
 class DecodeSequence:
@@ -61,6 +90,9 @@ class DecodeSequence:
         self.t_gen: float | None = None
         self.stats = Stats(drafter=drafter.name, prompt_tokens=len(ids), prompt_tokens_processed=len(ids))
         rng = sampling.make_rng(params.seed)
+        use_memory = getattr(drafter, "use_memory", None)  # the memory drafter's (decoding.memory)
+        if use_memory is not None:
+            use_memory(req.memory)
         drafter.begin(ids, params, rng)
         policy.begin(params.seed)
         self.loop = SpeculativeLoop(
@@ -107,7 +139,9 @@ class DecodeSequence:
         yield from self.reply.finish(self.loop.rounds)  # the context filled up first
 
     def finish_stats(self) -> Stats:
-        """The stats completed: tokens generated, the wall times, the last round's k bound."""
+        """The stats completed: tokens generated, the wall times, the last round's k bound;
+        and the drafter told the answer ended (``Drafter.end``: the memory keeps it)."""
+        self.loop.drafter.end(self.loop.committed)
         st, now = self.stats, time.perf_counter()
         st.generated_tokens = len(self.reply.ids)
         st.t_total, st.t_generate = now - self.t_start, now - (self.t_gen or now)

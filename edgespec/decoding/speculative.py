@@ -104,7 +104,7 @@ class SpeculativeLoop:
         proposal, draft_seconds = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
         n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break,
-                               forced=proposal.forced)
+                               forced=proposal.forced, source=proposal.source, probs=proposal.probs)
         drafts = self.drafts(proposal, n)
         masks = self.masks(drafts.ids)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
@@ -130,19 +130,37 @@ class SpeculativeLoop:
             if m is not None:
                 m.consume(forced)  # the drafter drafts after the forced tokens, masked
             try:
-                proposal = self.drafter.propose(self.committed + forced if forced else self.committed,
-                                                l_max, policy.keep_drafting, guide=m)
-                if len(proposal.ids) > l_max:
-                    proposal = cut_proposal(proposal, l_max)
-                if m is not None and proposal.q is None and proposal.ids:
-                    ok = m.validate(proposal.ids)  # prompt lookup: its grammar-valid prefix
-                    proposal = cut_proposal(proposal, ok) if ok < len(proposal.ids) else proposal
+                context = self.committed + forced if forced else self.committed
+                candidates = getattr(self.drafter, "candidates", None)
+                if candidates is None:
+                    proposal = self._fit(self.drafter.propose(context, l_max, policy.keep_drafting, guide=m), l_max)
+                else:  # several indexes propose: the policy keeps the best (decoding.memory)
+                    options = [self._fit(p, l_max) for p in candidates(context, l_max)]
+                    options = [p for p in options if p.ids]
+                    rank = getattr(policy, "rank", None)
+                    if len(options) > 1 and rank is not None:
+                        options.sort(key=lambda p: -rank(p.ids, p.match_len, p.after_break, source=p.source,
+                                                         probs=p.probs))
+                    if options:
+                        proposal = options[0]
+                        self.drafter.picked(proposal)
             finally:
                 if m is not None:
                     m.rollback(m.consumed - base)
         draft_seconds = time.perf_counter() - t0
         self.stats.t_draft += draft_seconds
         return (with_forced(proposal, forced) if forced else proposal), draft_seconds
+
+    def _fit(self, proposal: Proposal, l_max: int) -> Proposal:
+        """``proposal`` cut to ``l_max`` ids and, under a constraint, a fixed proposal cut to
+        its grammar-valid prefix (the matcher stands after the forced tokens)."""
+        if len(proposal.ids) > l_max:
+            proposal = cut_proposal(proposal, l_max)
+        m = self.matcher
+        if m is not None and proposal.q is None and proposal.ids:
+            ok = m.validate(proposal.ids)
+            proposal = cut_proposal(proposal, ok) if ok < len(proposal.ids) else proposal
+        return proposal
 
     def _grammar_draft(self, room: int) -> list[int]:
         """What the grammar drafts by itself: the forced tokens, then the likely tokens of
@@ -205,12 +223,14 @@ class SpeculativeLoop:
             verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
             draft_seconds=draft_seconds, drafted=len(proposal.ids) - proposal.forced,
             match_len=proposal.match_len, next_ok=next_ok(proposal, out, from_draft, n_acc, len(tested)),
-            after_break=proposal.after_break, forced=n_forced)
+            after_break=proposal.after_break, forced=n_forced, source=proposal.source,
+            probs=proposal.probs)
         self.rounds += 1
-        count_round(self.stats, len(tested), n_acc, n_forced)
+        source = proposal.source or self.drafter.name
+        count_round(self.stats, len(tested), n_acc, n_forced, source)
         info = Round(index=self.rounds, drafted=len(tested), accepted=n_acc, rejected=len(tested) - n_acc,
                      k=self.policy.bound, drafter=self.drafter.name, rejected_ids=tuple(tested[n_acc:]),
-                     forced=n_forced)
+                     forced=n_forced, source=source if len(tested) > n_forced else "")
         return RoundResult(out, from_draft, info, lps)
 
     def _commit(self, out: list[int], n_acc: int) -> None:
@@ -343,10 +363,15 @@ def next_ok(proposal: Proposal, out: Sequence[int], from_draft: Sequence[bool], 
     return None
 
 
-def count_round(st: Stats, tested: int, n_acc: int, n_forced: int) -> None:
+def count_round(st: Stats, tested: int, n_acc: int, n_forced: int, source: str = "") -> None:
     """A round's counts in ``st``: ``tested`` drafts, ``n_acc`` of them kept, the first
-    ``n_forced`` the grammar's; and per draft position, how often it was drafted and kept."""
+    ``n_forced`` the grammar's and the rest from ``source`` ("prompt", "memory", "model");
+    per draft position, how often it was drafted and kept; and both per source."""
     st.rounds += 1
+    if n_forced:
+        st.count_source("grammar", min(tested, n_forced), min(n_acc, n_forced))
+    if tested > n_forced:
+        st.count_source(source or "prompt", tested - n_forced, max(0, n_acc - n_forced))
     st.drafted += tested
     st.accepted += n_acc
     st.rejected += tested - n_acc
@@ -364,7 +389,8 @@ def count_round(st: Stats, tested: int, n_acc: int, n_forced: int) -> None:
 def cut_proposal(proposal: Proposal, n: int) -> Proposal:
     """``proposal`` seen only up to ``n`` ids (a drafter may offer more than asked)."""
     return replace(proposal, ids=list(proposal.ids[:n]), q=None if proposal.q is None else proposal.q[:n],
-                   confidence=tuple(proposal.confidence[:n]), after_break=tuple(proposal.after_break[:n]))
+                   confidence=tuple(proposal.confidence[:n]), after_break=tuple(proposal.after_break[:n]),
+                   probs=tuple(proposal.probs[:n]))
 
 
 def with_forced(proposal: Proposal, forced: Sequence[int]) -> Proposal:

@@ -1,10 +1,10 @@
 """Suffix memory: drafts from everything already written (SuffixDecoding, arXiv 2411.04975).
 
-Two indexes feed one drafter (``SuffixDrafter``): the current request's (its prompt and
-its output so far, built fresh by every ``begin``) and a global one of earlier outputs
-that the engine holds across requests (``SuffixIndex``, capped in tokens). Sequences of
-one batch each write into their own open *document* of the global index as their tokens
-are committed, so concurrent sequences draft from each other.
+``SuffixIndex`` is the global index of earlier outputs that the engine holds across
+requests, capped in tokens; ``decoding.memory.MemoryDrafter`` reads it beside prompt
+lookup (the request's own index) and writes each answer into it. Sequences of one batch
+each write into their own open *document* of the index as their tokens are committed,
+so concurrent sequences draft from each other.
 
 A proposal (the paper's scoring, our code): find the longest earlier match of the
 context's suffix (at most ``max_match`` tokens), take every occurrence matching that far,
@@ -45,32 +45,13 @@ It knows token ids only: no model, no KV cache, no file format (``suffix_store``
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from .drafters import Proposal
+
 DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~50 MB at ~200 bytes a token
-_TAKE_BACK = 32  # the drafter takes back at most this many rejected tokens (grammar drafts)
 OPEN = -1  # fwd of an open document's last token: its next token is not written yet
 END = -2  # fwd of a closed document's last token: nothing followed it
-
-
-@dataclass(frozen=True)
-class SuffixProposal:
-    """What ``SuffixIndex.propose`` found, with every field of ``decoding.drafters.Proposal`` (so
-    the round takes it as it is): ``ids`` to verify by match (``q`` is None), the
-    ``match_len`` they continue, and beyond it each id's path probability (``probs``),
-    their sum ``expected`` (the expected number accepted) and the index it came from
-    (``source``: "request" or "global")."""
-
-    ids: list[int]
-    q: None = None
-    match_len: int = 0
-    confidence: tuple[float, ...] = ()
-    after_break: tuple[bool, ...] = ()
-    forced: int = 0
-    probs: tuple[float, ...] = ()
-    expected: float = 0.0
-    source: str = ""
 
 
 class _Doc:
@@ -265,17 +246,17 @@ class SuffixIndex:
             q = self._back[q % cap]
 
     # -- reading --------------------------------------------------------------------
-    def propose(self, context: Sequence[int], k: int) -> SuffixProposal:
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         """Draft up to ``k`` ids continuing ``context`` (see the module docstring). The
         context's own tail in an open document has no continuation yet, so it never
         matches itself."""
         self.proposals += 1
         L = len(context)
         if k <= 0 or L == 0 or self._next == 0:
-            return SuffixProposal([], source=self.name)
+            return Proposal([], source="memory")
         best, occ = self._matches(context, L)
         if best == 0:
-            return SuffixProposal([], source=self.name)
+            return Proposal([], source="memory")
         limit = min(k, int(self.alpha * best + 1e-9))
         cap, tok, fwd = self.cap, self._tok, self._fwd
         cur = [fwd[e % cap] for e in occ]
@@ -305,7 +286,7 @@ class SuffixIndex:
         if ids:
             self.hits += 1
             self.proposed += len(ids)
-        return SuffixProposal(ids, match_len=best, probs=tuple(probs), expected=sum(probs), source=self.name)
+        return Proposal(ids, match_len=best, probs=tuple(probs), source="memory")
 
     def _matches(self, context: Sequence[int], L: int) -> tuple[int, list[int]]:
         """The longest match length and the end positions of the occurrences matching
@@ -351,93 +332,3 @@ class SuffixIndex:
                 q = self._fwd[q % cap]
             out.append((positions, [self._tok[x % cap] for x in positions], q == END))
         return out
-
-
-class SuffixDrafter:
-    """A drafter over the request's own index and, if given, the shared global one.
-
-    ``begin`` builds a fresh request index from the prompt (nothing of an earlier request
-    stays in it) and opens a document in the global index, seeded with the prompt's last
-    ``seed_len`` tokens (the chat template's assistant header, so that an answer's first
-    ids can be drafted from earlier answers); the request's output is written into both
-    as it is committed. Each ``propose`` asks both and keeps the draft with more expected
-    accepted ids (the request's on a tie). ``close`` ends the global document.
-    """
-
-    name = "suffix"
-
-    def __init__(self, memory: SuffixIndex | None = None, *, request_cap: int = 1 << 17, seed_len: int = 6,
-                 **index_options) -> None:
-        self.memory = memory
-        self.request_cap = request_cap
-        self.seed_len = seed_len
-        self._options = index_options
-        self.request = SuffixIndex(request_cap, name="request", **index_options)
-        self._rdoc = self.request.open()
-        self._gdoc: int | None = None
-        self._seen: list[int] = []
-        self._n_prompt = 0
-        self._last: SuffixIndex | None = None
-
-    def begin(self, tokens: Sequence[int], params=None, rng=None) -> None:
-        self.close()
-        self.request = SuffixIndex(self.request_cap, name="request", **self._options)
-        self._rdoc = self.request.open()
-        self._seen = []
-        self._n_prompt = len(tokens)
-        self._sync(tokens)
-
-    def _sync(self, tokens: Sequence[int]) -> None:
-        """Write what is new in ``tokens`` into both indexes. Under a grammar the round
-        hands in its likely tokens beyond the committed text; those the target did not
-        keep are taken back (``pop``) when the text next differs within the last
-        ``_TAKE_BACK`` tokens seen. A difference further back (or in the prompt) starts
-        over. Only that window is compared: the text before it is taken as unchanged."""
-        seen = self._seen
-        have = len(seen)
-        if have and (len(tokens) < have or tokens[have - 1] != seen[-1]):
-            lo = max(self._n_prompt, have - _TAKE_BACK)
-            keep = lo
-            while keep < min(have, len(tokens)) and tokens[keep] == seen[keep]:
-                keep += 1
-            if keep == lo and (lo == self._n_prompt or tokens[lo - 1] != seen[lo - 1]):
-                self.begin(tokens)  # the committed text changed under us: start over
-                return
-            self.request.pop(self._rdoc, have - keep)
-            if self.memory is not None and self._gdoc is not None:
-                try:
-                    self.memory.pop(self._gdoc, have - keep)
-                except ValueError:  # another sequence wrote after it: a new document
-                    self.memory.close(self._gdoc)
-                    self._gdoc = self.memory.open()
-                    self.memory.extend(self._gdoc, tokens[max(0, keep - self.seed_len):keep])
-            del seen[keep:]
-            have = keep
-        if self.memory is not None and self._gdoc is None:
-            self._gdoc = self.memory.open()
-            self.memory.extend(self._gdoc, tokens[max(0, len(tokens) - self.seed_len):])
-        elif self.memory is not None:
-            self.memory.extend(self._gdoc, tokens[have:])
-        new = tokens[have:]
-        self.request.extend(self._rdoc, new)
-        seen.extend(new)
-
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting=None, guide=None) -> SuffixProposal:
-        self._sync(tokens)
-        best = self.request.propose(tokens, k)
-        self._last = self.request
-        if self.memory is not None:
-            other = self.memory.propose(tokens, k)
-            if other.expected > best.expected:
-                best, self._last = other, self.memory
-        return best
-
-    def accepted(self, n: int) -> None:
-        if self._last is not None:
-            self._last.accepted_ids += n
-        self._last = None
-
-    def close(self) -> None:
-        if self.memory is not None and self._gdoc is not None:
-            self.memory.close(self._gdoc)
-        self._gdoc = None
