@@ -152,3 +152,66 @@ def test_a_forced_prefix_is_not_learned_as_the_memorys(accepted):
     else:
         assert pol.mem.beta.rej[b] == pytest.approx(rej[b] * pol.mem.beta.decay + 1.0)
         assert pol.mem.beta.acc[b] == pytest.approx(acc[b] * pol.mem.beta.decay)
+
+
+# -- on a real (tiny) model ----------------------------------------------------------------
+from edgespec import Engine  # noqa: E402
+
+# prompts that differ at the start and end alike: their answers share a shape
+REPEATS = [f"{w} the quick brown fox jumps over the lazy dog and then" for w in
+           ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")]
+SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
+                                           "name": {"type": "string", "maxLength": 12}},
+          "required": ["id", "name"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_target):
+    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain, \
+            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as remembering:
+        yield plain, remembering
+
+
+@pytest.mark.parametrize("options", [{"max_tokens": 40}, {"max_tokens": 40, "response_format": {
+    "type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}}])
+def test_with_exact_kernels_greedy_output_with_the_memory_equals_plain_decoding(engines, options):
+    plain, remembering = engines
+    remembering.memory.clear()
+    kept = 0
+    for p in REPEATS:
+        want = plain.generate(p, raw=True, **options)
+        got = remembering.generate(p, raw=True, **options)
+        assert got.token_ids == want.token_ids and got.structured_complete == want.structured_complete
+        kept += got.stats.accepted_by_source.get("memory", 0)
+    assert kept > 0, "the memory never drafted: the test would prove nothing"
+    assert len(remembering.memory) > 0
+
+
+def test_a_request_may_draft_from_no_memory_or_its_own(engines):
+    _, e = engines
+    e.memory.clear()
+    mine = SuffixIndex(1000)
+    e.generate(REPEATS[0], raw=True, max_tokens=20, memory=mine)
+    assert len(mine) > 0 and len(e.memory) == 0  # written into the request's index only
+    r = e.generate(REPEATS[0], raw=True, max_tokens=20, memory=False)
+    assert "memory" not in r.stats.drafted_by_source and len(e.memory) == 0
+    with pytest.raises(Exception, match="memory must be"):
+        e.generate(REPEATS[0], raw=True, max_tokens=4, memory="yes")
+
+
+def test_the_sequences_of_a_batch_write_into_the_engines_memory(engines):
+    plain, e = engines
+    e.memory.clear()
+    out = {o.key: o.result for o in e.generate_many(REPEATS, parallel=3, raw=True, max_tokens=24)}
+    assert len(e.memory) > 0
+    for i, p in enumerate(REPEATS):  # and each still answers as plain decoding does
+        assert out[i].token_ids == plain.generate(p, raw=True, max_tokens=24).token_ids
+
+
+def test_an_engine_without_memory_has_none(tiny_target):
+    with Engine(tiny_target, draft="ngram", n_ctx=128, n_threads=1, memory=False) as e:
+        assert e.memory is None
+        r = e.generate(REPEATS[0], raw=True, max_tokens=8)
+        assert "memory" not in r.stats.drafted_by_source
+    with pytest.raises(Exception, match="memory cap"):
+        Engine(tiny_target, n_ctx=128, memory_cap=0)
