@@ -15,6 +15,7 @@ picture in docs/server.md is made).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -115,6 +116,7 @@ def test_chat_page_streams_and_highlights_accepted_drafts(browser, tiny_target, 
             pieces = chat_in_page(browser, srv.url, message, max_tokens=40, timeout=60)
             status = browser.find_element(By.ID, "status").text
             stats = browser.find_element(By.CSS_SELECTOR, ".msg.assistant .stats").text
+            sources = browser.find_element(By.CSS_SELECTOR, ".msg.assistant .stats.sources").text
             # the same request through the API: same pieces, same highlighting
             want = api_pieces(srv.url, [{"role": "user", "content": message}], 40)
     with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as ref:
@@ -124,6 +126,9 @@ def test_chat_page_streams_and_highlights_accepted_drafts(browser, tiny_target, 
     n_draft = sum(d for _, d in pieces)
     assert 0 < n_draft < len(pieces)  # a noisy drafter: some pieces from drafts, some from the target
     assert "acceptance" in status and "tok/s" in status and "40 tokens" in stats
+    # where the kept drafts came from (timings.draft_by_source): all from the draft model here
+    accepted = re.search(r"acceptance \S+ \((\d+)/\d+\)", stats).group(1)
+    assert int(accepted) > 0 and sources == f"drafts kept: {accepted} from the draft model"
 
 
 @needs_chromium

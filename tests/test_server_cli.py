@@ -25,7 +25,7 @@ def test_help_lists_the_options():
     assert r.exit_code == 0
     for opt in ("--profile", "--target", "--draft", "--k", "--temperature", "--top-p", "--seed", "--max-tokens",
                 "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue",
-                "--allow-origin", "--parallel", "--alias"):
+                "--allow-origin", "--parallel", "--alias", "--no-memory"):
         assert opt in r.stdout, opt
 
 

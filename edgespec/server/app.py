@@ -22,6 +22,10 @@ it says only ``{"status": ...}`` (liveness for load balancers), with it the full
 ``guard.Guard`` refuses a Host that is not this server and a web page from an origin
 that is not allowed (docs/server-safety.md).
 
+**Memories.** A request drafts from the earlier answers of its own API key only
+(``memories``: one index per key, one for requests without a key; ``memory=False``,
+``serve --no-memory``, turns drafting from earlier answers off).
+
 **The flow of a request.** The body is read up to ``max_body_bytes`` (413 beyond),
 validated (``schema``; 400 with an OpenAI error object naming the field; ``fields`` is
 the one table of the fields honoured, refused and ignored), its structure compiled off
@@ -67,6 +71,7 @@ from edgespec.events import Done
 from . import responses_api, routes_extra
 from .choices import choice_jobs, serve_choices
 from .guard import Guard, check_origins, given_keys, key_ok
+from .memories import DEFAULT_MAX_KEYS, key_of
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
 from .bodies import parse_request
@@ -96,6 +101,8 @@ def create_app(
     retry_after: int = 5,
     on_fatal: Callable[[BaseException], None] | None = None,
     allow_origins: Iterable[str] = (),
+    memory: bool = True,
+    memory_keys: int = DEFAULT_MAX_KEYS,
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -111,7 +118,9 @@ def create_app(
     file's stem). ``retry_after``: the seconds a 503 asks the client to wait.
     ``on_fatal(error)``: called if the generation worker dies (``serve`` stops then).
     ``allow_origins``: web origins allowed beside the server's own and loopback ones
-    (``guard``: exact origins, patterns, ``*``).
+    (``guard``: exact origins, patterns, ``*``). ``memory``: requests draft from the
+    earlier answers of their own API key (False: from none); ``memory_keys``: the most
+    keys whose memories are kept (``memories``).
 
     Everything that can fail is built here, before the app serves: with ``parallel`` > 1
     the batch of slots (``worker.Worker``); an error here means the server cannot run.
@@ -125,9 +134,11 @@ def create_app(
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
     origins = check_origins(allow_origins)
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal)
+    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal,
+                    memory=memory, memory_keys=memory_keys)
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
+    metrics.memories = lambda: (len(worker.memories), worker.memories.tokens())
     model_id = model_name or Path(str(engine.target_path)).stem
     fingerprint = routes_extra.system_fingerprint(engine)
     created = int(time.time())
@@ -214,6 +225,7 @@ def create_app(
     async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
                   chat: bool) -> Response:
         options = options_for(req)
+        options["memory"] = worker.memories.option(key_of(request.headers, api_key))
         if not chat:
             options["raw"] = True
         if structure.constraint is not None:

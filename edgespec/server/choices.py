@@ -25,6 +25,7 @@ choice ends with its own finish chunk, then the usage chunk (when asked) and
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -102,8 +103,10 @@ def combined_stats(stats: list[Stats]) -> Stats:
     names = ("generated_tokens", "rounds", "drafted", "accepted", "rejected", "from_draft_tokens", "forced",
              "forced_accepted", "t_prompt", "t_draft", "t_verify", "t_decode_draft", "t_generate", "t_total",
              "t_mask", "t_batch")
+    by_source = {name: dict(sum((Counter(getattr(s, name)) for s in stats), Counter()))
+                 for name in ("drafted_by_source", "accepted_by_source")}
     return replace(first, prompt_tokens_processed=processed, accepted_by_position=[], drafted_by_position=[],
-                   **{name: sum(getattr(s, name) for s in stats) for name in names})
+                   **by_source, **{name: sum(getattr(s, name) for s in stats) for name in names})
 
 
 async def serve_choices(request: Request, worker: Worker, jobs: list[ChoiceJob],

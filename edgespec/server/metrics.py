@@ -2,9 +2,11 @@
 
 Counted here: requests by endpoint and HTTP status, prompt tokens (all of them, and the
 ones actually decoded after prefix reuse), generated tokens, drafted and accepted draft
-tokens (so acceptance = accepted / drafted over the server's life), generation and
+tokens (so acceptance = accepted / drafted over the server's life; and both by where
+the drafts came from: prompt, memory, grammar, model), generation and
 queue-wait time, requests stopped because the client hung up, and — read live from the
-worker — the queue length and whether a generation is running.
+worker — the queue length, whether a generation is running, and the API keys' memories
+of earlier answers (how many, and the tokens they hold).
 
 The exposition format (text 0.0.4: ``# HELP``, ``# TYPE``, ``name{label="v"} value``)
 is written by hand: a dozen process-local series need no registry, and the
@@ -37,6 +39,8 @@ class Metrics:
         self.generated_tokens = 0
         self.drafted = 0
         self.accepted = 0
+        self.drafted_by_source: Counter[str] = Counter()
+        self.accepted_by_source: Counter[str] = Counter()
         self.generations = 0
         self.generation_seconds = 0.0
         self.queue_wait_seconds = 0.0
@@ -45,6 +49,7 @@ class Metrics:
         self.cancelled_queued = 0
         self.queue_length: Callable[[], int] = lambda: 0
         self.busy: Callable[[], bool] = lambda: False
+        self.memories: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (keys, tokens held)
 
     def count_request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -63,6 +68,8 @@ class Metrics:
             self.generated_tokens += stats.generated_tokens
             self.drafted += stats.drafted
             self.accepted += stats.accepted
+            self.drafted_by_source.update(stats.drafted_by_source)
+            self.accepted_by_source.update(stats.accepted_by_source)
             self.generation_seconds += stats.t_total
 
     def count_cancelled(self, *, started: bool) -> None:
@@ -100,6 +107,13 @@ class Metrics:
                    [({}, self.drafted)])
             series("edgespec_draft_tokens_accepted_total", "counter", "Drafted tokens the target accepted.",
                    [({}, self.accepted)])
+            sources = sorted({"prompt", "memory", "grammar", "model", *self.drafted_by_source})
+            series("edgespec_draft_tokens_by_source_total", "counter",
+                   "Tokens drafted, by where they came from (prompt lookup, earlier answers, grammar, draft model).",
+                   [({"source": name}, self.drafted_by_source[name]) for name in sources])
+            series("edgespec_draft_tokens_accepted_by_source_total", "counter",
+                   "Drafted tokens the target accepted, by where they came from.",
+                   [({"source": name}, self.accepted_by_source[name]) for name in sources])
             series("edgespec_draft_acceptance_ratio", "gauge",
                    "Accepted / drafted tokens over the server's life (0 before any draft).",
                    [({}, self.accepted / self.drafted if self.drafted else 0.0)])
@@ -117,6 +131,10 @@ class Metrics:
                    [({}, self.queue_length())])
             series("edgespec_busy", "gauge", "1 while a generation is running.",
                    [({}, int(self.busy()))])
+            keys, held = self.memories()
+            series("edgespec_memory_keys", "gauge", "API keys with a memory of earlier answers (one without a key).",
+                   [({}, keys)])
+            series("edgespec_memory_tokens", "gauge", "Tokens held in those memories.", [({}, held)])
             return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """The OpenAI response objects of one generation: whole bodies, stream chunks, errors.
 
 ``ReplyBody`` builds a chat or text completion from the engine's events (``usage``,
-llama-server's ``timings``, ``token_ids`` on request); ``sse`` writes a streamed one as
+llama-server's ``timings`` with ``draft_by_source``: drafted and accepted tokens by where
+the drafts came from, ``token_ids`` on request); ``sse`` writes a streamed one as
 server-sent events (each choice carries ``from_draft``, each chunk an ``x_edgespec``
 object with the running drafted / accepted counts, for the chat page: extra fields that
 OpenAI clients ignore); ``error_for`` turns an error the engine or the worker raised into
@@ -68,6 +69,18 @@ def error_for(e: BaseException, *, param: str | None) -> ApiError:
         return ApiError(500, str(e), type="server_error")
     log.error("generation failed: %r", e)
     return ApiError(500, f"internal server error ({type(e).__name__}); see the server log", type="server_error")
+
+
+DRAFT_SOURCES = ("prompt", "memory", "grammar", "model")
+
+
+def draft_by_source(stats: Stats) -> dict:
+    """``draft_n`` / ``draft_n_accepted`` by where the drafts came from: "prompt" (prompt
+    lookup), "memory" (earlier answers of the request's key), "grammar" (its forced and
+    likely tokens), "model" (a draft model); every source, 0 where it drafted nothing."""
+    names = [*DRAFT_SOURCES, *sorted(set(stats.drafted_by_source) - set(DRAFT_SOURCES))]
+    return {name: {"draft_n": stats.drafted_by_source.get(name, 0),
+                   "draft_n_accepted": stats.accepted_by_source.get(name, 0)} for name in names}
 
 
 class ReplyBody:
@@ -156,6 +169,7 @@ class ReplyBody:
             "draft_n": stats.drafted,
             "draft_n_accepted": stats.accepted,
             "forced_n": stats.forced,  # drafts the grammar forced (in draft_n too)
+            "draft_by_source": draft_by_source(stats),
             "cache_n": max(0, stats.prompt_tokens - stats.prompt_tokens_processed),
             "queue_ms": round(self.queue_wait * 1000, 3),
         }

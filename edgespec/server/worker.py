@@ -33,6 +33,11 @@ single stream's caches are cleared). Should the thread itself end, every job it 
 or that waits gets ``Failed(WorkerDied)``, ``submit`` refuses new ones, ``alive`` turns
 false and ``on_fatal`` is called (``serve`` then stops the server); ``next_event``
 answers ``WorkerDied`` to a caller whose job can no longer get an event.
+
+**Memories.** ``memories`` (``memories.KeyMemories``) holds the index of earlier answers
+of each API key; a job's ``memory`` option is its key's index (or False: ``memory=False``
+here, ``serve --no-memory``), set by the app when it builds the job, so one key's
+answers never draft another key's request, one at a time or in slots.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import Any, Callable
 from edgespec.errors import EdgespecError
 from edgespec.events import Done
 
+from .memories import DEFAULT_MAX_KEYS, KeyMemories
 from .metrics import Metrics
 
 log = logging.getLogger("edgespec.server")
@@ -111,16 +117,19 @@ class Worker:
 
     ``parallel`` > 1 builds the batch runner here, so that a failure (more sequences than
     llama.cpp holds, no memory for the KV pool) stops the server before it is ready.
-    ``on_fatal(error)`` is called if the thread dies."""
+    ``on_fatal(error)`` is called if the thread dies. ``memory``: whether requests draft
+    from earlier answers (their key's, at most ``memory_keys`` keys kept)."""
 
     def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics, parallel: int = 1,
-                 on_fatal: Callable[[BaseException], None] | None = None) -> None:
+                 on_fatal: Callable[[BaseException], None] | None = None, memory: bool = True,
+                 memory_keys: int = DEFAULT_MAX_KEYS) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1 (got {parallel})")
         self.engine = engine
         self.parallel = parallel
+        self.memories = KeyMemories(engine, enabled=memory, max_keys=memory_keys)
         self._active: set[ServeJob] = set()  # parallel slots: the jobs generating now
         self.max_queue = max_queue
         self.metrics = metrics
