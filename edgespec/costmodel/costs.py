@@ -6,6 +6,37 @@ batch of sequences (``edgespec.batching.runner``) weighs its drafts against the 
 ``OnlineCost`` starts from a prior (the profile's or ``tune``'s figures, else one of the
 measured curves below) and refines it from the timings of the rounds themselves.
 
+A laptop is a busy machine (a browser, an editor), so a round's wall time is the cost of
+its size times the machine's speed at that moment, plus now and then a slow outlier: load
+only ever slows a round down. ``OnlineCost`` estimates the first factor, c(n), as the
+ratio of *quiet* times measured close together:
+
+* observations are cut into blocks of 12 in arrival order; in each, a size's quiet time
+  is its fastest round there, and its block ratio is that over the block's fastest
+  plain (one-row) step. Both come from the same few seconds, so a uniform slowdown
+  (everything 2x slower for a while) divides out, and a slowed round is not the fastest
+  unless all its size's rounds in the block were slowed;
+* c(n) is the median of n's last 9 block ratios: one 10x outlier changes one of them and
+  moves c(n) by at most one order statistic, a persistent change (c(8) doubling) takes
+  over after 5 blocks with that size;
+* a block without plain steps (drafting rounds dominate) measures each size against the
+  block's main size, c(n)/c(m); those count, times the table's c(m), until n has three
+  ratios to plain steps. Without any plain step, only relative costs are learned, and
+  the absolute level stays the prior's shape as refined so far;
+* the prior counts as two measurements and fades with each measurement of n; a size not
+  measured follows the prior's shape scaled like its measured neighbours;
+* a size no longer verified is not measured again by itself, so ``stale`` names the
+  least recently measured size (1 after 16 rounds without a plain step, others after
+  128 rounds or never) and ``probe`` lets the policy verify it now and then, within a
+  budget (1% of the observed rounds' cost, in steps).
+
+The quiet ratio is what a round costs relative to a plain step when the machine is not
+interrupted; it assumes load slows one-row and many-row decodes alike (a hog that slows
+batches more than single rows is seen only as far as it lasts through a whole block).
+``step_seconds``, the scale the policy divides drafting times by, is the latest one:
+the median of the last three plain steps when recent, else of the last rounds' times
+through the table.
+
 Pure arithmetic over numbers handed in: no llama.cpp, no timing of its own.
 """
 
@@ -13,6 +44,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
+from collections.abc import Sequence
 
 from .adaptive import VerifyCost
 
@@ -37,63 +70,149 @@ CPU_BATCH_PRIOR = VerifyCost((1, 4, 8, 16, 32), (1.0, 2.67, 4.54, 5.27, 9.13))
 GPU_BATCH_PRIOR = VerifyCost((1, 16, 64), (1.0, 1.3, 2.2))
 
 
-class OnlineCost:
-    """c(n) for n = 1..n_max: a prior refined by timed rounds.
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of ``values`` (not empty), interpolated between order statistics."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
 
-    For each n it keeps a decaying mean of the measured seconds. The single-step time
-    t1 is taken from the n = 1 rounds when there are enough of them, otherwise from all
-    rounds through the prior's shape. Then c(n) = (w_n·t̄_n / t1 + w0_n·prior(n)) /
-    (w_n + w0_n): the prior counts as ``prior_weight`` measurements at first, and fades
-    at the rate old measurements do; the prior is first scaled by the measured/prior
-    ratio of n's nearest measured neighbours, so an n not measured yet follows them.
+
+class OnlineCost:
+    """c(n) for n = 1..n_max: a prior refined by timed rounds, robust to a busy machine.
+
+    Observations are cut into blocks of ``block`` in arrival order. When a block is
+    full, each size n >= 2 in it gets one block ratio: the ``low`` quantile of its times
+    there (0: the fastest) over that of the block's one-row times. A block without
+    one-row steps gives each size but its main one (the best measured, then the most
+    rounds) a relative ratio c(n)/c(main). ``measured(n)`` is the median of n's last
+    ``window`` ratios to plain steps once it has ``min_anchored`` of them, else of its
+    relative ones times the table's c(main). The table blends it with the prior, which
+    counts as ``prior_weight`` measurements at first and fades by ``decay`` per
+    measurement of n, after scaling the prior by the measured/prior ratio of n's nearest
+    measured neighbours (so an n not measured yet follows them). The table is refreshed
+    when a block closes. ``stale`` and ``probe`` say which size to measure again.
     """
 
     def __init__(self, prior: VerifyCost, n_max: int = 16, *, prior_weight: float = 2.0,
-                 decay: float = 0.97) -> None:
+                 decay: float = 0.97, block: int = 12, window: int = 9, low: float = 0.0,
+                 min_anchored: int = 3, anchors: int = 3, horizon: int = 32,
+                 neighbours: int = 8, plain_after: int = 16, stale_after: int = 128,
+                 probe_budget: float = 0.01, probe_rate: float = 0.25) -> None:
         self.n_max = max(1, n_max)
         self.prior = [prior(n) for n in range(self.n_max + 1)]  # index 0 unused
         self.prior_w = [prior_weight] * (self.n_max + 1)
         self.decay = decay
-        self.mean_s = [0.0] * (self.n_max + 1)
-        self.weight = [0.0] * (self.n_max + 1)
-        self.table = list(self.prior)  # c(n) by index; table[1] == 1
+        self.block = max(1, block)
+        self.low = low
+        self.min_anchored = max(1, min_anchored)
+        self.anchors = max(1, anchors)
+        self.horizon = max(1, horizon)
+        self.plain_after = max(1, plain_after)
+        self.stale_after = max(1, stale_after)
+        self.probe_budget = probe_budget
+        self.probe_rate = probe_rate
+        self.count = 0                                   # observations taken
+        self.weight = [0.0] * (self.n_max + 1)           # decayed count of n's measurements
+        self.last = [-1] * (self.n_max + 1)              # index of n's last measurement
+        w = max(1, window)
+        self._anchored = [deque(maxlen=w) for _ in range(self.n_max + 1)]
+        # (x, m): c(n) / c(m) = x, measured in a block without plain steps, mostly of m
+        self._relative: list[deque[tuple[float, int]]] = [deque(maxlen=w) for _ in range(self.n_max + 1)]
+        self._sizes: set[int] = set()                    # sizes with block ratios of either kind
+        self._block: list[tuple[int, float]] = []
+        self._ones: deque[tuple[int, float]] = deque(maxlen=self.anchors)
+        self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, neighbours))
+        self._scale: float | None = None
+        self.observed_steps = 0.0  # what all observed rounds cost, in steps
+        self.probe_steps = 0.0  # what probes cost on top of the policy's choice, in steps
+        self.table = list(self.prior)  # c(n) by index; table[1] == 1 (read only)
         self.table[0] = 0.0
 
+    # -- measurements ------------------------------------------------------------------
     def observe(self, n: int, seconds: float) -> None:
         """One verify of n tokens took ``seconds``."""
         if not 1 <= n <= self.n_max or not seconds > 0.0 or not math.isfinite(seconds):
             return
-        w = self.weight[n] * self.decay
-        self.mean_s[n] = (self.mean_s[n] * w + seconds) / (w + 1.0)
-        self.weight[n] = w + 1.0
+        idx = self.count
+        self.count += 1
+        if n == 1:
+            self._ones.append((idx, seconds))
+        self._scale = self._local_scale(idx, n, seconds)
+        self._recent.append((n, seconds))
+        self.observed_steps += seconds / self._scale
+        self.weight[n] = self.weight[n] * self.decay + 1.0
         self.prior_w[n] *= self.decay
+        self.last[n] = idx
+        self._block.append((n, seconds))
+        if len(self._block) >= self.block:
+            self._close_block()
+
+    def _close_block(self) -> None:
+        by_n: dict[int, list[float]] = {}
+        for m, s in self._block:
+            by_n.setdefault(m, []).append(s)
+        self._block = []
+        ones = by_n.pop(1, None)
+        if ones:
+            t1 = _quantile(ones, self.low)
+            for m, times in by_n.items():
+                self._anchored[m].append(_quantile(times, self.low) / t1)
+                self._sizes.add(m)
+        elif len(by_n) > 1:
+            # no plain step: measure each size against the block's main one (the best
+            # measured against plain steps, then the most rounds)
+            main = max(by_n, key=lambda m: (len(self._anchored[m]), len(by_n[m]), -m))
+            t_main = _quantile(by_n[main], self.low)
+            for m, times in by_n.items():
+                if m != main:
+                    self._relative[m].append((_quantile(times, self.low) / t_main, main))
+                    self._sizes.add(m)
         self._refresh()
+
+    def _local_scale(self, idx: int, n: int, seconds: float) -> float:
+        """Seconds of a one-row step at observation ``idx``: the median of the last
+        ``anchors`` one-row steps if they all lie within ``horizon`` observations, else
+        the median over the last ``neighbours`` observations (this one included) of
+        seconds / c(n), through the table as it stands."""
+        ones = [s for i, s in self._ones if idx - i <= self.horizon]
+        if len(ones) >= self.anchors:
+            return _quantile(ones, 0.5)
+        table = self.table
+        implied = [s / table[m] for m, s in self._recent]
+        implied.append(seconds / table[n])
+        return _quantile(implied, 0.5)
 
     @property
     def step_seconds(self) -> float | None:
-        """Estimated seconds of a one-token step (None before any measurement)."""
-        if self.weight[1] >= 3.0:
-            return self.mean_s[1]
-        num = den = 0.0
-        for n in range(1, self.n_max + 1):
-            if self.weight[n]:
-                num += self.weight[n] * self.mean_s[n]
-                den += self.weight[n] * self.prior[n]
-        return num / den if den else None
+        """Estimated seconds of a one-token step now, i.e. at the latest observation
+        (None before any measurement)."""
+        return self._scale
+
+    # -- the table -----------------------------------------------------------------------
+    def measured(self, n: int) -> float | None:
+        """n's own measured c (before the prior's blending), None if not measured yet:
+        the median of its block ratios against plain steps once it has ``min_anchored``,
+        else of its relative ones times the table's c of the size they were taken against."""
+        anchored = self._anchored[n]
+        if len(anchored) >= self.min_anchored or (anchored and not self._relative[n]):
+            return _quantile(anchored, 0.5)
+        if self._relative[n]:
+            return _quantile([x * self.table[m] for x, m in self._relative[n]], 0.5)
+        return None
 
     def _refresh(self) -> None:
-        t1 = self.step_seconds
-        if not t1:
-            return
+        measured = {n: q for n in sorted(self._sizes) if (q := self.measured(n)) is not None}
         # The prior's shape, scaled by what was measured around each n: an n's prior is
         # multiplied by the measured/prior ratio interpolated between its nearest measured
         # neighbours (n = 1 has ratio 1), so a machine slower or faster at batches than
         # the prior is seen at every n, not only where the policy happened to verify.
         xs, ratio = [1], [1.0]
-        for n in range(2, self.n_max + 1):
-            if self.weight[n]:
-                xs.append(n)
-                ratio.append(self.mean_s[n] / t1 / self.prior[n])
+        for n, q in measured.items():
+            xs.append(n)
+            ratio.append(q / self.prior[n])
+        table = self.table
         for n in range(2, self.n_max + 1):
             i = bisect.bisect_left(xs, n)
             lo = i - 1
@@ -103,15 +222,58 @@ class OnlineCost:
                 scale = ratio[lo] + f * (ratio[hi] - ratio[lo])
             else:
                 scale = ratio[lo]
-            w, w0 = self.weight[n], self.prior_w[n]
             base = self.prior[n] * scale
-            measured = self.mean_s[n] / t1 if w else 0.0
-            self.table[n] = max(1.0, (w * measured + w0 * base) / (w + w0))
+            q = measured.get(n)
+            if q is None:
+                table[n] = max(1.0, base)
+            else:
+                w, w0 = self.weight[n], self.prior_w[n]
+                table[n] = max(1.0, (w * q + w0 * base) / (w + w0))
 
     def __call__(self, n: int) -> float:
+        table = self.table
         if n <= self.n_max:
-            return self.table[max(n, 1)]
-        return self.table[self.n_max] * n / self.n_max
+            return table[max(n, 1)]
+        return table[self.n_max] * n / self.n_max
 
     def as_verify_cost(self) -> VerifyCost:
         return VerifyCost(tuple(range(1, self.n_max + 1)), tuple(self.table[1:]))
+
+    # -- measuring again ---------------------------------------------------------------
+    def _age(self, n: int) -> float:
+        """How old n's last measurement is, relative to when it counts as stale (> 1)."""
+        if self.last[n] < 0:
+            return math.inf
+        return (self.count - 1 - self.last[n]) / (self.plain_after if n == 1 else self.stale_after)
+
+    def stale(self, n_max_allowed: int, n_min: int = 1) -> int | None:
+        """The verify size in [n_min, n_max_allowed] whose estimate is the least supported
+        now, or None when all are fresh. A size n >= 2 is stale when it was never measured
+        or not in the last ``stale_after`` observations; 1 (a plain step, which anchors
+        the ratios) when not in the last ``plain_after``. Never measured comes first, then
+        the oldest relative to its threshold; ties go to the smaller (cheaper) size."""
+        best, best_age = None, 1.0
+        for n in range(max(1, n_min), min(n_max_allowed, self.n_max) + 1):
+            age = self._age(n)
+            if age > best_age:
+                best, best_age = n, age
+        return best
+
+    def probe(self, rows: int, n_max_allowed: int, rng, n_min: int = 1) -> int | None:
+        """Now and then, a stale size to verify instead of the ``rows`` chosen; None: keep
+        them. ``n_max_allowed``: the most rows this round can verify (its proposal's ids
+        + 1). A probe is taken with probability ``probe_rate`` (``rng.random()``, drawn
+        only when a stale size exists and fits the budget) while what probes cost stays
+        within ``probe_budget`` of all observed rounds' cost, in steps: a larger size
+        costs c(p) - c(rows) on top, a smaller one is charged c(p) (it loses the drafts
+        it does not verify: at most that). Deterministic given ``rng``'s state."""
+        p = self.stale(n_max_allowed, n_min)
+        if p is None or p == rows:
+            return None
+        extra = self(p) - self(rows) if p > rows else self(p)
+        if self.probe_steps + extra > self.probe_budget * self.observed_steps:
+            return None
+        if rng.random() >= self.probe_rate:
+            return None
+        self.probe_steps += extra
+        return p
