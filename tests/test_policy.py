@@ -355,3 +355,22 @@ def test_prompt_lookup_marks_the_ids_that_follow_a_sentence_or_line_break():
     NgramDrafter(is_break=is_break).propose(text, 8)
     assert len(vocab.asked) == asked  # cached: llama.cpp is asked once per id
     assert NgramDrafter().propose(text, 8).after_break == ()
+
+
+def test_the_policy_measures_again_now_and_then_a_length_no_round_chooses():
+    from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
+
+    cost = OnlineCost(CPU_VERIFY_PRIOR)
+    pol = DraftPolicy("ngram", cost)
+    pol.begin(0)
+    verified = []
+    for _ in range(3000):
+        pol.limit(15)
+        n = pol.choose(list(range(15)), match_len=2, source="prompt")  # 2-token matches: rarely worth it
+        verified.append(n + 1)
+        cost.observe(n + 1, 0.02 * CPU_VERIFY_PRIOR(n + 1))
+    assert pol.stats.probed_rounds > 0
+    assert len(set(verified)) >= 8  # many lengths measured, not only the one chosen
+    # within the budget: probes cost about 1% of the steps
+    extra = sum(CPU_VERIFY_PRIOR(r) for r in verified) / sum(1 for _ in verified)
+    assert extra < 1.5

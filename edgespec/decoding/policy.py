@@ -82,6 +82,7 @@ class PolicyStats:
     rounds: int = 0
     drafted_rounds: int = 0
     explored_rounds: int = 0  # drafted although the posterior means said not to
+    probed_rounds: int = 0  # verified another length to measure its cost again
 
 
 class DraftPolicy:
@@ -113,6 +114,7 @@ class DraftPolicy:
     # -- per generation ------------------------------------------------------------
     def begin(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(self._seed if seed is None else seed)
+        self._probe_rng = np.random.default_rng((self._seed if seed is None else seed, 1))  # its own draws
         self.acc = MatchAcceptance() if self.kind == "ngram" else ConfidenceAcceptance()
         self._draws: np.ndarray | None = None
         self._mem_draws: np.ndarray | None = None
@@ -208,6 +210,12 @@ class DraftPolicy:
                                for j, c in enumerate(self._conf)]
             # the draft work is done whatever we verify: it is sunk
             n, _ = best_length(head + self._rates[:rest], self.cost, 0.0, sunk=self.gamma * rest)
+        # now and then a verify size no round chose for long is measured again (within a
+        # 1% budget, OnlineCost.probe), so c(n) follows the machine at every n
+        p = self.cost.probe(n + 1, len(ids) + 1, self._probe_rng, n_min=forced + 1)
+        if p is not None:
+            n = p - 1
+            self.stats.probed_rounds += 1
         if n > forced:
             self.stats.drafted_rounds += 1
         return n
