@@ -46,8 +46,8 @@ def test_the_automatic_choice_is_one_line_and_the_full_reason_is_behind_v(run, t
     r = run(*base)
     assert r.exit_code == 0, r.output
     assert plan_lines(r.stderr) == [
-        "edgespec: ngram drafter (prompt lookup): it drafts only where the text copies its input, "
-        "so it can only help (-v says why)"
+        "edgespec: ngram drafter (prompt lookup): it drafts only where the text repeats its input or "
+        "an earlier answer, so it can only help (-v says why)"
     ]
     v = run(*base, "-v")
     assert v.exit_code == 0, v.output

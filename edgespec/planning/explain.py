@@ -37,8 +37,8 @@ def explain(
         else:
             head = "plain decoding: no drafter is enabled in this profile"
     elif choice.drafter == "ngram" and choice.speedup < 1.0 + prof.min_gain:
-        head = ("ngram drafter (prompt lookup): it drafts only where the text copies its input, "
-                "so it can only help")
+        head = ("ngram drafter (prompt lookup): it drafts only where the text repeats its input or "
+                "an earlier answer, so it can only help")
     else:
         named = f" {label}" if choice.drafter == "model" and label else ""
         head = f"{choice.drafter} drafter{named}, up to k={choice.k}: predicted {x(choice.speedup)}"
