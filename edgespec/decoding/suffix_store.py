@@ -49,6 +49,7 @@ import warnings
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -144,13 +145,15 @@ def _decode(meta: dict, payload: memoryview) -> dict:
     if not key_lens or min(key_lens) < 1 or any(len(arrays[a]) != n for a in per_token) or \
             n > cap or start < 0 or not 0 <= window <= n or (n < cap and nxt > n):
         raise _Unusable("is corrupt (its window disagrees with its arrays)")
-    rel = (np.arange(n, dtype=np.int64) - start) % cap
-    inwin = rel < window
-    r = np.where(inwin, rel, -1)
+    r = (np.arange(n, dtype=np.int64) - start) % cap  # each slot's position, relative to the start
+    full = window == n  # every slot in the window (the ring at its cap): nothing to mask
+    inwin = None if full else r < window
 
     def bad(v: np.ndarray, lo: np.ndarray | int, hi: np.ndarray | int, ok: int | None = None) -> bool:
-        good = (v >= lo) & (v < hi) if ok is None else ((v >= lo) & (v < hi)) | (v == ok)
-        return not bool(np.all(good[inwin]))
+        good = (v >= lo) & (v < hi)
+        if ok is not None:
+            good |= v == ok
+        return not bool(good.all() if inwin is None else good[inwin].all())
 
     if bad(arrays["tok"], 0, 1 << 31) or bad(arrays["back"], -1, r) or bad(arrays["fwd"], r + 1, window, END):
         raise _Unusable("is corrupt (document links outside the window)")
@@ -285,16 +288,22 @@ def _read(path: Path, identity: str | None) -> tuple[dict, memoryview]:
     return meta, body[meta_len:]
 
 
-def _warn(path: Path, why: str) -> None:
-    warnings.warn(f"suffix memory {path} {why}; starting cold (delete the file or run "
-                  f"`edgespec memory clear` to silence this)", SuffixStoreWarning, stacklevel=3)
+def _warn(path: Path, why: str, warn: Callable[[str], None] | None) -> None:
+    message = (f"suffix memory {path} {why}; starting cold (delete the file or run "
+               f"`edgespec memory clear` to silence this)")
+    if warn is not None:
+        warn(message)
+    else:
+        warnings.warn(message, SuffixStoreWarning, stacklevel=3)
 
 
-def load(identity: str, *, cap: int | None = None, directory: Path | None = None, **index_options) -> SuffixIndex:
+def load(identity: str, *, cap: int | None = None, directory: Path | None = None,
+         warn: Callable[[str], None] | None = None, **index_options) -> SuffixIndex:
     """The saved index for this tokenizer, or an empty one (no file: silently; an
-    unusable file: one ``SuffixStoreWarning``). ``cap`` defaults to the saved cap;
-    another one, other ``key_lens`` or another Python's tuple hash rebuild the index by
-    replaying the saved window (a smaller cap keeps the newest tokens)."""
+    unusable file: one ``SuffixStoreWarning``, or one call of ``warn`` with its text).
+    ``cap`` defaults to the saved cap; another one, other ``key_lens`` or another
+    Python's tuple hash rebuild the index by replaying the saved window (a smaller cap
+    keeps the newest tokens)."""
     path = store_path(identity, directory)
     snap: dict | None = None
     if path.exists():
@@ -304,7 +313,7 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
             counters = [int(meta[k]) for k in ("proposals", "hits", "proposed", "accepted")]
             probe = meta["hash_probe"]
         except (_Unusable, KeyError, TypeError, ValueError, OverflowError) as e:
-            _warn(path, str(e) if isinstance(e, _Unusable) else "is corrupt (incomplete header)")
+            _warn(path, str(e) if isinstance(e, _Unusable) else "is corrupt (incomplete header)", warn)
             snap = None
     if snap is None:
         return SuffixIndex(cap or DEFAULT_CAP, **index_options)
