@@ -15,8 +15,9 @@ A file is a header and a payload::
                                 another, little-endian
 
 The payload is the index itself, not its documents to replay: loading is a few
-``frombuffer`` calls and the chain heads' dicts (~40 ms at the cap of 262,144 tokens on
-a 2-core VM where replaying took 1.6 s; benchmarks/suffix_overhead.py). Positions are
+``frombuffer`` calls and the chain heads' dicts (140-160 ms of CPU at the cap of 262,144
+tokens on a busy 2-core VM, where replaying takes 2.2 s; most of it is building the ~300k
+dict entries of the heads; benchmarks/suffix_overhead.py). Positions are
 stored relative to the window's start as int32 (a link that left the window is -1: the
 index treats any position before its start alike), so a file is ~44 bytes a token plus
 12 a chain head, ~15 MB at the cap. An open document is saved closed. The chain keys are
