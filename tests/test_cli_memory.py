@@ -68,6 +68,24 @@ def test_remember_saves_and_the_next_run_starts_warm(run, store, tiny_target):
     assert again["tokens"] > saved["tokens"] and again["proposals"] > saved["proposals"]
 
 
+def test_remember_saves_after_ctrl_c(run, store, tiny_target, monkeypatch):
+    from edgespec.cli.readout import ReplyView
+
+    real, seen = ReplyView.feed, []
+
+    def feed(self, event):
+        seen.append(event)
+        if len(seen) == 12:
+            raise KeyboardInterrupt
+        real(self, event)
+
+    monkeypatch.setattr(ReplyView, "feed", feed)
+    r = generate(run, tiny_target, "--remember", n=32)
+    assert r.exit_code == 130, r.output
+    (saved,) = show(run)  # what the interrupted answer wrote is kept
+    assert saved["tokens"] > 0 and "memory: saved" in r.stderr
+
+
 def test_without_remember_nothing_is_written(run, store, tiny_target):
     assert generate(run, tiny_target).exit_code == 0
     assert not store.exists() or not list(store.iterdir())
