@@ -41,7 +41,10 @@ def run():
 
 
 def generate(run, target, *extra, prompt=PROMPT, n=16):
-    return run("generate", "--target", target, "--draft", "ngram", "--max-tokens", n, "--raw", *extra, prompt)
+    # --k 4: a fixed draft length, so that whether the memory drafts does not hang on the
+    # learned policy's timings of a busy test machine
+    return run("generate", "--target", target, "--draft", "ngram", "--k", 4, "--max-tokens", n, "--raw", *extra,
+               prompt)
 
 
 def show(run) -> list[dict]:
@@ -141,8 +144,8 @@ def test_a_batch_remembers_and_its_lines_count_drafts_by_source(run, store, tiny
     jobs = tmp_path / "in.jsonl"
     jobs.write_text("".join(json.dumps({"id": i, "prompt": PROMPT}) + "\n" for i in range(2)))
     out = tmp_path / "out.jsonl"
-    r = run("generate", "--target", tiny_target, "--draft", "ngram", "--max-tokens", 16, "--raw", "--parallel", 1,
-            "--input", jobs, "--output", out, "--remember")
+    r = run("generate", "--target", tiny_target, "--draft", "ngram", "--k", 4, "--max-tokens", 16, "--raw",
+            "--parallel", 1, "--input", jobs, "--output", out, "--remember")
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert all({"drafted_by_source", "accepted_by_source"} <= set(x["stats"]) for x in lines)
