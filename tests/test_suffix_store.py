@@ -1,17 +1,24 @@
-"""The suffix memory on disk (edgespec.decoding.suffix_store): a round trip, one file per
-tokenizer identity under edgespec's cache, an unusable file is one warning and a cold
-start, and a save killed with SIGKILL at any point leaves the previous file whole."""
+"""The suffix memory on disk (edgespec.decoding.suffix_store): a round trip that answers
+exactly as the saved index did (after any history, evictions and taken-back drafts
+included), one file per tokenizer identity under edgespec's cache, a rebuild by replay
+where the saved arrays cannot be used as they are, an unusable file is one warning and a
+cold start, and a save killed with SIGKILL at any point leaves the previous file whole."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_suffix import canonical, ops, run_history
 
 from edgespec.decoding import suffix_store
 from edgespec.decoding.suffix import SuffixIndex
@@ -45,6 +52,109 @@ def test_a_saved_index_loads_warm_with_its_counters(tmp_path):
     assert texts(back) == texts(ix) and back.cap == ix.cap
     assert back.propose([1, 2], 2).ids == ix.propose([1, 2], 2).ids
     assert (back.proposals, back.hits, back.proposed, back.accepted_ids) == (1 + 1, 1 + 1, 2 + 2, 1)
+
+
+def answers(ix, contexts, k=8):
+    return [(p.ids, p.match_len, p.probs) for p in (ix.propose(c, k) for c in contexts)]
+
+
+def close_all(ix):
+    for d in list(ix._docs):
+        ix.close(d)
+    return ix
+
+
+def busy_index(cap=3000, tokens=9000, seed=5):
+    """Answers of a small vocabulary written the way a batch writes them: documents
+    interleaved, drafts taken back, the cap passed (evictions), one still open."""
+    rng = random.Random(seed)
+    ix, docs = SuffixIndex(cap), []
+    phrases = [[rng.randrange(40) for _ in range(rng.randint(3, 12))] for _ in range(30)]
+    while len(ix) < cap or ix._next < tokens:
+        if not docs or rng.random() < 0.02:
+            docs.append(ix.open())
+        d = rng.choice(docs)
+        ix.extend(d, rng.choice(phrases) if rng.random() < 0.7 else [rng.randrange(40)])
+        if rng.random() < 0.1:
+            try:
+                ix.pop(d, rng.randint(1, 3))
+            except ValueError:
+                pass
+        if len(docs) > 3 and rng.random() < 0.05:
+            ix.close(docs.pop(0))
+    return ix, rng
+
+
+def test_a_loaded_index_answers_exactly_like_the_saved_one(tmp_path):
+    ix, rng = busy_index()
+    assert ix.start > 0 and ix._docs  # evicted, and a document still open
+    close_all(ix)
+    window = [t for _, toks, _ in ix.documents() for t in toks]
+    contexts = [window[i - rng.randint(1, 12):i] for i in (rng.randrange(12, len(window)) for _ in range(400))]
+    contexts += [[rng.randrange(40) for _ in range(rng.randint(1, 8))] for _ in range(100)]
+    save(ix, IDENT, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = load(IDENT, directory=tmp_path)
+    assert (back.cap, back.start, len(back), back.chain_heads()) == (ix.cap, ix.start, len(ix), ix.chain_heads())
+    assert canonical(back) == canonical(ix)
+    assert answers(back, contexts) == answers(ix, contexts)
+    # and it goes on as the saved one would: the same tokens written, the same evictions
+    for target in (ix, back):
+        d = target.open()
+        target.extend(d, window[:2500])
+        target.close(d)
+    assert canonical(back) == canonical(ix) and answers(back, contexts) == answers(ix, contexts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 12), ops, ops, st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), max_size=12))
+def test_after_any_history_the_loaded_index_is_the_saved_one(cap, history, more, contexts):
+    import tempfile
+
+    kw = dict(key_lens=(3, 1), max_match=6)
+    ix = close_all(run_history(cap, history, **kw))
+    with tempfile.TemporaryDirectory() as d:
+        save(ix, IDENT, Path(d))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            back = load(IDENT, directory=Path(d), **kw)
+    assert canonical(back) == canonical(ix) and answers(back, contexts, 4) == answers(ix, contexts, 4)
+    for target in (ix, back):  # the same writes after the load: the same index still
+        doc = target.open()
+        for op in more:
+            if op[0] == "append":
+                target.append(doc, op[2])
+            elif op[0] == "pop":
+                try:
+                    target.pop(doc, op[2])
+                except ValueError:
+                    pass
+    assert canonical(back) == canonical(ix) and answers(back, contexts, 4) == answers(ix, contexts, 4)
+
+
+def test_an_empty_index_round_trips(tmp_path):
+    save(SuffixIndex(50), IDENT, tmp_path)
+    back = load(IDENT, directory=tmp_path)
+    assert (len(back), back.cap, back.propose([1, 2], 3).ids) == (0, 50, [])
+
+
+def test_another_cap_or_python_hash_rebuilds_by_replay(tmp_path, monkeypatch):
+    ix = sample()
+    save(ix, IDENT, tmp_path)
+    bigger = load(IDENT, cap=2000, directory=tmp_path)
+    assert bigger.cap == 2000 and texts(bigger) == texts(ix)
+    monkeypatch.setattr(suffix_store, "hash_probe", lambda key_lens: [0 for _ in key_lens])
+    replayed = load(IDENT, directory=tmp_path)  # the chain keys are another Python's: not used
+    assert texts(replayed) == texts(ix) and replayed.propose([1, 2], 2).ids == ix.propose([1, 2], 2).ids
+    assert load(IDENT, directory=tmp_path, key_lens=(3,)).key_lens == (3,)
+
+
+def test_an_older_versions_file_is_a_warning_naming_it(tmp_path):
+    path = store_path(IDENT, tmp_path)
+    path.write_bytes(suffix_store._HEAD.pack(suffix_store.MAGIC, 1, 2, 0, bytes(32)) + b"{}")
+    with pytest.warns(SuffixStoreWarning, match="format version 1, this edgespec reads 2 .an older edgespec"):
+        assert len(load(IDENT, directory=tmp_path)) == 0
 
 
 def test_the_file_is_its_owners_only(tmp_path):
@@ -148,6 +258,35 @@ def test_a_header_with_an_impossible_cap_is_a_warning(tmp_path, monkeypatch):
         assert len(load(IDENT, directory=tmp_path)) == 0
 
 
+@pytest.mark.parametrize("array, value, why", [
+    ("fwd", 0, "document links"), ("back", 11, "document links"), ("prev2", 9, "chain links"),
+    ("headpos2", 99, "chain links"), ("tok", -3, "document links"),
+])
+def test_arrays_that_disagree_with_a_valid_checksum_are_a_warning(tmp_path, monkeypatch, array, value, why):
+    real = suffix_store._encode
+
+    def broken(snap):
+        arrays, docs = real(snap)
+        for name, a in arrays:
+            if name == array:
+                a[len(a) // 2] = value
+        return arrays, docs
+
+    monkeypatch.setattr(suffix_store, "_encode", broken)
+    save(sample(), IDENT, tmp_path)
+    monkeypatch.undo()
+    with pytest.warns(SuffixStoreWarning, match=why):
+        assert len(load(IDENT, directory=tmp_path)) == 0
+
+
+def test_the_file_names_the_models_that_wrote_it(tmp_path):
+    save(sample(), IDENT, tmp_path, model="qwen-0.5b")
+    save(sample(), IDENT, tmp_path, model="qwen-1.5b")
+    save(sample(), IDENT, tmp_path)
+    (s,) = stats(tmp_path)
+    assert s.models == ("qwen-1.5b", "qwen-0.5b") and s.cap == 1000 and s.problem == ""
+
+
 def test_stats_and_clear(tmp_path):
     ix = sample()
     for _ in range(4):
@@ -163,6 +302,7 @@ def test_stats_and_clear(tmp_path):
     assert s.hit_rate == pytest.approx(4 / 5) and s.acceptance == pytest.approx(6 / 8)
     assert s.file_bytes == store_path(IDENT, tmp_path).stat().st_size and s.saved_at > 0
     assert rows["?"].path == bad and rows["?"].file_bytes == 4  # unreadable, still listed
+    assert "no magic" in rows["?"].problem
     assert clear(IDENT, tmp_path) == [store_path(IDENT, tmp_path)]
     assert {s.identity for s in stats(tmp_path)} == {"other", "?"}
     assert len(clear(directory=tmp_path)) == 2 and stats(tmp_path) == []

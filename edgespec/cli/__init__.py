@@ -14,6 +14,7 @@ from edgespec import __version__
 from .bench import bench
 from .chat import chat
 from .generate import generate
+from .memory import memory_app
 from .profiles import models_app, profiles_app
 from .rpc import rpc_server
 from .serve import serve
@@ -50,6 +51,7 @@ app.command("tune")(tune)
 app.command("rpc-server")(rpc_server)
 app.add_typer(profiles_app, name="profiles", help="Device profiles and the choice they make.")
 app.add_typer(models_app, name="models", help="The model catalog: list, pull, check a pair.")
+app.add_typer(memory_app, name="memory", help="The memory of earlier answers --remember keeps: show, clear.")
 
 
 def main() -> None:

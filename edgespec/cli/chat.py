@@ -36,6 +36,7 @@ from edgespec.cli.plan_options import (
     PlanOptions, make_plan,
 )
 from edgespec.cli.chat_commands import SlashCommands, shown_names
+from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
 from edgespec.cli.chat_input import History
 from edgespec.errors import ContextOverflowError, EdgespecError
 
@@ -298,6 +299,9 @@ def chat(
     rpc: RpcOpt = None,
     tensor_split: TensorSplitOpt = None,
     show_rejected: ShowRejectedOpt = False,
+    memory: MemoryOpt = True,
+    memory_cap: MemoryCapOpt = None,
+    remember: RememberOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the target model, with a live view of speculation (/help inside)."""
@@ -311,11 +315,12 @@ def chat(
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
     )
     with cli_errors():
+        memory_options = MemoryOptions(memory, memory_cap, remember)
         p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx,
                                   threads=threads, rpc=rpc, tensor_split=tensor_split))
-        engine = load_engine(p, verbose=verbose)
+        engine = load_engine(memory_options.apply(p), verbose=verbose)
     try:
-        with cli_errors():
+        with cli_errors(), remembering(engine, memory_options, err=err_console()):
             ChatSession(engine, system=system, options=options, show_rejected=show_rejected).run()
     finally:
         engine.close()

@@ -22,6 +22,7 @@ from edgespec.cli.common import (
     read_prompt,
 )
 from edgespec.cli.generate_batch import InputOpt, OnError, OnErrorOpt, OutputOpt, ParallelOpt, generate_batch
+from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
 from edgespec.cli.plan_options import (
     DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions, make_plan,
@@ -70,6 +71,9 @@ def generate(
     output_file: OutputOpt = None,
     on_error: OnErrorOpt = OnError.skip,
     parallel: ParallelOpt = "auto",
+    memory: MemoryOpt = True,
+    memory_cap: MemoryCapOpt = None,
+    remember: RememberOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No diagnostics or stats on stderr.")] = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -86,33 +90,41 @@ def generate(
     plan = PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx, threads=threads,
                        rpc=rpc, tensor_split=tensor_split)
     with cli_errors():
+        memory_options = MemoryOptions(memory, memory_cap, remember)
         batch = input_file is not None or output_file is not None
         response_format, spec = response_format_from_options(schema, grammar, regex, lenient_schema, batch=batch)
         _warn(spec, quiet)
         if batch:
             generate_batch(input_file, output_file, on_error, options, plan=plan, response_format=response_format,
                            lenient_schema=lenient_schema, raw=raw, parallel=parallel, quiet=quiet, verbose=verbose,
-                           has_prompt=prompt is not None or prompt_file is not None, json_output=json_output)
+                           has_prompt=prompt is not None or prompt_file is not None, json_output=json_output,
+                           memory=memory_options)
             return
 
         text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
-        engine = load_engine(make_plan(plan), quiet=quiet, verbose=verbose)
+        engine = load_engine(memory_options.apply(make_plan(plan)), quiet=quiet, verbose=verbose)
         try:
-            if spec is not None:
-                from edgespec.constraints import bind
-
-                options["constraint"] = bind_option(bind, spec, engine.target_model, schema or grammar or "--regex")
-            if json_output:
-                result = engine.generate(text, raw=raw, **options)
-                payload = result.to_dict()
-                sys.stdout.write(json.dumps(payload, ensure_ascii=False) + "\n")
-                sys.stdout.flush()
-                done: Any = result
-            else:
-                done = _run_single(engine, text, options, raw=raw, show_rejected=show_rejected, quiet=quiet)
+            with remembering(engine, memory_options, err=err_console(), quiet=quiet):
+                done = _generate(engine, text, options, spec, schema or grammar or "--regex", raw=raw,
+                                 json_output=json_output, show_rejected=show_rejected, quiet=quiet)
         finally:
             engine.close()
         check_complete(done)
+
+
+def _generate(engine: Any, text: str, options: dict, spec: Any, spec_name: str, *, raw: bool, json_output: bool,
+              show_rejected: bool, quiet: bool) -> Any:
+    """One prompt: the JSON object on stdout, or the text through the readout."""
+    if spec is not None:
+        from edgespec.constraints import bind
+
+        options = {**options, "constraint": bind_option(bind, spec, engine.target_model, spec_name)}
+    if json_output:
+        result = engine.generate(text, raw=raw, **options)
+        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return result
+    return _run_single(engine, text, options, raw=raw, show_rejected=show_rejected, quiet=quiet)
 
 
 def _warn(spec: Any, quiet: bool) -> None:

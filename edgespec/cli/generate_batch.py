@@ -27,6 +27,8 @@ from rich.text import Text
 
 from edgespec.batching.results import BatchObserver
 from edgespec.cli.common import EXIT_INTERRUPTED, err_console, load_engine, parse_parallel
+from edgespec.cli.memory_options import MemoryOptions, remembering
+from edgespec.cli.speedup import sources_part
 from edgespec.cli.plan_options import PlanOptions, make_plan
 from edgespec.errors import EdgespecError, IncompleteStructureError, InputError
 
@@ -88,6 +90,7 @@ def generate_batch(
     verbose: bool,
     has_prompt: bool,
     json_output: bool,
+    memory: MemoryOptions = MemoryOptions(),
 ) -> None:
     """A batch as ``generate`` was given it (``--input`` or ``--output``): checked whole,
     then run. ``options`` are the command line's generation options, the defaults of
@@ -104,7 +107,7 @@ def generate_batch(
     if lenient_schema:  # every line's schema, as a line's own "lenient_schema": true
         options["lenient_schema"] = True
     _run_batch(input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
-               parallel=parse_parallel(parallel), plan=plan)
+               parallel=parse_parallel(parallel), plan=plan, memory=memory)
 
 
 def _run_batch(
@@ -118,6 +121,7 @@ def _run_batch(
     verbose: bool = False,
     parallel: int | str = "auto",
     plan: PlanOptions,
+    memory: MemoryOptions = MemoryOptions(),
 ) -> None:
     from edgespec.batching.results import ResultWriter, pending_jobs, read_jobs, run_batch
 
@@ -151,12 +155,12 @@ def _run_batch(
 
         if already:
             err.print(Text(f"resuming: {already} of {len(inp.jobs)} ids already in {output_file}, {len(todo)} to go"))
-        p = make_plan(plan)
+        p = memory.apply(make_plan(plan))
         engine = load_engine(p, quiet=quiet, verbose=verbose)
         defaults = dict(options, raw=raw)
         progress = _BatchProgress(err, total=len(todo), source=inp.source)
         try:
-            with progress:
+            with remembering(engine, memory, err=err, quiet=quiet), progress:
                 summary = run_batch(engine, todo, writer, defaults=defaults, on_error=on_error,
                                     observer=progress, parallel=parallel)
         except KeyboardInterrupt:
@@ -174,6 +178,8 @@ def _run_batch(
 
     if progress.run is not None and progress.run.stats.steps:
         err.print(Text(progress.run.summary()))
+    if sum(progress.kept.values()):
+        err.print(Text(sources_part(progress.kept)))
     parts = [f"wrote {summary.done} result(s) to {output_file}"]
     if already:
         parts.append(f"{already} already there")
@@ -201,6 +207,7 @@ class _BatchProgress(BatchObserver):
         self.tokens = 0
         self.t0 = time.perf_counter()
         self.run: Any = None
+        self.kept: dict[str, int] = {}  # accepted drafts by where they came from, over the results
         self.bar: Progress | None = None
         if console.is_terminal and not console.quiet:
             self.bar = Progress(
@@ -239,6 +246,8 @@ class _BatchProgress(BatchObserver):
         self.count += 1
         stats = record.get("stats", {})
         self.tokens += int(stats.get("generated_tokens", 0))
+        for source, n in (stats.get("accepted_by_source") or {}).items():
+            self.kept[source] = self.kept.get(source, 0) + int(n)
         elapsed = time.perf_counter() - self.t0  # wall clock: sequences overlap in a batch
         rate = f"{self.tokens / elapsed:.1f} tok/s overall" if elapsed > 0 else ""
         if self.bar is not None:

@@ -9,7 +9,10 @@ target produced itself are in the terminal's default colour, and with ``show_rej
 through where it was proposed (between the accepted drafts and the target's correction).
 Completed lines are printed above the live region, which holds only the line being
 written and a status line (acceptance rate, mean accepted length, current k, tokens/s,
-estimated speedup). After each reply a one-line summary goes to stderr.
+estimated speedup, and where the accepted drafts came from once more than the drafter's
+own did: earlier answers, the prompt, the grammar). After each reply a one-line summary
+goes to stderr, saying the same ("kept 40 drafted tokens: 25 from earlier answers, 10
+from the prompt, 5 from the grammar").
 
 Anywhere else (a pipe, a file, ``TERM=dumb``) the text goes to the output as plain
 characters, flushed per token, and the summary to stderr; no escape codes.
@@ -20,7 +23,7 @@ The speedup estimate and the drafting figures in words are ``edgespec.cli.speedu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Iterable
 
 from rich.console import Console, Group, RenderableType
@@ -29,7 +32,8 @@ from rich.style import Style
 from rich.text import Text
 
 from edgespec.events import Done, Round, Stats, Token
-from edgespec.cli.speedup import PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num
+from edgespec.cli.speedup import (PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num,
+                                  sources_part)
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""
@@ -61,6 +65,7 @@ class _Counters:
     t_first_round: float | None = None
     tokens_at_first_round: int = 0
     t_last_round: float | None = None
+    kept: dict[str, int] = field(default_factory=dict)  # accepted drafts by source
 
     def tokens_per_second(self, now: float) -> float:
         if self.t_first_round is None or now <= self.t_first_round:
@@ -141,7 +146,13 @@ class Readout:
             # with the drafter's, then said apart
             parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted,
                                     stats.k_final)
-            if stats.forced:
+            by_source = {s: n for s, n in stats.accepted_by_source.items() if n}
+            # where the accepted drafts came from (the grammar's forced tokens among them),
+            # unless a draft model's own were all there was
+            kept = sources_part(by_source) if set(by_source) - {"model"} else ""
+            if kept:
+                parts.append(kept)
+            elif stats.forced:
                 parts.append(forced_part(stats.forced_accepted, stats.accepted))
             speed = self.speedup_text(stats)
             if speed:
@@ -251,6 +262,12 @@ class ReplyView:
         s.drafted += r.drafted
         s.accepted += r.accepted
         s.forced += min(r.forced, r.accepted)
+        # as Stats counts them (decoding.speculative.count_round): the grammar's first
+        if r.forced and r.accepted:
+            s.kept["grammar"] = s.kept.get("grammar", 0) + min(r.forced, r.accepted)
+        if r.accepted > r.forced:
+            source = r.source or ("model" if r.drafter == "model" else "prompt")
+            s.kept[source] = s.kept.get(source, 0) + r.accepted - r.forced
         s.k = r.k
         s.drafter = r.drafter
 
@@ -321,7 +338,9 @@ class ReplyView:
         drafting = bool(s.drafter and s.drafter != "none")
         if drafting:
             parts += [s.drafter, *drafting_parts(s.rounds, s.drafting, s.drafted, s.accepted, s.k, live=True)]
-            if s.forced:
+            if len(s.kept) > 1 or "memory" in s.kept:  # more than the drafter's own: where they came from
+                parts.append(sources_part(s.kept, live=True))
+            elif s.forced:
                 parts.append(forced_part(s.forced, s.accepted, live=True))
         else:
             parts.append("plain decoding")

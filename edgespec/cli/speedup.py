@@ -105,3 +105,25 @@ def forced_part(forced: int, accepted: int, live: bool = False) -> str:
     """How many of the accepted drafts the grammar forced (structured output): drafts like
     the drafter's, counted in ``accepted`` too, so never beside "nothing drafted"."""
     return f"forced {forced}" if live else f"forced {forced} of the {accepted} accepted"
+
+
+SOURCE_NAMES = {"memory": "earlier answers", "prompt": "the prompt", "grammar": "the grammar",
+                "model": "the draft model"}
+"""Where accepted drafts came from (``Stats.accepted_by_source``'s keys), in words."""
+_SHORT_NAMES = {"memory": "earlier answers", "prompt": "prompt", "grammar": "grammar", "model": "draft model"}
+
+
+def sources_part(kept: dict[str, int], live: bool = False) -> str:
+    """Where the accepted drafts came from, most first: "kept 40 drafted tokens: 25 from
+    earlier answers, 10 from the prompt, 5 from the grammar" (``live``: "kept 25 earlier
+    answers, 10 prompt, 5 grammar"); "" when none were kept."""
+    counts = sorted(((n, s) for s, n in kept.items() if n > 0), key=lambda c: -c[0])
+    total = sum(n for n, _ in counts)
+    if not total:
+        return ""
+    if live:
+        return "kept " + ", ".join(f"{num(n)} {_SHORT_NAMES.get(s, s)}" for n, s in counts)
+    head = f"kept {num(total)} drafted token{'s' if total != 1 else ''}"
+    if len(counts) == 1:
+        return f"{head}, all from {SOURCE_NAMES.get(counts[0][1], counts[0][1])}"
+    return f"{head}: " + ", ".join(f"{num(n)} from {SOURCE_NAMES.get(s, s)}" for n, s in counts)

@@ -125,6 +125,32 @@ class SuffixIndex:
     def chain_heads(self) -> int:
         return sum(len(h) for h in self._head)
 
+    def snapshot(self) -> dict:
+        """Everything the index holds, for ``suffix_store``: the window (``start``,
+        ``next``), the per-token arrays by slot (``tok``, ``back``, ``fwd``, and per key
+        length, longest first, ``prev``, ``kstart``, ``khash``, ``kend``) and the chain
+        heads (one dict per key length). The live objects, not copies: read them before
+        the next write. Open documents are not in it (``restore`` has none)."""
+        return {"cap": self.cap, "key_lens": self.key_lens, "start": self._start, "next": self._next,
+                "tok": self._tok, "back": self._back, "fwd": self._fwd, "prev": self._prev,
+                "kstart": self._kstart, "khash": self._khash, "kend": self._kend, "head": self._head}
+
+    @classmethod
+    def restore(cls, snap: dict, **options) -> "SuffixIndex":
+        """An index holding a ``snapshot``'s arrays as they are (the caller checked them;
+        an open document's last token should be marked ``END`` there: it has none), with
+        ``options`` for the rest (``max_match``, ``alpha``, ...)."""
+        ix = cls(int(snap["cap"]), key_lens=tuple(snap["key_lens"]), **options)
+        if tuple(snap["key_lens"]) != ix.key_lens:
+            raise ValueError("key lengths must be given longest first")
+        ix._tok, ix._back, ix._fwd = snap["tok"], snap["back"], snap["fwd"]
+        ix._head, ix._prev, ix._kstart = list(snap["head"]), list(snap["prev"]), list(snap["kstart"])
+        ix._khash, ix._kend = list(snap["khash"]), list(snap["kend"])
+        ix._keys = list(zip(ix.key_lens, ix._head, ix._prev, ix._kstart, ix._khash, ix._kend))
+        ix._per_key = [*ix._prev, *ix._kstart, *ix._khash, *ix._kend]
+        ix._start, ix._next = int(snap["start"]), int(snap["next"])
+        return ix
+
     # -- writing --------------------------------------------------------------------
     def open(self) -> int:
         """A new document; its id for ``append``/``close``."""

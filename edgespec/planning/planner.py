@@ -65,6 +65,8 @@ class Plan:
     # by ``tensor_split``; the drafter stays local
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()
+    memory: bool = True  # the memory of earlier answers: Engine's memory, memory_cap (None: its default)
+    memory_cap: int | None = None
 
     def engine_kwargs(self, *, offline: bool | None = None) -> dict:
         """Keyword arguments for ``edgespec.engine.Engine`` (the plan itself among them,
@@ -101,6 +103,7 @@ class Plan:
             # messages name a model by the name it was given, not by its file (an Ollama blob)
             "target_name": _given_name(self.target),
             "draft_name": _given_name(self.draft) if self.drafter == "model" else None,
+            "memory": self.memory, **({"memory_cap": self.memory_cap} if self.memory_cap else {}),
         }
 
     @property

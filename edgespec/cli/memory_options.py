@@ -1,0 +1,125 @@
+"""The memory options, declared once: ``--memory/--no-memory``, ``--memory-cap`` and
+``--remember``, and what ``--remember`` does.
+
+The memory (``edgespec.decoding.memory``) is the index of the answers an engine wrote
+before, that prompt lookup also drafts from: on by default, within one run (a batch's
+lines, a chat's turns, bench's prompts). ``--no-memory`` turns it off (each request
+drafts from itself alone) and ``--memory-cap`` bounds it in tokens; both reach the
+engine through the plan (``MemoryOptions.apply``: ``Plan.memory``/``memory_cap``).
+``generate``, ``chat`` and ``bench`` take all three; ``serve`` takes ``MemoryOpt``.
+
+``--remember`` (opt-in) keeps the memory on disk between runs
+(``edgespec.decoding.suffix_store``): ``remembering(engine, ...)`` loads the store of
+the target's tokenizer into ``engine.memory`` once the engine is built (a warm start)
+and saves it when the block ends, Ctrl-C included. The store is named by the
+tokenizer's identity from the GGUF header (``catalog.ident.Tokenizer``: two models with
+one vocabulary share it). A store that cannot be used is one warning line and a cold
+start; a model whose tokenizer cannot be read runs without remembering, and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+from rich.text import Text
+
+from edgespec.errors import EdgespecError, InputError
+
+MemoryOpt = Annotated[bool, typer.Option(
+    "--memory/--no-memory",
+    help="Draft from the answers written earlier in this run too (prompt lookup across requests; on by "
+         "default). --no-memory: each request drafts from itself alone.")]
+MemoryCapOpt = Annotated[Optional[int], typer.Option(
+    "--memory-cap", min=1, metavar="TOKENS",
+    help="The most tokens the memory holds, the oldest dropped first (default 262,144, about 50 MB).")]
+RememberOpt = Annotated[bool, typer.Option(
+    "--remember",
+    help="Keep the memory on disk: start from the one saved for this model's tokenizer and save it at the "
+         "end (`edgespec memory show` lists it, `edgespec memory clear` deletes it).")]
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """The memory options as the command line gave them."""
+
+    memory: bool = True
+    cap: int | None = None
+    remember: bool = False
+
+    def __post_init__(self) -> None:
+        if self.remember and not self.memory:
+            raise InputError("--remember keeps the memory that --no-memory turns off: drop one of them")
+
+    def apply(self, plan: Any) -> Any:
+        """The plan with these options for its engine."""
+        return replace(plan, memory=self.memory, memory_cap=self.cap)
+
+
+def tokenizer_identity(model_path: str | os.PathLike) -> str:
+    """The name of a model's memory: its tokenizer's type, size and digest (equal for two
+    models with one vocabulary). ``ModelFileError`` if the header cannot be read."""
+    from edgespec import catalog
+    from edgespec.errors import ModelFileError
+
+    tok = catalog.describe_file(model_path).header.tokenizer
+    if tok is None:
+        raise ModelFileError(f"{model_path} has no tokenizer in its header")
+    return f"{tok.pre or tok.model}-{tok.n_tokens}-{tok.digest[:16]}"
+
+
+def model_label(engine: Any) -> str:
+    """How the store names the model that wrote it: the name it was given."""
+    label = getattr(getattr(engine, "target_model", None), "label", None)
+    return str(label or Path(str(getattr(engine, "target_path", "model"))).name)
+
+
+@contextmanager
+def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = False) -> Iterator[Any]:
+    """With ``--remember``: the saved memory in ``engine.memory`` for the block, saved
+    when it ends (also on Ctrl-C and errors). Yields the store's path, or None when
+    nothing is remembered."""
+    if not options.remember or engine.memory is None:
+        yield None
+        return
+    from edgespec.decoding import suffix_store
+
+    def warn(message: str) -> None:
+        err.print(Text(f"warning: {message}", style="yellow" if err.is_terminal else ""))
+
+    try:
+        identity = tokenizer_identity(engine.target_path)
+    except EdgespecError as e:
+        warn(f"--remember: cannot name this model's memory ({e}); it is not kept")
+        yield None
+        return
+    t0 = time.perf_counter()
+    engine.memory = suffix_store.load(identity, cap=options.cap, warn=warn)
+    path = suffix_store.store_path(identity)
+    if not quiet and len(engine.memory):
+        err.print(Text(f"memory: {len(engine.memory):,} tokens of earlier answers from {path} "
+                       f"({1000 * (time.perf_counter() - t0):.0f} ms)", style="dim"))
+    try:
+        yield path
+    finally:
+        _save(engine, identity, warn, quiet, err)
+
+
+def _save(engine: Any, identity: str, warn: Any, quiet: bool, err: Any) -> None:
+    from edgespec.decoding import suffix_store
+
+    index = engine.memory
+    if index is None:
+        return
+    try:
+        path = suffix_store.save(index, identity, model=model_label(engine))
+    except OSError as e:
+        warn(f"--remember: the memory could not be saved ({e.strerror or e}); the previous one is kept")
+        return
+    if not quiet:
+        err.print(Text(f"memory: saved {len(index):,} tokens to {path}", style="dim"))
