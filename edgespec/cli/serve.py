@@ -29,6 +29,7 @@ from edgespec.cli.common import (
     load_engine,
     store_name,
 )
+from edgespec.cli.memory_options import MemoryOpt
 from edgespec.cli.plan_options import (
     DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions, make_plan,
@@ -99,10 +100,7 @@ def serve(
         Optional[str], typer.Option("--alias", help="The model id that /v1/models shows and replies carry "
                                                    "(default: the target's name).")
     ] = None,
-    no_memory: Annotated[
-        bool, typer.Option("--no-memory", help="Draft from nothing earlier requests wrote (by default each API key's "
-                                               "requests, and those without a key, draft from their own earlier answers).")
-    ] = False,
+    memory: MemoryOpt = True,
 ) -> None:
     """Serve the model pair over an OpenAI-compatible HTTP API, with a chat page at /."""
     import uvicorn
@@ -133,7 +131,7 @@ def serve(
                 engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
                 model_name=alias or store_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-                on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin), memory=not no_memory,
+                on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin), memory=memory,
             )
             sockets = bind(hosts, port)
             port = sockets[0].getsockname()[1]
