@@ -168,14 +168,16 @@ def test_chat_remembers_its_answers(run, store, tiny_target):
     assert saved["tokens"] > 0 and "memory: saved" in r.stderr
 
 
-def test_bench_takes_the_memory_options(run, store, tiny_target, tmp_path):
+def test_bench_takes_the_memory_options_and_measures_each_configuration_cold(run, store, tiny_target, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": PROMPT}) + "\n")
-    r = run("bench", "--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", 2, "--input",
-            prompts, "--max-tokens", 6, "--threads", 1, "--json", "--quiet", "--remember", "--memory-cap", 4000)
+    base = ("bench", "--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", 2, "--input",
+            prompts, "--max-tokens", 6, "--threads", 1, "--json", "--quiet")
+    r = run(*base, "--memory-cap", 4000)
     assert r.exit_code == 0, r.output
-    (saved,) = show(run)
-    assert saved["cap"] == 4000 and saved["tokens"] > 0
+    assert show(run) == []  # a measurement is not remembered
+    assert run(*base, "--no-memory").exit_code == 0
+    assert run(*base, "--remember").exit_code == 2  # (not an option of bench)
 
 
 # -- memory show / clear -----------------------------------------------------------------------

@@ -168,7 +168,8 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 @pytest.fixture(scope="module")
 def engines(tiny_target):
     with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain, \
-            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as remembering:
+            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4,
+                   adaptive_k=False) as remembering:  # (a fixed k: every proposal is verified)
         yield plain, remembering
 
 

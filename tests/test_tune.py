@@ -13,7 +13,7 @@ from bench_support import cli
 
 from edgespec import Engine, catalog, profiles
 from edgespec.costmodel import adaptive
-from edgespec.measuring import bench, tune
+from edgespec.measuring import batches, tune
 from edgespec.planning import planner
 from edgespec.cli.tune import tune as tune_cmd
 
@@ -305,7 +305,7 @@ def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, t
     from edgespec.planning.planner import plan
 
     cost = tuned.batch_cost
-    assert sorted(cost) == list(bench.BATCH_SIZES) and cost[1] == 1.0
+    assert sorted(cost) == list(batches.BATCH_SIZES) and cost[1] == 1.0
     assert all(c > 0 for c in cost.values())
     d = tuned.to_dict()["batch"]
     assert d["4"]["throughput"] == round(4 / cost[4], 3)

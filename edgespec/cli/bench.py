@@ -20,7 +20,6 @@ from rich.text import Text
 from edgespec.cli.common import (
     SeedOpt, TemperatureOpt, VerboseOpt,
     cli_errors,
-    err_console,
     out_console,
     parse_parallel,
 )
@@ -28,7 +27,7 @@ from edgespec.cli.plan_options import (
     ExactOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions,
 )
-from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
+from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions
 from edgespec.cli.measure import (
     InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
     close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
@@ -69,18 +68,17 @@ def bench(
     ] = None,
     memory: MemoryOpt = True,
     memory_cap: MemoryCapOpt = None,
-    remember: RememberOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Plain decoding vs every drafter × k and the automatic choice, on the same prompts."""
-    from edgespec.measuring import bench as lib
+    from edgespec.measuring import batches, bench as lib
 
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None
         plan_opts = PlanOptions(profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
                                 tensor_split=tensor_split)  # --draft here: the drafters to compare
-        memory_options = MemoryOptions(memory, memory_cap, remember)
+        memory_options = MemoryOptions(memory, memory_cap)  # each configuration's own, cold (measuring.bench)
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
         auto_plan = memory_options.apply(auto_plan)
         show_plan(auto_plan, verbose and not quiet)
@@ -88,24 +86,23 @@ def bench(
         needs_model = "model" in drafters or auto_plan.drafter == "model"
         engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet)
         try:
-            with remembering(engine, memory_options, err=err_console(), quiet=quiet):
-                candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
-                # the automatic choice as a user runs it: the learned policy, the plan's bound
-                auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=auto_plan.adaptive,
-                                  k_max=auto_plan.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
-                plan_info = {"drafter": auto_plan.drafter, "k": auto_plan.k, "profile": auto_plan.profile,
-                             "predicted_speedup": round(auto_plan.predicted_speedup, 4), "reason": auto_plan.reason}
-                with progress_bar(quiet, "bench") as progress:
-                    report = lib.bench_report(
-                        engine, candidates, auto, prompts, auto_plan=plan_info, max_tokens=max_tokens,
-                        repeat=repeat, temperature=temperature, seed=seed if temperature > 0 else None,
-                        progress=progress, fast_engine=fast_engine,
-                    )
-                batch = None
-                if n_parallel is not None:
-                    plain = fast_engine or engine
-                    plain.set_drafter(None)
-                    batch = lib.batch_throughput(plain, prompts, n_parallel, max_tokens=max_tokens)
+            candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
+            # the automatic choice as a user runs it: the learned policy, the plan's bound
+            auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=auto_plan.adaptive,
+                              k_max=auto_plan.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
+            plan_info = {"drafter": auto_plan.drafter, "k": auto_plan.k, "profile": auto_plan.profile,
+                         "predicted_speedup": round(auto_plan.predicted_speedup, 4), "reason": auto_plan.reason}
+            with progress_bar(quiet, "bench") as progress:
+                report = lib.bench_report(
+                    engine, candidates, auto, prompts, auto_plan=plan_info, max_tokens=max_tokens,
+                    repeat=repeat, temperature=temperature, seed=seed if temperature > 0 else None,
+                    progress=progress, fast_engine=fast_engine,
+                )
+            batch = None
+            if n_parallel is not None:
+                plain = fast_engine or engine
+                plain.set_drafter(None)
+                batch = batches.batch_throughput(plain, prompts, n_parallel, max_tokens=max_tokens)
         finally:
             close_engines(engine, fast_engine)
         data = report.to_dict()

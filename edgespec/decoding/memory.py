@@ -79,9 +79,12 @@ class MemoryDrafter:
         self.picked(best)
         return best
 
-    def picked(self, proposal: Proposal) -> None:
-        """The loop verifies ``proposal`` this round (``accepted`` credits its source)."""
+    def picked(self, proposal: Proposal, n: int = -1) -> None:
+        """The loop verifies ``n`` of ``proposal``'s own ids this round (-1: all of them);
+        the memory counts those it drafted, and ``accepted`` credits it with the kept."""
         self._picked = proposal.source
+        if proposal.source == "memory" and self.memory is not None:
+            self.memory.proposed += len(proposal.ids) - proposal.forced if n < 0 else n
 
     def accepted(self, n: int) -> None:
         if self._picked == "memory" and self.memory is not None:

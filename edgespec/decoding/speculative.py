@@ -143,7 +143,6 @@ class SpeculativeLoop:
                                                          probs=p.probs))
                     if options:
                         proposal = options[0]
-                        self.drafter.picked(proposal)
             finally:
                 if m is not None:
                     m.rollback(m.consumed - base)
@@ -192,6 +191,9 @@ class SpeculativeLoop:
         decoded; it is still rejected by the rules in ``accept``, as p(d) = 0."""
         ids = list(proposal.ids[:n])
         bad = next((i for i, d in enumerate(ids) if not 0 <= d < self.n_vocab), None)
+        picked = getattr(self.drafter, "picked", None)  # the memory drafter counts by source
+        if picked is not None:
+            picked(proposal, max(0, len(ids) - proposal.forced))
         return Drafts(proposal, ids if bad is None else ids[:bad], bad)
 
     def settle(self, drafts: Drafts, rows: np.ndarray, draft_seconds: float = 0.0,

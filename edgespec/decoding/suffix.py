@@ -310,8 +310,7 @@ class SuffixIndex:
             probs.append(prob)
             cur = [fwd[p % cap] for p in cur if p >= 0 and tok[p % cap] == t]
         if ids:
-            self.hits += 1
-            self.proposed += len(ids)
+            self.hits += 1  # (``proposed``/``accepted_ids``: what the loop verified, by the drafter)
         return Proposal(ids, match_len=best, probs=tuple(probs), source="memory")
 
     def _matches(self, context: Sequence[int], L: int) -> tuple[int, list[int]]:

@@ -8,7 +8,9 @@ the next prompt starts, in an order that rotates from prompt to prompt. Drift on
 shared, noisy machine (another process waking up, thermal throttling) then lands on all
 configurations alike instead of on whichever happened to run last. Before that, every
 configuration runs once on the first prompt as a warm-up that is thrown away (page
-cache, thread pools, the draft context's first allocation).
+cache, thread pools, the draft context's first allocation). Each configuration drafts
+from a memory of earlier answers of its own, emptied at every pass: from its answers to
+the pass's earlier prompts, never from another one's answer to this prompt.
 
 Time is the loop's own wall time from the first round to the end (``Stats.t_generate``):
 prompt processing is the same for every configuration and is left out. Speedup is
@@ -17,18 +19,18 @@ temperature 0 every configuration must reproduce plain decoding token for token;
 ``identical`` says whether it did.
 
 ``bench_report`` adds the automatic choice and turns the runs into the numbers ``edgespec
-bench`` prints. This module never prints; ``tune`` reuses ``measure``.
+bench`` prints (``measuring.batches``: a batch job's throughput). This module never
+prints; ``tune`` reuses ``measure``.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..costmodel.adaptive import estimate_alpha
+from .batches import fresh_memory
 from .prompts import BenchPrompt
 from ..events import Done, Round
 from ..errors import InputError
@@ -121,12 +123,14 @@ ProgressFn = Callable[[int, int, str, str], None]  # (done, total, config name, 
 
 
 def run_once(engine: Any, prompt: BenchPrompt, cfg: Config, *, max_tokens: int,
-             temperature: float = 0.0, seed: int | None = None) -> Run:
-    """Generate once from ``prompt`` with ``cfg`` and record what happened."""
+             temperature: float = 0.0, seed: int | None = None, memory: Any = True) -> Run:
+    """Generate once from ``prompt`` with ``cfg`` and record what happened (``memory``:
+    the memory of earlier answers it drafts from, as ``Engine.prepare`` takes it)."""
     configure(engine, cfg)
     drafting = rejected = 0
     done: Done | None = None
-    for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed):
+    for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            memory=memory):
         if isinstance(ev, Round):
             drafting += ev.drafted > 0
             rejected += ev.rejected > 0
@@ -166,22 +170,30 @@ def measure(
     runs: dict[str, list[Run]] = {c.name: [] for c in configs}
     total = len(configs) * (len(prompts) * repeat + (1 if warmup else 0))
     done = 0
+    memories: dict[str, Any] = {}
+
+    def forget() -> None:  # each config starts a pass with an empty memory of its own
+        for c in configs:
+            memories[c.name] = fresh_memory(engine)
 
     def one(prompt: BenchPrompt, cfg: Config) -> Run:
         nonlocal done
         # temperature > 0: the same seed for every config, so all see the same draws
         eng = fast_engine if cfg.kernels == "fast" else engine
-        run = run_once(eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        run = run_once(eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                       memory=memories[cfg.name])
         done += 1
         if progress is not None:
             progress(done, total, cfg.name, prompt.id)
         return run
 
+    forget()
     if warmup:
         for cfg in configs:
             one(prompts[0], cfg)
     slot = 0
     for _ in range(repeat):
+        forget()
         for prompt in prompts:
             # rotate the order so no config is always first (or last) on a prompt
             r = slot % len(configs)
@@ -377,61 +389,3 @@ def bench_report(
         ref = {r.prompt_id: r.token_ids for r in ref_runs}
         settings["plain_kernels_identical"] = all(ref[r.prompt_id] == r.token_ids for r in plain_runs)
     return BenchReport(plain, results, auto_sum, dict(auto_plan or {}), settings)
-
-
-def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int | str, *,
-                     max_tokens: int) -> dict:
-    """The prompts one at a time (``engine.generate``) against all of them through
-    ``engine.generate_many(parallel=...)``, side by side on one engine: generated tokens
-    over wall time, prompt processing included (a batch job's throughput)."""
-    texts = [p.prompt for p in prompts]
-    t0 = time.perf_counter()
-    seq_tokens = sum(len(engine.generate(t, max_tokens=max_tokens).token_ids) for t in texts)
-    seq_s = time.perf_counter() - t0
-    run = engine.generate_many(texts, parallel=parallel, max_tokens=max_tokens)
-    t0 = time.perf_counter()
-    par_tokens = 0
-    for outcome in run:
-        if outcome.error is not None:
-            raise outcome.error
-        par_tokens += len(outcome.result.token_ids)
-    par_s = time.perf_counter() - t0
-    seq_rate, par_rate = seq_tokens / seq_s, par_tokens / par_s
-    return {
-        "n_parallel": run.n_parallel, "reason": run.parallel_reason,
-        "sequential_tokens_per_second": round(seq_rate, 3),
-        "parallel_tokens_per_second": round(par_rate, 3),
-        "speedup": round(par_rate / seq_rate, 3) if seq_rate else None,
-        "mean_running": round(run.stats.mean_running, 2),
-        "drafted": run.stats.drafted, "accepted": run.stats.accepted,
-    }
-
-
-BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-
-
-def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
-                 context: int = 100, repeats: int = 3) -> dict[int, float]:
-    """Seconds of one decode of n sequences, one new token each (logits at every row),
-    each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
-    costs. Median of ``repeats`` after a discarded first decode."""
-    from ..llama import MultiContext
-
-    out: dict[int, float] = {}
-    span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary
-    prefix = [(i * 37) % span + 5 for i in range(context)]
-    for n in ns:
-        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n),
-                           n_threads=n_threads)
-        try:
-            for s in range(n):
-                ctx.decode([(s, prefix, ())])
-            times = []
-            for r in range(repeats + 1):
-                t0 = time.perf_counter()
-                ctx.decode([(s, [5 + r], [0]) for s in range(n)])
-                times.append(time.perf_counter() - t0)
-            out[n] = statistics.median(times[1:])
-        finally:
-            ctx.close()
-    return out

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..costmodel import adaptive
-from . import bench
+from . import batches, bench
 from .. import catalog, profiles
 from .prompts import CALIBRATION, BenchPrompt
 from ..errors import InputError
@@ -303,9 +303,9 @@ def tune(
     draft_ctx = engine.draft_ctx if "model" in drafters else None
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
-    say(f"timing decodes of {', '.join(map(str, bench.BATCH_SIZES))} sequences at once (batch throughput)")
+    say(f"timing decodes of {', '.join(map(str, batches.BATCH_SIZES))} sequences at once (batch throughput)")
     batch_model = (fast_engine or engine).target_model
-    batch_seconds = bench.time_batches(batch_model, engine.n_threads)
+    batch_seconds = batches.time_batches(batch_model, engine.n_threads)
 
     say(f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
         f"{', '.join(map(str, sorted(set(ks))))}")
