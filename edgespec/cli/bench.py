@@ -28,9 +28,10 @@ from edgespec.cli.plan_options import (
     PlanOptions,
 )
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions
+from edgespec.cli.common import JsonOpt
 from edgespec.cli.measure import (
-    InputOpt, JsonOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt,
-    close_engines, drafter_candidates, fmt_x, open_engines, progress_bar, setup, show_plan,
+    InputOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt, close_engines, drafter_candidates, fmt_x,
+    open_engines, progress_bar, setup, show_plan,
 )
 from edgespec.errors import InputError
 

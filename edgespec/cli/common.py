@@ -70,6 +70,7 @@ VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Say in full why the profile chose this drafter and k.")
 ]
 ShowRejectedOpt = Annotated[bool, typer.Option("--show-rejected", help="Show rejected drafts struck through.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
 
 
 def report_lost_rpc_server(err: Exception) -> None:

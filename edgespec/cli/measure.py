@@ -30,7 +30,6 @@ PromptFileOpt = Annotated[
 ]
 LimitOpt = Annotated[Optional[int], typer.Option("--limit", min=1, help="Use only the first N prompts.")]
 RepeatOpt = Annotated[int, typer.Option("--repeat", "--repeats", "-r", min=1, help="Measured passes.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or diagnostics on stderr.")]
 
 

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import cli_errors, err_console, out_console
+from edgespec.cli.common import cli_errors, err_console, out_console, JsonOpt
 
 memory_app = typer.Typer(
     name="memory",
@@ -29,7 +29,6 @@ memory_app = typer.Typer(
     add_completion=False,
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="Only the memory of this model's tokenizer (a name it was saved by, a catalog name or "
                           "a GGUF path).")]

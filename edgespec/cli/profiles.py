@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec import catalog
-from edgespec.cli.common import cli_errors, err_console, out_console, store_name
+from edgespec.cli.common import cli_errors, err_console, out_console, store_name, JsonOpt
 
 profiles_app = typer.Typer(
     name="profiles",
@@ -30,7 +30,6 @@ models_app = typer.Typer(
     add_completion=False,
 )
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for scripts.")]
 
 
 def _print_json(obj: Any) -> None:
