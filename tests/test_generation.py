@@ -23,6 +23,7 @@ from edgespec.batching.protocol import BatchEngine
 from edgespec.batching.runner import Request
 from edgespec.decoding.drafters import NgramDrafter, NoDrafter
 from edgespec.decoding.policy import FixedPolicy
+from edgespec.decoding.memory import MemoryDrafter
 from edgespec.decoding.sequence import DecodeSequence
 from edgespec.events import Done, Round, Token
 
@@ -116,7 +117,8 @@ def test_the_single_stream_and_a_one_sequence_batch_give_the_same_done(engine, o
 def test_the_engine_is_what_batching_asks_for(engine):
     assert isinstance(engine, BatchEngine)
     assert engine.n_batch == 512 and engine.k_max_for("ngram") <= engine.ctx.n_batch - 1
-    assert isinstance(engine.new_drafter("ngram"), NgramDrafter) and engine.new_drafter("ngram") is not engine.drafter
+    fresh = engine.new_drafter("ngram")  # prompt lookup (with the memory, when the engine has one)
+    assert isinstance(fresh, MemoryDrafter) and isinstance(fresh.lookup, NgramDrafter) and fresh is not engine.drafter
     assert isinstance(engine.new_drafter("none"), NoDrafter)
     assert engine.draft_policy().bound == 3  # adaptive_k=False: every round drafts k
 
