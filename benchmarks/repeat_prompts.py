@@ -325,7 +325,8 @@ EDIT_TOOLS = [
 
 EDIT_SYSTEM = (
     "You are a coding agent in a Python repository. Make the requested edit with replace_in_file, "
-    "changing as little as possible; old must be copied exactly from the file. Call one tool at a time."
+    "changing as little as possible; old must be copied exactly from the file. Answer with exactly one tool "
+    "call."
 )
 
 # (path, the edit asked for, the file's text)
