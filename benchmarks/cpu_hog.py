@@ -17,7 +17,9 @@ for ``--off``, like a browser rendering; ``--hog spin``: busy all the time; ``--
 none``: no hog, the quiet baseline). It starts before the warm-up and runs through all
 passes. Each pass runs every prompt on both engines, plain first on even passes and auto
 first on odd ones, so both see the same load. Throughput is generated tokens over
-generation time (prompt processing excluded, it is the same work in both). Per prompt:
+generation time (prompt processing excluded, it is the same work in both). The auto
+engine's memory of earlier answers starts every pass empty: the prompts repeat from pass
+to pass, and drafting a prompt's own earlier answer is not what this measures. Per prompt:
 the median of each pass's own auto/plain ratio (``ratio_paired``) and the ratio of the
 medians; overall: the geometric mean of the paired ratios and the ratio of all tokens
 over all time. Greedy, ``--max-tokens`` tokens each (96 by default).
@@ -147,7 +149,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import edgespec
-    from edgespec import Engine
+    from edgespec import Engine, SuffixIndex
     from edgespec.catalog import resolve_model
 
     names = args.only.split(",") if args.only else list(PROMPTS)
@@ -172,6 +174,8 @@ def main() -> int:
         runs = {n: {"plain": [], "auto": []} for n in names}
         last = {}
         for k in range(args.passes):
+            if auto.memory is not None:  # the prompts repeat from pass to pass: no memory of the last
+                auto.memory = SuffixIndex(auto.memory.cap)
             for name in names:
                 order = (("plain", plain), ("auto", auto)) if k % 2 == 0 else (("auto", auto), ("plain", plain))
                 for label, eng in order:

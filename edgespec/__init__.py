@@ -23,6 +23,9 @@ _LAZY = {
     "Request": ("batching.runner", "Request"),
     "resolve_model": ("catalog", "resolve_model"),
     "on_server_lost": ("llama.rpc", "on_server_lost"),
+    "SuffixIndex": ("decoding.suffix", "SuffixIndex"),  # the memory of earlier answers
+    "load_memory": ("decoding.suffix_store", "load"),
+    "save_memory": ("decoding.suffix_store", "save"),
 }
 
 
@@ -36,4 +39,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["Engine", "Result", "load", "plan", "Request", "resolve_model", "on_server_lost", "EdgespecError",
-           "Token", "Round", "Done", "Stats", "__version__"]
+           "SuffixIndex", "load_memory", "save_memory", "Token", "Round", "Done", "Stats", "__version__"]
