@@ -71,8 +71,11 @@ def masked_marginals(target_path, response_format) -> list[np.ndarray]:
     return out
 
 
-def constrained_counts(target, draft, response_format, *, k: int, n: int = N_SAMPLES):
-    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False, exact=True) as e:
+def constrained_counts(target, draft, response_format, *, k: int, n: int = N_SAMPLES, memory: bool = False,
+                       by_source: dict | None = None):
+    """``n`` constrained samples; ``memory``: prompt lookup also drafts from the earlier
+    samples' answers (``by_source`` gets the drafted tokens by source)."""
+    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False, exact=True, memory=memory) as e:
         counts = [np.zeros(e.target_model.n_vocab) for _ in range(DEPTH)]
         drafted = forced = 0
         for seed in range(n):
@@ -83,6 +86,9 @@ def constrained_counts(target, draft, response_format, *, k: int, n: int = N_SAM
                 counts[j][t] += 1
             drafted += r.stats.drafted - r.stats.forced
             forced += r.stats.forced
+            for src, d in r.stats.drafted_by_source.items():
+                if by_source is not None:
+                    by_source[src] = by_source.get(src, 0) + d
     return counts, drafted, forced
 
 
@@ -120,6 +126,15 @@ def test_the_mask_matters_here(exact_free, small_pair):
 def test_prompt_lookup_samples_the_masked_distribution(small_pair, exact_free):
     counts, drafted, _ = constrained_counts(small_pair[0], "ngram", FREE, k=3)
     assert drafted > 0
+    assert_fits(counts, exact_free)
+
+
+def test_the_memorys_drafts_sample_the_masked_distribution(small_pair, exact_free):
+    """Drafts from the earlier samples' answers, cut to their valid prefix like prompt
+    lookup's: the masked distribution still."""
+    by_source: dict = {}
+    counts, _, _ = constrained_counts(small_pair[0], "ngram", FREE, k=3, memory=True, by_source=by_source)
+    assert by_source.get("memory", 0) > 0
     assert_fits(counts, exact_free)
 
 
