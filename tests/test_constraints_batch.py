@@ -195,7 +195,7 @@ def test_matcher_and_kv_stay_in_step_for_every_sequence(engines, monkeypatch):
 
     monkeypatch.setattr(BatchRunner, "_step", step)
     run(engines["ngram"], requests(6), parallel=3)
-    assert len(set(checked)) == 6 and len(checked) > 12  # (the memory drafts most of the later answers)
+    assert len(set(checked)) == 6 and len(checked) > 6  # (steps after the first; the memory drafts much of the later answers)
 
 
 def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
