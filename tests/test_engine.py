@@ -16,7 +16,7 @@ import pytest
 
 from edgespec import Engine
 from edgespec.decoding import sampling
-from edgespec.decoding.drafters import Proposal
+from edgespec.decoding.drafters import BaseDrafter, Proposal
 from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.sampling import SamplingParams
 from edgespec.decoding.speculative import SpeculativeLoop, _penalized
@@ -337,7 +337,7 @@ class _FixedTarget:
         pass
 
 
-class _OneDraft:
+class _OneDraft(BaseDrafter):
     """Draws one draft from ``q`` (a vocabulary one id larger than the target's)."""
 
     name = "model"
@@ -347,9 +347,6 @@ class _OneDraft:
 
     def propose(self, tokens, k, keep_drafting=None, guide=None):
         return Proposal([int(self.rng.choice(len(self.q), p=self.q))], self.q[None, :])
-
-    def accepted(self, n):
-        pass
 
 
 def test_a_cut_sampled_draft_is_rejected_so_the_target_distribution_is_kept():

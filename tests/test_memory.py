@@ -119,6 +119,22 @@ def test_memory_rates_are_learned_and_kept_across_generations():
     assert all(a > b + 0.1 for a, b in zip(after, before)) and min(after) > 0.85
 
 
+def test_the_memorys_rates_are_its_own_so_each_index_learns_its_workload():
+    probs = (0.9, 0.81, 0.73)
+    mine, theirs = SuffixIndex(100), SuffixIndex(100)
+    pol = DraftPolicy("ngram", OnlineCost(CPU_VERIFY_PRIOR))
+    pol.use_memory(mine)
+    for _ in range(40):
+        pol.observe(batch=4, tested=3, accepted=0, verify_seconds=0.0, source="memory", match_len=8, probs=probs)
+    assert pol.mem is mine.rates
+    pol.use_memory(theirs)  # another API key's requests: judged by what theirs learned
+    fresh = MemoryAcceptance().rates(8, probs, 3, MemoryAcceptance().beta.mean())
+    assert pol.mem.rates(8, probs, 3, pol.mem.beta.mean()) == fresh
+    assert max(mine.rates.rates(8, probs, 3, mine.rates.beta.mean())) < 0.1
+    pol.use_memory(None)  # a request without the memory leaves the last one's rates alone
+    assert pol.mem is theirs.rates
+
+
 def test_the_loop_verifies_the_candidate_the_policy_ranks_higher():
     pol = DraftPolicy("ngram", OnlineCost(CPU_VERIFY_PRIOR))
     for _ in range(60):  # this workload's memory drafts are always right

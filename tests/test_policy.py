@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edgespec.costmodel.adaptive import VerifyCost
-from edgespec.decoding.drafters import Proposal
+from edgespec.decoding.drafters import BaseDrafter, Proposal
 from edgespec.events import Stats
 from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
 from edgespec.decoding.acceptance import MatchAcceptance, match_bucket
@@ -278,7 +278,7 @@ class _CountingTarget:
         pass
 
 
-class _Proposes:
+class _Proposes(BaseDrafter):
     name = "ngram"
 
     def __init__(self, ids, after_break=()):
@@ -286,9 +286,6 @@ class _Proposes:
 
     def propose(self, tokens, k, keep_drafting=None, guide=None):
         return Proposal(list(self.ids[:k]), match_len=9, after_break=tuple(self.after_break[:k]))
-
-    def accepted(self, n):
-        pass
 
 
 class _Verifies:

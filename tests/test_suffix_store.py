@@ -54,6 +54,44 @@ def test_a_saved_index_loads_warm_with_its_counters(tmp_path):
     assert (back.proposals, back.hits, back.proposed, back.accepted_ids) == (1 + 1, 1 + 1, 2, 1)
 
 
+@pytest.mark.parametrize("cap", [None, 500])  # as saved, and rebuilt by replay at another cap
+def test_what_the_drafts_proved_worth_comes_back_with_the_index(tmp_path, cap):
+    ix = sample()
+    b = ix.rates.bucket(8, 0.9)
+    for _ in range(30):
+        ix.rates.beta.record(b, False)
+    save(ix, IDENT, tmp_path)
+    back = load(IDENT, cap=cap, directory=tmp_path)
+    assert back.rates.beta.acc.tolist() == ix.rates.beta.acc.tolist()
+    assert back.rates.beta.rej.tolist() == ix.rates.beta.rej.tolist()
+    assert back.rates.beta.mean()[b] < 0.1
+
+
+@pytest.mark.parametrize("saved", [None, {"acc": [1.0, 2.0], "rej": [1.0, 1.0]}, {"acc": "x"},
+                                   "nan", {"acc": [-1.0] * 24, "rej": [1.0] * 24}])
+def test_rates_a_file_lacks_or_cannot_use_leave_the_prior(tmp_path, monkeypatch, saved):
+    ix = sample()
+    for _ in range(30):
+        ix.rates.beta.record(0, False)
+    real_dumps = suffix_store.json.dumps
+
+    def dumps(meta, **kw):  # the file as an older (or another) edgespec wrote it
+        if saved is None:
+            meta.pop("rates")
+        else:
+            meta["rates"] = ({"acc": [float("nan")] * 24, "rej": [1.0] * 24} if saved == "nan" else saved)
+        return real_dumps(meta, **kw)
+
+    monkeypatch.setattr(suffix_store.json, "dumps", dumps)
+    save(ix, IDENT, tmp_path)
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = load(IDENT, directory=tmp_path)
+    assert texts(back) == texts(ix)
+    assert back.rates.beta.mean().tolist() == SuffixIndex(10).rates.beta.mean().tolist()
+
+
 def answers(ix, contexts, k=8):
     return [(p.ids, p.match_len, p.probs) for p in (ix.propose(c, k) for c in contexts)]
 

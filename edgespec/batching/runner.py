@@ -47,7 +47,6 @@ from ..llama import MultiContext, max_parallel_sequences
 from ..llama.context import common_prefix_len
 from ..costmodel.costs import OnlineCost
 from ..decoding.sequence import DecodeSequence, Prepared
-from ..decoding.acceptance import MemoryAcceptance
 from ..decoding.policy import DraftPolicy, FixedPolicy
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
@@ -152,7 +151,6 @@ class BatchRunner:
         self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
                                 n_batch=n_batch, n_threads=engine.n_threads)
         self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
-        self._memory_rates = MemoryAcceptance()  # what the memory's drafts are worth, learned by all
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
         self._running: list[BatchSeq] = []
@@ -167,7 +165,7 @@ class BatchRunner:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.k)
-        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"), memory=self._memory_rates)
+        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))  # (the memory's rates: its own)
 
     # -- admission ----------------------------------------------------------------------
     def _prepare(self, req: Request, slot: int) -> BatchSeq:

@@ -2,7 +2,8 @@
 
 The protocol is small (the idea of transformers' CandidateGenerator, without its config
 copying): ``begin(tokens, params, rng)`` once per generation, then per round
-``propose(tokens, k, keep_drafting) -> Proposal(ids, q, ...)`` where ``tokens`` is
+``propose(tokens, k, keep_drafting) -> Proposal(ids, q, ...)`` (the loop asks
+``candidates``, which for most drafters is that one proposal) where ``tokens`` is
 everything committed so far (prompt + generated), ``k`` the most ids wanted and
 ``keep_drafting`` the drafting policy's say, token by token, for drafters that pay per
 token; and ``accepted(n)`` with how many of the proposed ids the target kept; ``end(tokens)``
@@ -66,6 +67,13 @@ class Drafter(Protocol):
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
                 guide=None) -> Proposal: ...
 
+    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                   guide=None) -> list[Proposal]: ...
+
+    def picked(self, proposal: Proposal, n: int) -> None: ...
+
+    def use_memory(self, memory) -> None: ...
+
     def accepted(self, n: int) -> None: ...
 
     def end(self, tokens: Sequence[int]) -> None: ...
@@ -73,18 +81,33 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
-class NoDrafter:
-    """Plain decoding through the same loop: proposes nothing, so every round is one
-    target step. The baseline every speedup is measured against."""
+class BaseDrafter:
+    """The protocol's defaults, for a drafter with one proposal a round and nothing to
+    remember: ``candidates`` is its ``propose`` (none when it proposes nothing), and
+    ``picked``, ``use_memory``, ``accepted``, ``end`` and ``close`` do nothing."""
 
     name = "none"
 
-    def begin(self, tokens, params, rng) -> None:
+    def begin(self, tokens: Sequence[int], params: SamplingParams | None = None, rng=None) -> None:
         pass
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
                 guide=None) -> Proposal:
         return Proposal([])
+
+    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                   guide=None) -> list[Proposal]:
+        """What this drafter offers this round, best guess first: the loop cuts each to
+        what fits and the policy keeps the one it rates highest (``DraftPolicy.rank``)."""
+        p = self.propose(tokens, k, keep_drafting, guide)
+        return [p] if p.ids else []
+
+    def picked(self, proposal: Proposal, n: int) -> None:
+        """The loop verifies ``n`` of ``proposal``'s own ids (the forced ones not counted)."""
+
+    def use_memory(self, memory) -> None:
+        """Draft from ``memory`` (a ``SuffixIndex`` or None) from the next ``begin`` on;
+        only the memory drafter has one (``decoding.memory``)."""
 
     def accepted(self, n: int) -> None:
         pass
@@ -94,6 +117,13 @@ class NoDrafter:
 
     def close(self) -> None:
         pass
+
+
+class NoDrafter(BaseDrafter):
+    """Plain decoding through the same loop: proposes nothing, so every round is one
+    target step. The baseline every speedup is measured against."""
+
+    name = "none"
 
 
 _BREAK_BYTES = (b".", b"!", b"?", b";", b"\n")
@@ -115,7 +145,7 @@ def sentence_breaks(model: Model) -> Callable[[int], bool]:
     return is_break
 
 
-class NgramDrafter:
+class NgramDrafter(BaseDrafter):
     """Prompt lookup: if the last few tokens occurred earlier in the context, propose
     what followed them there. Code edits, refactors and answers grounded in a given text
     copy long spans of their input, which this drafts for free.
@@ -224,17 +254,11 @@ class NgramDrafter:
         return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])),
                         source="prompt")
 
-    def accepted(self, n: int) -> None:
-        pass
-
-    def end(self, tokens: Sequence[int]) -> None:
-        pass  # the next begin syncs the index to the next prompt
-
-    def close(self) -> None:
+    def close(self) -> None:  # (end: nothing; the next begin syncs the index to its prompt)
         self._tokens, self._index = [], {}
 
 
-class ModelDrafter:
+class ModelDrafter(BaseDrafter):
     """A small GGUF model of the target's family, with its own context and KV cache.
 
     Its cache follows the committed text across rounds: each ``propose`` trims it to the
@@ -352,13 +376,7 @@ class ModelDrafter:
         q_arr = np.stack(qs) if (qs and not greedy) else None
         return Proposal(ids, q_arr, confidence=tuple(confs), source="model")
 
-    def accepted(self, n: int) -> None:
-        pass  # the next _sync trims whatever the target rejected
-
-    def end(self, tokens: Sequence[int]) -> None:
-        pass
-
-    def close(self) -> None:
+    def close(self) -> None:  # (accepted: nothing; the next _sync trims what was rejected)
         self.ctx.close()
 
 

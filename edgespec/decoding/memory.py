@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .drafters import KeepDrafting, NgramDrafter, Proposal
+from .drafters import BaseDrafter, KeepDrafting, NgramDrafter, Proposal
 from .suffix import SuffixIndex
 
 TAKE_BACK = 32  # the most uncommitted tokens (grammar drafts) the drafter takes back
 
 
-class MemoryDrafter:
+class MemoryDrafter(BaseDrafter):
     """Prompt lookup (``lookup``) and the global ``memory`` (None: prompt lookup alone)."""
 
     name = "ngram"  # the planner's kind: drafting without a model
@@ -61,9 +61,10 @@ class MemoryDrafter:
         self._seen = list(tokens)
         self._n_prompt = len(tokens)
 
-    def candidates(self, tokens: Sequence[int], k: int) -> list[Proposal]:
+    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
+                   guide=None) -> list[Proposal]:
         """Every index's proposal for continuing ``tokens`` (the empty ones left out),
-        prompt lookup's first."""
+        prompt lookup's first. (Fixed proposals: the loop keeps each one's valid prefix.)"""
         self._write(tokens)
         out = [self.lookup.propose(tokens, k)]
         if self.memory is not None:
@@ -73,7 +74,8 @@ class MemoryDrafter:
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
                 guide=None) -> Proposal:
         """One proposal, for a caller that does not rank ``candidates``: the one whose
-        match reaches furthest back (prompt lookup's on a tie)."""
+        match reaches furthest back (prompt lookup's on a tie), counted as verified whole
+        (``picked``), so that ``accepted`` credits its source as with any drafter."""
         cands = self.candidates(tokens, k)
         best = max(cands, key=lambda p: p.match_len, default=Proposal([], source="prompt"))
         self.picked(best)

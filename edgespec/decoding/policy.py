@@ -101,7 +101,8 @@ class DraftPolicy:
         if kind not in ("ngram", "model"):
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
-        # what it learns of the memory's drafts outlives a generation (a batch shares one)
+        # what it learns of the memory's drafts outlives a generation: it is the memory's
+        # own (SuffixIndex.rates, set by use_memory), shared by everyone drafting from it
         self.mem = memory if memory is not None else MemoryAcceptance()
         self.cost = cost
         self.gamma = gamma          # draft cost per token in target steps (model drafter)
@@ -112,6 +113,12 @@ class DraftPolicy:
         self.begin()
 
     # -- per generation ------------------------------------------------------------
+    def use_memory(self, memory) -> None:
+        """Judge the drafts of ``memory`` (a ``SuffixIndex``; None: none come) by what it
+        has learned of them (``memory.rates``), and teach it what this generation learns."""
+        if memory is not None:
+            self.mem = memory.rates
+
     def begin(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(self._seed if seed is None else seed)
         self._probe_rng = np.random.default_rng((self._seed if seed is None else seed, 1))  # its own draws
@@ -307,6 +314,14 @@ class FixedPolicy:
         if n > forced:
             self.stats.drafted_rounds += 1
         return n
+
+    def use_memory(self, memory) -> None:
+        """Learns nothing (a fixed length)."""
+
+    def rank(self, ids: Sequence[int], match_len: int = 0, after_break: Sequence[bool] = (),
+             forced: int = 0, source: str = "", probs: Sequence[float] = ()) -> float:
+        """Every candidate alike: the drafter's first one is verified."""
+        return 0.0
 
     def note_choice(self, n: int) -> None:
         """``choose`` has counted the round already."""

@@ -90,9 +90,8 @@ class DecodeSequence:
         self.t_gen: float | None = None
         self.stats = Stats(drafter=drafter.name, prompt_tokens=len(ids), prompt_tokens_processed=len(ids))
         rng = sampling.make_rng(params.seed)
-        use_memory = getattr(drafter, "use_memory", None)  # the memory drafter's (decoding.memory)
-        if use_memory is not None:
-            use_memory(req.memory)
+        drafter.use_memory(req.memory)  # the memory drafter's index for this request (decoding.memory)
+        policy.use_memory(req.memory)  # and what its drafts have been worth
         drafter.begin(ids, params, rng)
         policy.begin(params.seed)
         self.loop = SpeculativeLoop(

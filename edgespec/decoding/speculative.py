@@ -131,18 +131,16 @@ class SpeculativeLoop:
                 m.consume(forced)  # the drafter drafts after the forced tokens, masked
             try:
                 context = self.committed + forced if forced else self.committed
-                candidates = getattr(self.drafter, "candidates", None)
-                if candidates is None:
-                    proposal = self._fit(self.drafter.propose(context, l_max, policy.keep_drafting, guide=m), l_max)
-                else:  # several indexes propose: the policy keeps the best (decoding.memory)
-                    options = [self._fit(p, l_max) for p in candidates(context, l_max)]
-                    options = [p for p in options if p.ids]
-                    rank = getattr(policy, "rank", None)
-                    if len(options) > 1 and rank is not None:
-                        options.sort(key=lambda p: -rank(p.ids, p.match_len, p.after_break, source=p.source,
-                                                         probs=p.probs))
-                    if options:
-                        proposal = options[0]
+                # each candidate cut to what fits; with several (decoding.memory) the
+                # policy keeps the one it expects the most of per unit of cost
+                options = [self._fit(p, l_max)
+                           for p in self.drafter.candidates(context, l_max, policy.keep_drafting, guide=m)]
+                options = [p for p in options if p.ids]
+                if len(options) > 1:
+                    options.sort(key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source,
+                                                            probs=p.probs))
+                if options:
+                    proposal = options[0]
             finally:
                 if m is not None:
                     m.rollback(m.consumed - base)
@@ -191,9 +189,7 @@ class SpeculativeLoop:
         decoded; it is still rejected by the rules in ``accept``, as p(d) = 0."""
         ids = list(proposal.ids[:n])
         bad = next((i for i, d in enumerate(ids) if not 0 <= d < self.n_vocab), None)
-        picked = getattr(self.drafter, "picked", None)  # the memory drafter counts by source
-        if picked is not None:
-            picked(proposal, max(0, len(ids) - proposal.forced))
+        self.drafter.picked(proposal, max(0, len(ids) - proposal.forced))  # the memory counts its own
         return Drafts(proposal, ids if bad is None else ids[:bad], bad)
 
     def settle(self, drafts: Drafts, rows: np.ndarray, draft_seconds: float = 0.0,

@@ -39,7 +39,10 @@ window are skipped by the walks (at most ``4 x max_candidates`` steps), and an e
 older than the window ends a walk, so after any history the index answers like a fresh
 one built from the tokens it still holds (tests/test_suffix.py).
 
-It knows token ids only: no model, no KV cache, no file format (``suffix_store``).
+It knows token ids only: no model, no KV cache, no file format (``suffix_store``). It
+carries what its drafts proved worth (``rates``, the drafting policy's learned
+``MemoryAcceptance``): a property of the workload that wrote it, so each API key's index
+learns its own, and a saved index comes back with it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from __future__ import annotations
 from array import array
 from typing import Iterable, Sequence
 
+from .acceptance import MemoryAcceptance
 from .drafters import Proposal
 
 DEFAULT_CAP = 1 << 18  # 262,144 tokens in the global index: ~50 MB at ~200 bytes a token
@@ -86,11 +90,12 @@ class SuffixIndex:
         self.min_prob = min_prob
         self.name = name
         self.proposals = self.hits = self.proposed = self.accepted_ids = 0
+        self.rates = MemoryAcceptance()  # how its drafts fared, learned by the policies that verify them
         self.clear()
 
     # -- state ----------------------------------------------------------------------
     def clear(self) -> None:
-        """Forget every token and document (the hit counters stay)."""
+        """Forget every token and document (the hit counters and the rates stay)."""
         self._tok = array("i")
         self._back = array("q")
         self._fwd = array("q")

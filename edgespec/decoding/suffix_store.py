@@ -10,7 +10,9 @@ A file is a header and a payload::
     meta                        UTF-8 JSON: tokenizer identity, cap, key lengths, the
                                 window (start, next), documents, tokens, the hit
                                 counters, the models that wrote it, when it was saved,
-                                the payload's layout (``arrays``: name, dtype, count)
+                                what its drafts proved worth (``rates``: the
+                                MemoryAcceptance counts), the payload's layout
+                                (``arrays``: name, dtype, count)
     payload                     the index's arrays (``SuffixIndex.snapshot``), one after
                                 another, little-endian
 
@@ -93,8 +95,8 @@ def hash_probe(key_lens) -> list[int]:
 # -- the arrays ---------------------------------------------------------------------------
 def _encode(snap: dict) -> tuple[list[tuple[str, np.ndarray]], int]:
     """The snapshot's arrays as stored (see the module docstring), and its documents."""
-    cap, start, nxt = snap["cap"], snap["start"], snap["next"]
-    n, window = len(snap["tok"]), snap["next"] - snap["start"]
+    cap, start = snap["cap"], snap["start"]
+    n, window = len(snap["tok"]), snap["next"] - start
     inwin = (np.arange(n, dtype=np.int64) - start) % cap < window
 
     def rel(a: array, keep_sentinels: bool = False) -> np.ndarray:
@@ -208,6 +210,7 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
         "proposals": index.proposals, "hits": index.hits, "proposed": index.proposed,
         "accepted": index.accepted_ids, "saved_at": time.time(), "models": models[:MAX_MODELS],
         "hash_probe": hash_probe(snap["key_lens"]),
+        "rates": {"acc": index.rates.beta.acc.tolist(), "rej": index.rates.beta.rej.tolist()},
         "arrays": [[name, a.dtype.str, len(a)] for name, a in arrays],
     }).encode("utf-8")
     digest = hashlib.sha256(meta)
@@ -326,7 +329,23 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
         index = replay(SuffixIndex.restore(snap), SuffixIndex(cap or snap["cap"], key_lens=key_lens,
                                                                **index_options))
     index.proposals, index.hits, index.proposed, index.accepted_ids = counters
+    _restore_rates(index, meta.get("rates"))
     return index
+
+
+def _restore_rates(index: SuffixIndex, saved) -> None:
+    """What the saved index's drafts had proved worth (``SuffixIndex.rates``), where the
+    file has them in this edgespec's buckets; else the prior stays (an older file, or
+    buckets changed since: they are learned again within a few answers)."""
+    beta = index.rates.beta
+    try:
+        acc = np.asarray(saved["acc"], dtype=np.float64)
+        rej = np.asarray(saved["rej"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        return
+    if acc.shape == rej.shape == beta.acc.shape and np.isfinite(acc).all() and np.isfinite(rej).all() \
+            and (acc >= 0).all() and (rej >= 0).all() and ((acc + rej) > 0).all():
+        beta.acc, beta.rej = acc, rej
 
 
 def replay(source: SuffixIndex, into: SuffixIndex) -> SuffixIndex:
