@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    SeedOpt, TemperatureOpt, VerboseOpt,
+    JsonOpt, SeedOpt, TemperatureOpt, VerboseOpt,
     cli_errors,
     out_console,
     parse_parallel,
@@ -28,7 +28,6 @@ from edgespec.cli.plan_options import (
     PlanOptions,
 )
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions
-from edgespec.cli.common import JsonOpt
 from edgespec.cli.measure import (
     InputOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt, close_engines, drafter_candidates, fmt_x,
     open_engines, progress_bar, setup, show_plan,

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    VerboseOpt,
+    JsonOpt, VerboseOpt,
     cli_errors,
     err_console,
     out_console,
@@ -26,7 +26,6 @@ from edgespec.cli.plan_options import (
     PlanOptions,
 )
 from edgespec.costmodel.adaptive import is_no_draft
-from edgespec.cli.common import JsonOpt
 from edgespec.cli.measure import (
     InputOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt, close_engines, drafter_candidates, fmt_x,
     open_engines, progress_bar, setup, show_plan,

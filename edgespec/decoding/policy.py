@@ -97,13 +97,13 @@ class DraftPolicy:
     """
 
     def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15,
-                 seed: int = 0, memory: MemoryAcceptance | None = None) -> None:
+                 seed: int = 0) -> None:
         if kind not in ("ngram", "model"):
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
         # what it learns of the memory's drafts outlives a generation: it is the memory's
         # own (SuffixIndex.rates, set by use_memory), shared by everyone drafting from it
-        self.mem = memory if memory is not None else MemoryAcceptance()
+        self.mem = MemoryAcceptance()
         self.cost = cost
         self.gamma = gamma          # draft cost per token in target steps (model drafter)
         self._gamma_w = 2.0         # the prior counts as two measurements
