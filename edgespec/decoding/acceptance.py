@@ -140,8 +140,8 @@ class MemoryAcceptance:
     their shape, not on every word (0.75 predicted against 0.25-0.28 accepted per id,
     benchmarks/results/suffix-overhead-2core.json), so the prior discounts it, least for
     long matches. Unlike prompt lookup's, these rates describe the workload rather than
-    one text: they are kept across generations (and shared by a batch's sequences), and
-    forget more slowly.
+    one text: they belong to the index (``SuffixIndex.rates``: kept across generations,
+    shared by everyone drafting from it, saved with it), and forget more slowly.
     """
 
     def __init__(self, *, decay: float = 0.98) -> None:

@@ -26,7 +26,7 @@ Both factors are learned online:
   The model drafter's features are the draft position and the draft model's own
   confidence (its top probability), which replaces a fixed cut-off. The memory of
   earlier answers (``decoding.memory``) is judged by the index's count ratio and match
-  length, rates kept across generations; when it and prompt lookup both propose, the
+  length, rates the memory keeps (``SuffixIndex.rates``); when it and prompt lookup both propose, the
   loop verifies the proposal ``rank`` rates higher (more tokens per unit of cost).
 
 Under a constraint a proposal may start with ``forced`` tokens, the grammar's own (see
