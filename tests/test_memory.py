@@ -8,7 +8,7 @@ import pytest
 
 from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
 from edgespec.decoding.acceptance import MemoryAcceptance
-from edgespec.decoding.drafters import NgramDrafter
+from edgespec.decoding.drafters import NgramDrafter, Proposal
 from edgespec.decoding.memory import MemoryDrafter
 from edgespec.decoding.policy import DraftPolicy
 from edgespec.decoding.suffix import SuffixIndex
@@ -61,6 +61,20 @@ def test_an_answer_is_written_into_the_memory_and_drafts_the_next_answers_first_
     assert p.source == "memory" and p.ids == [20, 21] and p.probs == (1.0, 1.0)
     d.accepted(2)  # the loop credits the source it verified
     assert memory.accepted_ids == 2 and memory.hits == 1
+
+
+def test_the_memory_is_credited_with_its_own_kept_ids_not_the_grammars():
+    from edgespec.decoding.speculative import with_forced
+
+    memory = SuffixIndex(1000)
+    d = drafter(memory)
+    p = with_forced(Proposal([20, 21, 22], source="memory"), [7, 8])  # two forced ids lead it
+    d.picked(p, 3)
+    d.accepted(4)  # both forced ids and two of the memory's three
+    assert (memory.proposed, memory.accepted_ids) == (3, 2)
+    d.picked(p, 3)
+    d.accepted(1)  # a forced id lost: none of the memory's was kept
+    assert (memory.proposed, memory.accepted_ids) == (6, 2)
 
 
 def test_two_sequences_of_one_batch_draft_from_each_others_answer_as_it_is_written():

@@ -47,6 +47,7 @@ class MemoryDrafter(BaseDrafter):
         self._seen: list[int] = []  # the text written so far (prompt + answer)
         self._n_prompt = 0
         self._picked = ""  # the source of the candidate the loop verified last
+        self._forced = 0  # and how many grammar-forced ids led it
 
     def use_memory(self, memory: SuffixIndex | None) -> None:
         """Draft from and write into ``memory`` from the next ``begin`` on (the server's
@@ -84,14 +85,16 @@ class MemoryDrafter(BaseDrafter):
     def picked(self, proposal: Proposal, n: int = -1) -> None:
         """The loop verifies ``n`` of ``proposal``'s own ids this round (-1: all of them);
         the memory counts those it drafted, and ``accepted`` credits it with the kept."""
-        self._picked = proposal.source
+        self._picked, self._forced = proposal.source, proposal.forced
         if proposal.source == "memory" and self.memory is not None:
             self.memory.proposed += len(proposal.ids) - proposal.forced if n < 0 else n
 
     def accepted(self, n: int) -> None:
+        """The target kept ``n`` of the round's drafts, the grammar's forced ones first:
+        the memory is credited with its own."""
         if self._picked == "memory" and self.memory is not None:
-            self.memory.accepted_ids += n
-        self._picked = ""
+            self.memory.accepted_ids += max(0, n - self._forced)
+        self._picked, self._forced = "", 0
 
     def end(self, tokens: Sequence[int]) -> None:
         """The answer ended with ``tokens`` committed: write its last ones, close it."""
