@@ -165,7 +165,8 @@ class BatchRunner:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.k)
-        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))  # (the memory's rates: its own)
+        # (what the memory's drafts are worth it takes from the memory: DraftPolicy.use_memory)
+        return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
 
     # -- admission ----------------------------------------------------------------------
     def _prepare(self, req: Request, slot: int) -> BatchSeq:

@@ -48,6 +48,24 @@ class _BetaBuckets:
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         return rng.beta(self.acc, self.rej)
 
+    def state(self) -> dict:
+        """The counts, as plain lists (what ``restore`` takes back)."""
+        return {"acc": self.acc.tolist(), "rej": self.rej.tolist()}
+
+    def restore(self, state) -> bool:
+        """Take back counts ``state`` saved, if they fit these buckets and are counts
+        (finite, non-negative, not both zero); else keep these and return False."""
+        try:
+            acc = np.asarray(state["acc"], dtype=np.float64)
+            rej = np.asarray(state["rej"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError):
+            return False
+        ok = (acc.shape == rej.shape == self.acc.shape and bool(np.isfinite(acc).all() and np.isfinite(rej).all())
+              and bool((acc >= 0).all() and (rej >= 0).all() and ((acc + rej) > 0).all()))
+        if ok:
+            self.acc, self.rej = acc, rej
+        return ok
+
 
 # P(a grammar-drafted token is accepted): a forced token can only lose to another
 # tokenization of the same forced text; the likely tokens of forced text (the rest of the

@@ -210,7 +210,7 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
         "proposals": index.proposals, "hits": index.hits, "proposed": index.proposed,
         "accepted": index.accepted_ids, "saved_at": time.time(), "models": models[:MAX_MODELS],
         "hash_probe": hash_probe(snap["key_lens"]),
-        "rates": {"acc": index.rates.beta.acc.tolist(), "rej": index.rates.beta.rej.tolist()},
+        "rates": index.rates.beta.state(),
         "arrays": [[name, a.dtype.str, len(a)] for name, a in arrays],
     }).encode("utf-8")
     digest = hashlib.sha256(meta)
@@ -329,23 +329,10 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
         index = replay(SuffixIndex.restore(snap), SuffixIndex(cap or snap["cap"], key_lens=key_lens,
                                                                **index_options))
     index.proposals, index.hits, index.proposed, index.accepted_ids = counters
-    _restore_rates(index, meta.get("rates"))
+    # what its drafts had proved worth, where the file has it in this edgespec's buckets;
+    # else the prior (an older file, or buckets changed since: learned again in a few answers)
+    index.rates.beta.restore(meta.get("rates"))
     return index
-
-
-def _restore_rates(index: SuffixIndex, saved) -> None:
-    """What the saved index's drafts had proved worth (``SuffixIndex.rates``), where the
-    file has them in this edgespec's buckets; else the prior stays (an older file, or
-    buckets changed since: they are learned again within a few answers)."""
-    beta = index.rates.beta
-    try:
-        acc = np.asarray(saved["acc"], dtype=np.float64)
-        rej = np.asarray(saved["rej"], dtype=np.float64)
-    except (KeyError, TypeError, ValueError):
-        return
-    if acc.shape == rej.shape == beta.acc.shape and np.isfinite(acc).all() and np.isfinite(rej).all() \
-            and (acc >= 0).all() and (rej >= 0).all() and ((acc + rej) > 0).all():
-        beta.acc, beta.rej = acc, rej
 
 
 def replay(source: SuffixIndex, into: SuffixIndex) -> SuffixIndex:
