@@ -27,7 +27,7 @@ from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
 from .decoding.sequence import Prepared, check_request
 from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
-                    GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
+                    GPU_VERIFY_PRIOR, OnlineCost, VerifyCost, BATCH_COST_SIZES)
 from .decoding.policy import DraftPolicy, FixedPolicy
 from .costmodel.adaptive import NO_DRAFT_ALIASES
 
@@ -132,6 +132,7 @@ class Engine:
         self._cost = OnlineCost(verify_cost or self._default_verify_cost())
         self._draft_gamma = draft_gamma
         self._batch_cost = batch_cost
+        self._batch_online: OnlineCost | None = None  # what its batches measured (batch_cost)
         self._policies: dict[str, DraftPolicy] = {}
         self.k = k
         self._k_max_override = k_max
@@ -237,6 +238,15 @@ class Engine:
         if self._batch_cost is not None:
             return self._batch_cost
         return GPU_BATCH_PRIOR if self._on_gpu() else CPU_BATCH_PRIOR
+
+    def batch_cost(self) -> OnlineCost:
+        """C(n) as this engine's batches have measured it, from ``batch_cost_prior`` on:
+        one estimate across ``generate_many`` calls and server batches, so a job's second
+        batch starts from what the first learned, and its last steps (fewer sequences
+        than slots, plain steps at the end) give the next one its plain-step level."""
+        if self._batch_online is None:
+            self._batch_online = OnlineCost(self.batch_cost_prior(), n_max=BATCH_COST_SIZES)
+        return self._batch_online
 
     def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
                       **options) -> PreparedBatch:

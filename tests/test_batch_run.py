@@ -101,3 +101,22 @@ def test_a_model_says_where_its_kv_cache_lives(tiny_target, monkeypatch):
         assert m.device_free_bytes() is None or m.device_free_bytes() > 0
     finally:
         m.close()
+
+
+def test_the_batch_cost_is_the_engine_s_across_its_batches(engine):
+    # issue 27: each generate_many began again from the prior, so a job's batches never
+    # learned from each other (and a short one learned from its own few steps alone)
+    cost = engine.batch_cost()
+    assert cost is engine.batch_cost()
+    assert cost(4) == pytest.approx(engine.batch_cost_prior()(4))
+    prompts = [f"Count to {n}:" for n in range(3, 9)]
+    list(engine.generate_many(prompts, parallel=3, max_tokens=6, temperature=0.0))
+    seen = cost.count
+    assert seen > 0  # the steps of the first batch were timed into it
+    list(engine.generate_many(prompts, parallel=2, max_tokens=6, temperature=0.0))
+    assert engine.batch_cost() is cost and cost.count > seen
+    runner = BatchRunner(engine, 2, n_ctx_seq=64)
+    try:
+        assert runner.cost is cost
+    finally:
+        runner.close()

@@ -249,3 +249,40 @@ def test_interface_stays():
     assert cost.count == 0 and cost.stale(16) == 1
     vc = cost.as_verify_cost()
     assert vc(1) == 1.0 and vc(16) == pytest.approx(cost(16))
+
+
+def batch_run(cost: OnlineCost, machine: Machine, rounds: int, seed: int) -> None:
+    """A batch of 4 sequences: never a one-row step; most steps verify 4 rows (nobody
+    drafts), 7 or 9 (a few forced tokens), and now and then a long stretch of 7s (every
+    sequence inside a record's forced keys) makes 7 the block's main size."""
+    rng = random.Random(seed)
+    for i in range(rounds):
+        if (i // 60) % 3 == 2:
+            n = rng.choice((7, 7, 7, 7, 4, 9))
+        else:
+            n = rng.choice((4, 4, 4, 4, 7, 9, 5, 12))
+        cost.observe(n, machine.seconds(n))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_relative_ratios_do_not_feed_on_themselves(seed):
+    # issue 27: a batch's table climbed to C(4) = 58 and C(8) = 111 in one run, each
+    # size measured against another's table value that was itself measured against it;
+    # the level now comes from the prior (or plain steps), so it cannot run away
+    cost, machine = OnlineCost(CPU_VERIFY_PRIOR), Machine(sigma=0.15, seed=seed)
+    batch_run(cost, machine, 1500, seed)
+    for n in (5, 7, 9, 12):  # the shape between the sizes it verifies is the machine's
+        assert cost(n) / cost(4) == pytest.approx(TRUE(n) / TRUE(4), rel=0.15)
+    # and the level stays the prior's, scaled by no more than the shape's own error
+    assert cost(4) == pytest.approx(CPU_VERIFY_PRIOR(4), rel=0.2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rare_size_is_not_charged_for_its_few_samples(seed):
+    # on a noisy machine the fastest of 10 one-row steps is faster than the fastest of
+    # one 8-row verify by luck alone (~25% at sigma 0.15): the ratio is taken between
+    # like order statistics, so a size drafted now and then is not judged dearer
+    cost, machine = OnlineCost(CPU_VERIFY_PRIOR), Machine(sigma=0.15, seed=seed)
+    run(cost, machine, 1200, pattern=(1, 1, 1, 1, 1, 8, 1, 1, 1, 1, 1, 4))
+    for n in (4, 8):
+        assert cost(n) == pytest.approx(TRUE(n), rel=0.12)

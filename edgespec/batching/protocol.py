@@ -4,7 +4,7 @@
 and ``batching.sequence`` (``BatchSeq``) take an engine typed with it and use nothing
 else of it: the target model, the engine's settings (its context, threads, decode batch,
 k and whether k adapts, its drafter's name), its checks (``prepare``), its priors
-(``batch_cost_prior``, ``k_max_for``) and one fresh drafter per sequence
+(``batch_cost_prior``, ``k_max_for``), the batch cost it learns (``batch_cost``) and one fresh drafter per sequence
 (``new_drafter``). ``edgespec.Engine`` is one (tests/test_generation.py checks it); the
 batch never reaches an engine's private state. ``results.run_batch`` calls only the
 engine's public API (``generate``, ``run_many``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from ..costmodel.adaptive import VerifyCost
+from ..costmodel.costs import OnlineCost
 from ..decoding.drafters import Drafter
 from ..decoding.sequence import Prepared
 from ..llama import Model
@@ -51,6 +52,9 @@ class BatchEngine(Protocol):
 
     def batch_cost_prior(self) -> VerifyCost:
         """C(n): one decode of n sequences relative to one."""
+
+    def batch_cost(self) -> OnlineCost:
+        """C(n) as the engine's batches measured it so far (one across its batches)."""
 
     def k_max_for(self, drafter: str) -> int:
         """The largest k a round of ``drafter`` may draft."""

@@ -120,7 +120,7 @@ class PreparedBatch:
         self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
         self.max_by_memory = kv_room(engine, self.n_ctx_seq)
         if parallel == "auto":
-            self.n_parallel = choose_parallel(engine.batch_cost_prior(), len(self.requests),
+            self.n_parallel = choose_parallel(engine.batch_cost().as_verify_cost(), len(self.requests),
                                               min(self.max_by_memory, max_parallel_sequences()))
             self.parallel_reason = (
                 f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "

@@ -16,7 +16,7 @@ the same reasons at the same token. What changes is who chooses the draft length
 many rows per decode, a draft row costs real compute on a CPU, so the lengths are
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
-batch's own timings (``costmodel.costs.OnlineCost``), each sequence's acceptance learned from its
+batch's own timings (``costmodel.costs.OnlineCost``, the engine's: ``Engine.batch_cost``), each sequence's acceptance learned from its
 own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
 the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
 A sequence's times (``Stats``) are its share of each step, in proportion to its rows.
@@ -45,7 +45,6 @@ from .sequence import BatchSeq, step_masks
 from ..errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
 from ..llama import MultiContext, max_parallel_sequences
 from ..llama.context import common_prefix_len
-from ..costmodel.costs import OnlineCost
 from ..decoding.sequence import DecodeSequence, Prepared
 from ..decoding.policy import DraftPolicy, FixedPolicy
 
@@ -55,7 +54,6 @@ DEFAULT_CHUNK = 128
 # A prompt prefix another sequence already holds is shared (its cells copied by id, not
 # recomputed) when it is at least this long; shorter ones are not worth a scan.
 MIN_SHARED = 8
-_COST_TABLE = 128  # batch sizes whose cost is tracked one by one (linear beyond)
 
 
 @dataclass
@@ -150,7 +148,7 @@ class BatchRunner:
         n_batch = max(engine.n_batch, n_parallel * 16 + chunk)
         self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
                                 n_batch=n_batch, n_threads=engine.n_threads)
-        self.cost = OnlineCost(engine.batch_cost_prior(), n_max=_COST_TABLE)
+        self.cost = engine.batch_cost()  # the engine's, learned across its batches
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
         self._running: list[BatchSeq] = []

@@ -13,16 +13,19 @@ ratio of *quiet* times measured close together:
 
 * observations are cut into blocks of 12 in arrival order; in each, a size's quiet time
   is its fastest round there, and its block ratio is that over the block's fastest
-  plain (one-row) step. Both come from the same few seconds, so a uniform slowdown
-  (everything 2x slower for a while) divides out, and a slowed round is not the fastest
-  unless all its size's rounds in the block were slowed;
-* c(n) is the median of n's last 9 block ratios: one 10x outlier changes one of them and
-  moves c(n) by at most one order statistic, a persistent change (c(8) doubling) takes
-  over after 5 blocks with that size;
-* a block without plain steps (drafting rounds dominate) measures each size against the
-  block's main size, c(n)/c(m); those count, times the table's c(m), until n has three
-  ratios to plain steps. Without any plain step, only relative costs are learned, and
-  the absolute level stays the prior's shape as refined so far;
+  plain (one-row) step (the larger sample read at the rank where the fastest of as many
+  rounds as the smaller has would fall: the fastest of ten is fast by luck). Both come
+  from the same few seconds, so a uniform slowdown (everything 2x slower for a while)
+  divides out, and a slowed round is not the fastest unless all its size's rounds in
+  the block were slowed;
+* a block without plain steps (drafting rounds dominate, or a batch of sequences)
+  measures each size against the block's main size, c(n)/c(m);
+* c is fitted to all of them at once: per pair of sizes the median of its last 9 block
+  ratios, weighted by their count, in a least-squares fit of log c with c(1) = 1. One
+  10x outlier changes one ratio and moves its pair by at most one order statistic; a
+  persistent change (c(8) doubling) takes over after 5 blocks with that size. Sizes
+  never measured against a plain step keep the shape their ratios say at the prior's
+  level, and cannot climb on each other's noise;
 * the prior counts as two measurements and fades with each measurement of n; a size not
   measured follows the prior's shape scaled like its measured neighbours;
 * a size no longer verified is not measured again by itself, so ``stale`` names the
@@ -47,6 +50,8 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
+import numpy as np
+
 from .adaptive import VerifyCost
 
 # c(n) of Qwen2.5-Coder-1.5B Q4_K_M on llama.cpp's kernels, 2-core AVX2 VM (tune), used
@@ -68,6 +73,7 @@ GPU_VERIFY_PRIOR = VerifyCost((1, 16), (1.0, 1.45))
 CPU_BATCH_PRIOR = VerifyCost((1, 4, 8, 16, 32), (1.0, 2.67, 4.54, 5.27, 9.13))
 # A GPU decodes dozens of sequences for little more than one (memory-bound).
 GPU_BATCH_PRIOR = VerifyCost((1, 16, 64), (1.0, 1.3, 2.2))
+BATCH_COST_SIZES = 128  # batch sizes whose cost is tracked one by one (linear beyond)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -79,16 +85,32 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
 
 
+# A size's pull towards its prior in the joint fit, in measurements: enough to give a
+# level to sizes never measured against a plain step, too little to move any other.
+_PIN = 1e-3
+
+
+def _fastest_of(values: Sequence[float], k: int) -> float:
+    """Where in ``values`` the fastest of ``k`` draws from the same spread is expected:
+    the order statistic whose expected quantile is 1/(k+1), i.e. 0-based rank
+    (len + 1)/(k + 1) - 1, interpolated (the minimum when ``k`` >= len)."""
+    xs = sorted(values)
+    pos = max(0.0, (len(xs) + 1) / (max(1, k) + 1) - 1.0)
+    lo = min(int(pos), len(xs) - 1)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
+
+
 class OnlineCost:
     """c(n) for n = 1..n_max: a prior refined by timed rounds, robust to a busy machine.
 
     Observations are cut into blocks of ``block`` in arrival order. When a block is
     full, each size n >= 2 in it gets one block ratio: the ``low`` quantile of its times
-    there (0: the fastest) over that of the block's one-row times. A block without
-    one-row steps gives each size but its main one (the best measured, then the most
-    rounds) a relative ratio c(n)/c(main). ``measured(n)`` is the median of n's last
-    ``window`` ratios to plain steps once it has ``min_anchored`` of them, else of its
-    relative ones times the table's c(main). The table blends it with the prior, which
+    there (0: like order statistics, ``_ratio``) over that of the block's one-row times.
+    A block without one-row steps gives each size but its main one (the best measured,
+    then the most rounds) a relative ratio c(n)/c(main). ``measured(n)`` is the joint
+    fit of every size's last ``window`` ratios of either kind (``_solve``). The table
+    blends it with the prior, which
     counts as ``prior_weight`` measurements at first and fades by ``decay`` per
     measurement of n, after scaling the prior by the measured/prior ratio of n's nearest
     measured neighbours (so an n not measured yet follows them). The table is refreshed
@@ -97,7 +119,7 @@ class OnlineCost:
 
     def __init__(self, prior: VerifyCost, n_max: int = 16, *, prior_weight: float = 2.0,
                  decay: float = 0.97, block: int = 12, window: int = 9, low: float = 0.0,
-                 min_anchored: int = 3, anchors: int = 3, horizon: int = 32,
+                 anchors: int = 3, horizon: int = 32,
                  neighbours: int = 8, plain_after: int = 16, stale_after: int = 128,
                  probe_budget: float = 0.01, probe_rate: float = 0.25) -> None:
         self.n_max = max(1, n_max)
@@ -106,7 +128,6 @@ class OnlineCost:
         self.decay = decay
         self.block = max(1, block)
         self.low = low
-        self.min_anchored = max(1, min_anchored)
         self.anchors = max(1, anchors)
         self.horizon = max(1, horizon)
         self.plain_after = max(1, plain_after)
@@ -121,6 +142,7 @@ class OnlineCost:
         # (x, m): c(n) / c(m) = x, measured in a block without plain steps, mostly of m
         self._relative: list[deque[tuple[float, int]]] = [deque(maxlen=w) for _ in range(self.n_max + 1)]
         self._sizes: set[int] = set()                    # sizes with block ratios of either kind
+        self._measured: dict[int, float] = {}            # their joint estimate (_solve)
         self._block: list[tuple[int, float]] = []
         self._ones: deque[tuple[int, float]] = deque(maxlen=self.anchors)
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, neighbours))
@@ -156,20 +178,28 @@ class OnlineCost:
         self._block = []
         ones = by_n.pop(1, None)
         if ones:
-            t1 = _quantile(ones, self.low)
             for m, times in by_n.items():
-                self._anchored[m].append(_quantile(times, self.low) / t1)
+                self._anchored[m].append(self._ratio(times, ones))
                 self._sizes.add(m)
         elif len(by_n) > 1:
             # no plain step: measure each size against the block's main one (the best
             # measured against plain steps, then the most rounds)
             main = max(by_n, key=lambda m: (len(self._anchored[m]), len(by_n[m]), -m))
-            t_main = _quantile(by_n[main], self.low)
             for m, times in by_n.items():
                 if m != main:
-                    self._relative[m].append((_quantile(times, self.low) / t_main, main))
+                    self._relative[m].append((self._ratio(times, by_n[main]), main))
                     self._sizes.add(m)
         self._refresh()
+
+    def _ratio(self, times: Sequence[float], base: Sequence[float]) -> float:
+        """One block's ratio of ``times`` to ``base``: their ``low`` quantiles; at ``low``
+        0, like order statistics. The fastest of 10 rounds is faster than the fastest of
+        one by luck alone (by ~25% at a 15% spread), so the larger sample is read at the
+        rank where the fastest of as many rounds as the smaller one has would fall."""
+        if self.low > 0.0:
+            return _quantile(times, self.low) / _quantile(base, self.low)
+        k = min(len(times), len(base))
+        return _fastest_of(times, k) / _fastest_of(base, k)
 
     def _local_scale(self, idx: int, n: int, seconds: float) -> float:
         """Seconds of a one-row step at observation ``idx``: the median of the last
@@ -193,17 +223,51 @@ class OnlineCost:
     # -- the table -----------------------------------------------------------------------
     def measured(self, n: int) -> float | None:
         """n's own measured c (before the prior's blending), None if not measured yet:
-        the median of its block ratios against plain steps once it has ``min_anchored``,
-        else of its relative ones times the table's c of the size they were taken against."""
-        anchored = self._anchored[n]
-        if len(anchored) >= self.min_anchored or (anchored and not self._relative[n]):
-            return _quantile(anchored, 0.5)
-        if self._relative[n]:
-            return _quantile([x * self.table[m] for x, m in self._relative[n]], 0.5)
-        return None
+        the joint estimate of every size's block ratios (``_solve``), as of the last
+        closed block."""
+        return self._measured.get(n)
+
+    def _solve(self) -> dict[int, float]:
+        """Every measured size's c, from all block ratios at once. A ratio of n to m says
+        log c(n) - log c(m) = log x; per pair (m = 1: a plain step) the median of its
+        window's ratios counts as that many measurements, and c is the weighted least
+        squares fit of the logs with c(1) = 1. Each size is also pinned to its prior with
+        a weight of ``_PIN`` (far below one measurement): sizes tied to plain steps go
+        by their ratios, and a group of sizes measured only against each other keeps
+        the shape its ratios say at the prior's level. Each pair counts once however the
+        ratios chain: reading n against m's *estimate* instead (one size's relative
+        ratio times the table's value of the other, in turn) let two sizes feed on each
+        other's noise, and a batch's table climbed to C(4) = 58."""
+        sizes = sorted(self._sizes.union(*({m for _, m in self._relative[n]} for n in self._sizes)))
+        if not sizes:
+            return {}
+        col = {n: i for i, n in enumerate(sizes)}
+        rows: list[tuple[int, int, float, float]] = []  # (n, m, log ratio, weight)
+        for n in sizes:
+            if self._anchored[n]:
+                rows.append((n, 1, math.log(_quantile(self._anchored[n], 0.5)), len(self._anchored[n])))
+            by_m: dict[int, list[float]] = {}
+            for x, m in self._relative[n]:
+                by_m.setdefault(m, []).append(x)
+            for m, xs in by_m.items():
+                rows.append((n, m, math.log(_quantile(xs, 0.5)), len(xs)))
+        a = np.zeros((len(rows) + len(sizes), len(sizes)))
+        b = np.zeros(len(rows) + len(sizes))
+        for r, (n, m, y, w) in enumerate(rows):
+            sw = math.sqrt(w)
+            a[r, col[n]] = sw
+            if m != 1:
+                a[r, col[m]] = -sw
+            b[r] = sw * y
+        pin = math.sqrt(_PIN)
+        for i, n in enumerate(sizes):
+            a[len(rows) + i, i] = pin
+            b[len(rows) + i] = pin * math.log(max(self.prior[n], 1e-9))
+        sol = np.linalg.lstsq(a, b, rcond=None)[0]
+        return {n: float(math.exp(sol[col[n]])) for n in sizes}
 
     def _refresh(self) -> None:
-        measured = {n: q for n in sorted(self._sizes) if (q := self.measured(n)) is not None}
+        self._measured = measured = self._solve()
         # The prior's shape, scaled by what was measured around each n: an n's prior is
         # multiplied by the measured/prior ratio interpolated between its nearest measured
         # neighbours (n = 1 has ratio 1), so a machine slower or faster at batches than
