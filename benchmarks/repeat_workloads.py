@@ -30,8 +30,10 @@ Two passes after the interleaved sequence:
             goal compares the warm process's ratio to plain with the in-process ratio to
             plain over requests 9+.
 * ``batch`` the extraction workload's requests through ``engine.generate_many(...,
-            parallel=4)`` once per engine: plain, ``lookup`` (memory off) and ``suffix``
-            (memory on, a fresh index: the batch's sequences draft from each other).
+            parallel=4)``, ``--batch-passes`` times per engine (3; the engines' order
+            rotated each pass): plain, ``lookup`` (memory off) and ``suffix`` (memory
+            on, a fresh index each pass: the batch's sequences draft from each other).
+            Each engine keeps its learned batch cost across its passes.
             Tokens/s = generated tokens over the batch's wall time (prompts included);
             beside it the one-at-a-time figure as generated tokens over the sum of
             ``t_total`` (prompts included too).
@@ -386,36 +388,67 @@ def run_warm_process(args, wl: str, index_file: Path, first: int, n: int, max_to
 # -- the batch figure ---------------------------------------------------------------------------------
 
 def run_batch(engines: dict, wl: Workload, rendered: dict, reqs: list[Request], max_tokens: int,
-              parallel: int) -> dict:
-    out: dict = {}
+              parallel: int, passes: int = 1) -> dict:
+    """The requests through ``generate_many`` once per engine per pass, the engines in a
+    rotated order each pass (so none always runs first or last on a drifting machine).
+    Per engine: the median pass, the geometric mean of its per-pass ratio to plain, the
+    counts over all passes, and the batch cost C(n) its engine learned by the end (one
+    estimate across its batches: ``Engine.batch_cost``)."""
     prompts = [rendered[r.id][1] for r in reqs]
     opts: dict = {"max_tokens": max_tokens, "temperature": 0.0}
     if wl.schema is not None:
         opts["response_format"] = response_format(wl)
-    for m, eng in engines.items():
+    names = list(engines)
+    per: dict = {m: [] for m in names}
+    for p in range(max(1, passes)):
+        for m in names[p % len(names):] + names[:p % len(names)]:
+            per[m].append(_batch_pass(engines[m], m, wl, prompts, opts, parallel, p))
+    out: dict = {}
+    plain = per.get("plain")
+    for m, recs in per.items():
+        tps = sorted(r["tokens_per_second"] for r in recs)
+        rec = {"passes": recs, "requests": len(prompts), "tokens_per_second": statistics.median(tps),
+               "errors": [e for r in recs for e in r["errors"]],
+               "drafted": sum(r["drafted"] for r in recs), "accepted": sum(r["accepted"] for r in recs),
+               "valid": sum(r["valid"] for r in recs) if wl.schema else None,
+               "batch_cost": [round(c, 3) for c in engines[m].batch_cost().table[1:17]]}
+        if plain and m != "plain":
+            rec["x_plain"] = round(geomean(r["tokens_per_second"] / b["tokens_per_second"]
+                                           for r, b in zip(recs, plain) if b["tokens_per_second"] > 0) or 0, 3)
+        by = [r["accepted_by_source"] for r in recs if r.get("accepted_by_source")]
+        if by:
+            rec["accepted_by_source"] = _sum_dicts(by)
+            rec["drafted_by_source"] = _sum_dicts(r["drafted_by_source"] for r in recs if r.get("drafted_by_source"))
         if m == "suffix":
-            fresh_memory(eng)
-        t0 = time.perf_counter()
-        results = list(eng.generate_many(prompts, parallel=parallel, **opts))
-        wall = time.perf_counter() - t0
-        errors = [str(o.error) for o in results if o.error is not None]
-        stats = [o.result.stats for o in results if o.result is not None]
-        tokens = sum(s.generated_tokens for s in stats)
-        rec = {"requests": len(prompts), "errors": errors, "tokens": tokens, "wall": wall,
-               "tokens_per_second": tokens / wall if wall > 0 else 0.0,
-               "drafted": sum(s.drafted for s in stats), "accepted": sum(s.accepted for s in stats),
-               "valid": sum(bool(valid_json(o.result.text, wl.schema)) for o in results if o.result is not None)
-               if wl.schema else None}
-        by = [getattr(s, "accepted_by_source", None) for s in stats]
-        if any(by):
-            rec["accepted_by_source"] = _sum_dicts(b for b in by if b)
-        if m == "suffix":
-            rec["memory_after"] = memory_report(eng)
+            rec["memory_after"] = recs[-1].get("memory_after")
         out[m] = rec
-        print(f"[batch {wl.name} parallel={parallel}] {m:7} {tokens} tok in {wall:.1f} s: "
-              f"{rec['tokens_per_second']:.2f} tok/s, acc {rec['accepted']}/{rec['drafted']}, errors {len(errors)}",
-              file=sys.stderr, flush=True)
     return out
+
+
+def _batch_pass(eng: Engine, m: str, wl: Workload, prompts: list, opts: dict, parallel: int, p: int) -> dict:
+    if m == "suffix":
+        fresh_memory(eng)  # the batch's sequences draft from each other, not from the last pass
+    t0 = time.perf_counter()
+    results = list(eng.generate_many(prompts, parallel=parallel, **opts))
+    wall = time.perf_counter() - t0
+    errors = [str(o.error) for o in results if o.error is not None]
+    stats = [o.result.stats for o in results if o.result is not None]
+    tokens = sum(s.generated_tokens for s in stats)
+    rec = {"pass": p, "errors": errors, "tokens": tokens, "wall": wall,
+           "tokens_per_second": tokens / wall if wall > 0 else 0.0,
+           "drafted": sum(s.drafted for s in stats), "accepted": sum(s.accepted for s in stats),
+           "valid": sum(bool(valid_json(o.result.text, wl.schema)) for o in results if o.result is not None)
+           if wl.schema else None}
+    for key in ("accepted_by_source", "drafted_by_source"):
+        by = [getattr(s, key, None) for s in stats]
+        if any(by):
+            rec[key] = _sum_dicts(b for b in by if b)
+    if m == "suffix":
+        rec["memory_after"] = memory_report(eng)
+    print(f"[batch {wl.name} parallel={parallel} pass {p}] {m:7} {tokens} tok in {wall:.1f} s: "
+          f"{rec['tokens_per_second']:.2f} tok/s, acc {rec['accepted']}/{rec['drafted']}, errors {len(errors)}",
+          file=sys.stderr, flush=True)
+    return rec
 
 
 # -- the summary ----------------------------------------------------------------------------------
@@ -614,17 +647,21 @@ def markdown(result: dict) -> str:
                          f"{w['accepted']}/{w['drafted']} | {_sources(w)} | - | - |")
     if s.get("batch"):
         b = s["batch"]
-        lines += ["", f"Batch (`generate_many(parallel={b['parallel']})`, {b['workload']}, {b['requests']} requests; "
-                  "tok/s = generated tokens / batch wall time, prompts included; one at a time = the same "
-                  "requests in the interleaved run, generated tokens / sum of t_total):", "",
-                  "| engine | batch tok/s | × plain batch | one at a time tok/s | accepted / drafted | errors |",
-                  "|---|---|---|---|---|---|"]
-        pb = b["runs"].get("plain", {}).get("tokens_per_second")
+        lines += ["", f"Batch (`generate_many(parallel={b['parallel']})`, {b['workload']}, {b['requests']} requests, "
+                  f"{b.get('passes', 1)} passes per engine in rotated order; tok/s = generated tokens / batch wall "
+                  "time, prompts included, the median pass; × plain batch: geometric mean of the per-pass ratios; "
+                  "one at a time = the same requests in the interleaved run, generated tokens / sum of t_total; "
+                  "C(n): the batch cost the engine learned, n = 1..8 rows):", "",
+                  "| engine | batch tok/s | × plain batch | one at a time tok/s | accepted / drafted | by source "
+                  "(accepted/drafted) | C(2..8) learned | errors |",
+                  "|---|---|---|---|---|---|---|---|"]
         for m, r in b["runs"].items():
             seq = b["one_at_a_time"].get(m)
-            lines.append(f"| {m} | {r['tokens_per_second']:.2f} | "
-                         f"{_fmt(r['tokens_per_second'] / pb if pb else None, '.2f', '×')} | {_fmt(seq)} | "
-                         f"{r['accepted']}/{r['drafted']} | {len(r['errors'])} |")
+            x = r.get("x_plain") if m != "plain" else 1.0
+            c = r.get("batch_cost") or []
+            lines.append(f"| {m} | {r['tokens_per_second']:.2f} | {_fmt(x, '.2f', '×')} | {_fmt(seq)} | "
+                         f"{r['accepted']}/{r['drafted']} | {_sources(r)} | {' '.join(f'{v:.2f}' for v in c[1:8])} | "
+                         f"{len(r['errors'])} |")
     lines += ["", "| goal | " + " | ".join(s["workloads"]) + " |", "|---|" + "---|" * len(s["workloads"])]
     for goal, per in result["goals"].items():
         if goal == "note":
@@ -676,6 +713,8 @@ def parse_args(argv=None):
     ap.add_argument("--warm-requests", type=int, default=8,
                     help="the warm process answers the last K requests (the index is saved before them)")
     ap.add_argument("--parallel", type=int, default=4, help="sequences per decode in the batch pass")
+    ap.add_argument("--batch-passes", type=int, default=3,
+                    help="passes of the batch per engine, their order rotated (the median pass is reported)")
     ap.add_argument("--peer-bin", default=None, help="llama.cpp's bin directory (default: build_peer_tools.sh's)")
     ap.add_argument("--out", type=Path, default=None, help="the JSON result (and FILE.md with the markdown)")
     # the warm process (internal)
@@ -807,7 +846,7 @@ def main(argv=None) -> None:
             reqs = wl.requests[:n]
             rendered = {r.id: render(first_engine, wl, r) for r in reqs}
             max_tokens = args.max_tokens or wl.max_tokens
-            batch = run_batch(engines, wl, rendered, reqs, max_tokens, args.parallel)
+            batch = run_batch(engines, wl, rendered, reqs, max_tokens, args.parallel, args.batch_passes)
             seq = {}
             for m in engines:
                 recs = result["runs"].get("extraction", {}).get(m)
@@ -815,6 +854,7 @@ def main(argv=None) -> None:
                     t = sum(r["t_total"] for r in recs)
                     seq[m] = round(sum(r["tokens"] for r in recs) / t, 3) if t > 0 else None
             result["summary"]["batch"] = {"workload": "extraction", "requests": len(reqs), "parallel": args.parallel,
+                                          "passes": args.batch_passes,
                                           "runs": batch, "one_at_a_time": seq}
             checkpoint()
     finally:
