@@ -83,7 +83,7 @@ def test_summary_and_goals_from_synthetic_runs():
     runs = {"plain": [_rec(10.0) for _ in range(n)],
             "lookup": [_engine(11.0) for _ in range(n)],
             "suffix": [_engine(10.0 if i < 8 else 16.0) for i in range(n)],
-            "ngram-mod": [_rec(12.0, text="y") for _ in range(n)]}
+            "ngram-mod": [_rec(12.0, text="y", prompt_seconds=1.0) for _ in range(n)]}
     warm = {"loaded_tokens": 1000, "t_load": 0.01, "memory_after": None,
             "runs": {"plain": [_rec(9.0) for _ in range(n - split)], "warm": [_engine(14.0) for _ in range(n - split)]}}
     summary = {"workloads": {"extraction": rw.summarize_workload(WL["extraction"], runs, warm, split),
@@ -97,7 +97,9 @@ def test_summary_and_goals_from_synthetic_runs():
     assert ex["windows"]["all"]["lookup"]["same_text_as_plain"] == n
     assert ex["windows"]["all"]["ngram-mod"]["same_text_as_plain"] == 0
     assert ex["suffix_vs_peer"]["ngram-mod"]["9+"] == round(16 / 12, 3)
-    assert ex["suffix_vs_peer"]["ngram-mod"]["9+ answer time"] == round(16 / 12, 3)  # same token counts
+    # prompt processing + generation on both sides (1 s of prompt each)
+    assert ex["suffix_vs_peer"]["ngram-mod"]["9+ answer time"] == round((64 / 12 + 1) / (64 / 16 + 1), 3)
+    assert ex["suffix_vs_peer"]["ngram-mod"]["9+ plain"] == round(10 / 12, 3)
     assert ex["warm"]["warm process"]["x_plain"] == round(14 / 9, 3)
     goals = rw.conclude(summary, n)
     assert goals["requests 9+, under one schema: >= 1.5x the schema without drafting"]["extraction"]["met"]
@@ -110,6 +112,18 @@ def test_summary_and_goals_from_synthetic_runs():
     md = rw.markdown({"summary": summary, "goals": goals, "date": "2026-12-02", "git": {"commit": "abc"},
                       "machine": {"cpu_count": 2}, "settings": {"target_name": "t.gguf", "threads": 2}})
     assert "| extraction | suffix |" in md and "warm (2nd process" in md and "**met**" in md
+
+
+def test_against_the_peer_the_end_of_generation_token_counts():
+    # llama-server's predicted_per_second counts its end-of-generation token and no step
+    # for the first token; ours, taken alike, counts the sampled tokens over t_generate
+    ours = _rec(10.0, tokens=40, sampled=41)  # 40 tokens + end-of-generation in 4 s
+    assert rw.decode_rate(ours) == pytest.approx(41 / 4.0)
+    assert rw.decode_rate(_rec(10.0, tokens=40)) == pytest.approx(10.0)  # a record without it
+    peer = _rec(10.25, tokens=41, prompt_seconds=0.5)
+    rate, answer = rw.vs_peer([ours], [peer])
+    assert rate == 1.0
+    assert answer == round((41 / 10.25 + 0.5) / (4.0 + 1), 3)
 
 
 def test_goals_are_not_judged_on_a_short_run():
@@ -136,3 +150,21 @@ def test_the_warm_pass_loads_a_saved_index_by_its_file(tmp_path):
     path.write_bytes(path.read_bytes()[:-3])  # truncated: a loud failure, not a cold start
     with pytest.raises(SystemExit):
         rw.load_saved(path, 1000, {})
+
+
+def test_the_batch_table_reads_its_passes():
+    runs = {"plain": [_rec(10.0)] * 3, "suffix": [_engine(20.0)] * 3}
+    summary = {"workloads": {"sql": rw.summarize_workload(WL["sql"], runs, None, None)},
+               "batch": {"workload": "extraction", "requests": 3, "parallel": 4, "passes": 2, "one_at_a_time": {},
+                         "runs": {"plain": {"tokens_per_second": 10.0, "accepted": 0, "drafted": 0, "errors": [],
+                                            "batch_cost": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5]},
+                                  "suffix": {"tokens_per_second": 11.0, "x_plain": 1.1, "accepted": 9, "drafted": 10,
+                                             "errors": [], "accepted_by_source": {"grammar": 9},
+                                             "drafted_by_source": {"grammar": 10},
+                                             "batch_cost": [1.0, 1.2, 1.4, 1.9, 2.2, 3.0, 3.9, 4.3]}}}}
+    md = rw.markdown({"summary": summary, "goals": rw.conclude(summary, 3), "date": "2026-12-02",
+                      "git": {"commit": "abc"}, "machine": {"cpu_count": 2},
+                      "settings": {"target_name": "t.gguf", "threads": 2}})
+    assert "2 passes per engine" in md
+    assert "| suffix | 11.00 | 1.10× | - | 9/10 | grammar 9/10 | 1.20 1.40 1.90 2.20 3.00 3.90 4.30 | 0 |" in md
+    assert "| plain | 10.00 | 1.00× |" in md
