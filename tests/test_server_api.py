@@ -356,17 +356,18 @@ def test_a_hang_up_is_counted_as_499_whatever_the_parallelism(reference, paralle
                 if seen >= 3:
                     break  # hang up mid-stream, after the 200 went out
         hang_up_while_generating(srv.url, http, {"messages": MESSAGES, "ignore_eos": True})  # on a whole answer
+        # the worker counts a stop and the request's handler its status, each when it
+        # gets there: wait for both (a slow CI machine read the one before the other)
         deadline = time.monotonic() + 10
         while True:
             text = http.get("/metrics").text
             stopped = re.findall(r'^edgespec_requests_cancelled_total\{stage="\w+"\} (\d+)$', text, re.M)
-            if sum(map(int, stopped)) == 2:
+            counted = re.findall(r'^edgespec_requests_total\{endpoint="/v1/chat/completions",status="(\d+)"\} '
+                                 r'(\d+)$', text, re.M)
+            if sum(map(int, stopped)) == 2 and counted == [("499", "2")]:
                 break
             assert time.monotonic() < deadline, text
             time.sleep(0.05)
-        counted = re.findall(r'^edgespec_requests_total\{endpoint="/v1/chat/completions",status="(\d+)"\} (\d+)$',
-                             text, re.M)
-        assert counted == [("499", "2")]
 
 
 # -- the Responses API's tools, on a tiny model with Qwen2.5's template ---------------------------
