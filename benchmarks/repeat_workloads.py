@@ -515,8 +515,8 @@ def vs_peer(mine: list[dict], theirs: list[dict]) -> tuple[float | None, float |
     """(our decode rate over the peer's, the peer's answer time over ours), geometric
     means over paired requests. The answer time is prompt processing plus generation on
     both sides (each side's split between the two differs by the prompt's last token)."""
-    rates = [decode_rate(m) / t["tokens_per_second"] for m, t in zip(mine, theirs)
-             if t["tokens_per_second"] > 0 and decode_rate(m) > 0]
+    rates = [r / t["tokens_per_second"] for r, t in zip(map(decode_rate, mine), theirs)
+             if t["tokens_per_second"] > 0 and r > 0]
     times = [(t["seconds"] + t.get("prompt_seconds", 0.0)) / m["t_total"] for m, t in zip(mine, theirs)
              if m["t_total"] > 0]
     r, a = geomean(rates), geomean(times)

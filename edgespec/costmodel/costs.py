@@ -94,11 +94,9 @@ def _fastest_of(values: Sequence[float], k: int) -> float:
     """Where in ``values`` the fastest of ``k`` draws from the same spread is expected:
     the order statistic whose expected quantile is 1/(k+1), i.e. 0-based rank
     (len + 1)/(k + 1) - 1, interpolated (the minimum when ``k`` >= len)."""
-    xs = sorted(values)
-    pos = max(0.0, (len(xs) + 1) / (max(1, k) + 1) - 1.0)
-    lo = min(int(pos), len(xs) - 1)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
+    n = len(values)
+    pos = max(0.0, (n + 1) / (max(1, k) + 1) - 1.0)
+    return _quantile(values, min(1.0, pos / (n - 1)) if n > 1 else 0.0)
 
 
 class OnlineCost:
@@ -141,7 +139,7 @@ class OnlineCost:
         self._anchored = [deque(maxlen=w) for _ in range(self.n_max + 1)]
         # (x, m): c(n) / c(m) = x, measured in a block without plain steps, mostly of m
         self._relative: list[deque[tuple[float, int]]] = [deque(maxlen=w) for _ in range(self.n_max + 1)]
-        self._sizes: set[int] = set()                    # sizes with block ratios of either kind
+        self._sizes: set[int] = set()                    # sizes in block ratios (either side)
         self._measured: dict[int, float] = {}            # their joint estimate (_solve)
         self._block: list[tuple[int, float]] = []
         self._ones: deque[tuple[int, float]] = deque(maxlen=self.anchors)
@@ -185,6 +183,7 @@ class OnlineCost:
             # no plain step: measure each size against the block's main one (the best
             # measured against plain steps, then the most rounds)
             main = max(by_n, key=lambda m: (len(self._anchored[m]), len(by_n[m]), -m))
+            self._sizes.add(main)
             for m, times in by_n.items():
                 if m != main:
                     self._relative[m].append((self._ratio(times, by_n[main]), main))
@@ -238,7 +237,7 @@ class OnlineCost:
         ratios chain: reading n against m's *estimate* instead (one size's relative
         ratio times the table's value of the other, in turn) let two sizes feed on each
         other's noise, and a batch's table climbed to C(4) = 58."""
-        sizes = sorted(self._sizes.union(*({m for _, m in self._relative[n]} for n in self._sizes)))
+        sizes = sorted(self._sizes)
         if not sizes:
             return {}
         col = {n: i for i, n in enumerate(sizes)}
