@@ -112,3 +112,8 @@ class RpcServerLost(RpcError):
     def __init__(self, message: str, *, endpoint: str = "") -> None:
         super().__init__(message)
         self.endpoint = endpoint
+
+
+class MemoryStoreError(EdgespecError):
+    """The memory store on disk (``--remember``, ``edgespec memory``) that cannot be
+    saved, listed or cleared: the message names the path and what to do."""
