@@ -16,9 +16,9 @@ llama.cpp's own ``llama-batched-bench`` (built by ``build_peer_tools.sh`` from t
 vendored sources) on the same model: 128-token prompts, 128 new tokens, at 1 and N
 sequences.
 
-The prompts (``batch_prompts.py``) were written for this check and never tuned on.
+The prompts (``benchmarks/prompts/batch.py``) were written for this check and never tuned on.
 
-    python benchmarks/batch_throughput.py --target qwen2.5-coder-1.5b --json out.json --peer
+    python -m benchmarks.batch_throughput --target qwen2.5-coder-1.5b --json out.json --peer
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+from benchmarks.common import ROOT
 
 
 def ordered_prompts() -> list[tuple[str, str, str]]:
     """The 64 prompts with their kinds interleaved (a realistic mixed queue)."""
-    from batch_prompts import PROMPTS
+    from benchmarks.prompts.batch import PROMPTS
 
     by_kind: dict[str, list] = {}
     for p in PROMPTS:
@@ -93,11 +91,12 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_child(mode: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--child", mode, "--target", args.target, "--draft", args.draft,
-           "--max-tokens", str(args.max_tokens), "--threads", str(args.threads), "--parallel", args.parallel]
+    cmd = [sys.executable, "-m", "benchmarks.batch_throughput", "--child", mode, "--target", args.target,
+           "--draft", args.draft, "--max-tokens", str(args.max_tokens), "--threads", str(args.threads),
+           "--parallel", args.parallel]
     if args.exact:
         cmd.append("--exact")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -105,8 +104,7 @@ def run_child(mode: str, args: argparse.Namespace) -> dict:
 
 def peer(args: argparse.Namespace, n: int) -> dict:
     """llama-batched-bench: generation throughput at 1 and n sequences."""
-    from cpp_peer import tools_dir
-
+    from benchmarks.peers.cpp import tools_dir
     from edgespec.catalog import resolve_model
 
     bench = tools_dir() / "llama-batched-bench"

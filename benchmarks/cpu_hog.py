@@ -26,12 +26,12 @@ over all time. Greedy, ``--max-tokens`` tokens each (96 by default). Also report
 engine's time outside the target's ``llama_decode`` per round (what drafting, choosing
 and sampling cost it), which tells a gap of the engines' own work from the load's noise.
 
-The prompts were written for this check and never tuned on: a story, a CSV, a code
-edit and a summary.
+The prompts (``benchmarks/prompts/hog.py``) were written for this check and never tuned on:
+a story, a CSV, a code edit and a summary.
 
-    python benchmarks/cpu_hog.py --passes 5                       # the 1.5B, bursts
-    python benchmarks/cpu_hog.py --hog spin --passes 5
-    python benchmarks/cpu_hog.py --target qwen2.5-coder-0.5b --passes 1 --max-tokens 8 --only story
+    python -m benchmarks.cpu_hog --passes 5                       # the 1.5B, bursts
+    python -m benchmarks.cpu_hog --hog spin --passes 5
+    python -m benchmarks.cpu_hog --target qwen2.5-coder-0.5b --passes 1 --max-tokens 8 --only story
 
 Results go to ``--out`` (default ``benchmarks/results/cpu-hog-YYYY-MM-DD.json``).
 """
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import multiprocessing as mp
 import os
 import statistics
@@ -49,47 +48,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-LEDGER = '''date,item,amount_eur,paid_by
-2026-03-02,groceries,41.20,Ana
-2026-03-03,train tickets,18.00,Ben
-2026-03-05,pharmacy,9.75,Ana
-2026-03-07,dinner out,63.40,Chloe
-2026-03-08,internet bill,29.99,Ben
-'''
-
-RETRY = '''def fetch_with_retry(client, url, attempts=3):
-    last_error = None
-    for attempt in range(attempts):
-        try:
-            response = client.get(url, timeout=5)
-            response.raise_for_status()
-            return response.json()
-        except Exception as error:
-            last_error = error
-    raise last_error
-'''
-
-NOTICE = ("The municipal library will close its east wing from 4 to 18 May while the "
-          "heating system is replaced. The reading room, the children's corner and the "
-          "computer desks move to the ground floor of the west wing for those two weeks. "
-          "Opening hours do not change, but the late opening on Thursdays is cancelled on "
-          "8 and 15 May. Books can still be returned through the outside drop box at any "
-          "time, and reservations made online will be held for ten days instead of seven.")
-
-PROMPTS = {
-    "story": "Write the opening of a short story about a lighthouse keeper who finds a "
-             "message in a bottle that is addressed to her. Keep it plain and vivid.",
-    "csv": "Here is a small ledger:\n\n" + LEDGER + "\nAdd a column share_eur that splits "
-           "each amount equally between three people (two decimals) and return the whole "
-           "table as CSV, nothing else.",
-    "code-edit": "Here is a Python function:\n\n```python\n" + RETRY + "```\n\nMake it wait "
-                 "0.5 * 2**attempt seconds between attempts (import time) and return the "
-                 "whole function with that change.",
-    "summary": "Summarize this notice in three short bullet points for a newsletter:\n\n" + NOTICE,
-}
+from benchmarks.common import RESULTS, commit, geomean
+from benchmarks.prompts.hog import PROMPTS
 
 
 def _hog(stop, on: float, off: float, core: int | None) -> None:
@@ -159,7 +119,7 @@ def main() -> int:
     if unknown:
         ap.error(f"unknown prompts {unknown}; known: {', '.join(PROMPTS)}")
     today = datetime.date.today().isoformat()
-    out = Path(args.out) if args.out else HERE / "results" / f"cpu-hog-{today}.json"
+    out = Path(args.out) if args.out else RESULTS / f"cpu-hog-{today}.json"
 
     target = resolve_model(args.target)
     plain = Engine(target, n_threads=args.threads)
@@ -210,7 +170,7 @@ def main() -> int:
             "auto_drafted": st.drafted,
             "auto_accepted": st.accepted,
         })
-    geo = math.exp(statistics.fmean(math.log(r["ratio_paired"]) for r in rows))
+    geo = geomean(r["ratio_paired"] for r in rows)
     total = {label: sum(t for n in names for t, _ in runs[n][label]) / sum(s for n in names for _, s in runs[n][label])
              for label in ("plain", "auto")}
     overall = total["auto"] / total["plain"]
@@ -225,6 +185,7 @@ def main() -> int:
     vc = auto.verify_cost
     result = {
         "date": today,
+        "commit": commit(),
         "target": args.target,
         "threads": args.threads,
         "max_tokens": args.max_tokens,

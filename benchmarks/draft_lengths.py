@@ -12,7 +12,7 @@ draws them, from Beta posteriors, high for copied spans), and the batch's ``Onli
 over a CPU or a GPU batch prior. Both functions get the same inputs and must give the
 same lengths; the script counts any difference.
 
-    flock /tmp/edgespec-bench.lock python benchmarks/draft_lengths.py --json out.json
+    flock /tmp/edgespec-bench.lock python -m benchmarks.draft_lengths --json out.json
 """
 
 from __future__ import annotations
@@ -21,17 +21,15 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from edgespec.costmodel.adaptive import batch_draft_lengths  # noqa: E402
-from edgespec.costmodel.costs import CPU_BATCH_PRIOR, GPU_BATCH_PRIOR, OnlineCost  # noqa: E402
+from benchmarks.common import commit
+from edgespec.costmodel.adaptive import batch_draft_lengths
+from edgespec.costmodel.costs import CPU_BATCH_PRIOR, GPU_BATCH_PRIOR, OnlineCost
 
 
 def scan_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
@@ -119,7 +117,8 @@ def main() -> None:
                   f"(p90 {row['new_ms_p90']:.3f}), {row['speedup_median']}x; "
                   f"{row['mean_rows_drafted']} rows drafted on average; {differ} of {len(cases)} differ")
     if args.json:
-        args.json.write_text(json.dumps({"machine": platform.machine(), "python": platform.python_version(),
+        args.json.write_text(json.dumps({"commit": commit(), "machine": platform.machine(),
+                                         "python": platform.python_version(),
                                          "results": rows}, indent=2) + "\n")
 
 

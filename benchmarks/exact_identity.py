@@ -2,14 +2,14 @@
 
 Runs the CLI as a user would — ``edgespec generate --exact --temperature 0 --json`` —
 with ``--draft none``, with the 0.5B draft model and with prompt lookup (``ngram``), on
-three prompts written for this check (never used for tuning), and compares
+three prompts written for this check (``benchmarks/prompts/exact.py``, never used for tuning), and compares
 ``token_ids``. Any difference fails the run (exit 1). Each drafter runs twice: as users
 get it (the learned policy, which on a CPU often finds the 0.5B drafter does not pay and
 drafts little) and with ``--k 4`` (four drafted tokens every round, so rejections and
 rollbacks happen all along). Drafted and accepted counts are reported, so the check is
 not vacuous.
 
-    python benchmarks/exact_identity.py --json benchmarks/results/exact-identity-2core.json
+    python -m benchmarks.exact_identity --json benchmarks/results/exact-identity-2core.json
 """
 
 from __future__ import annotations
@@ -20,28 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROMPTS = {
-    "ini-to-toml": (
-        "Convert this INI file to TOML. Keep every key, value and comment, in the same "
-        "order, and return only the TOML.\n\n"
-        "; mirror settings\n[mirror]\nurl = https://mirror.example.net/pub\nretries = 4\n"
-        "timeout_s = 30\n\n[cache]\n; where packages are kept\npath = /var/cache/pkgs\n"
-        "max_gb = 12\nprune_after_days = 21\n\n[log]\nlevel = info\nfile = /var/log/mirror.log\n"
-    ),
-    "rust-off-by-one": (
-        "This Rust function should return the last `n` lines of `text`, but it drops one "
-        "line. Fix it and explain the bug in one sentence.\n\n"
-        "fn tail(text: &str, n: usize) -> Vec<&str> {\n"
-        "    let lines: Vec<&str> = text.lines().collect();\n"
-        "    let start = lines.len().saturating_sub(n) + 1;\n"
-        "    lines[start.min(lines.len())..].to_vec()\n}\n"
-    ),
-    "train-timetable": (
-        "A train leaves Aldgate at 09:40 and runs at 84 km/h. A second train leaves the "
-        "same station at 10:05 on the same line at 112 km/h. At what time does the second "
-        "train catch up, and how far from Aldgate? Work it out step by step."
-    ),
-}
+from benchmarks.prompts.exact import PROMPTS
 
 
 def generate(target: str, draft: str, prompt: str, max_tokens: int, threads: int,

@@ -1,19 +1,20 @@
 """How long `edgespec models list` takes on a machine with many models (issue 21: under
 2 s warm for 200).
 
-Builds N header-only GGUFs (tests/tiny_models.make_header_model: a 320-token tokenizer
-and a few hundred weights each; half of one vocabulary, half of another, so pairs are
-computed) in EDGESPEC_MODEL_PATH under a temporary HOME, then times the real command in a
-subprocess: once cold (every header read with gguf's reader, the cache written) and
-``--runs`` times warm (the cache read, folders listed, files stat'ed). Run under the
-benchmark lock:
+Builds N header-only GGUFs (``write_header``: a 320-token tokenizer and a few hundred
+weights each, as tests/test_local_models.py's scale check builds them; half of one
+vocabulary, half of another, so pairs are computed) in EDGESPEC_MODEL_PATH under a
+temporary HOME, then times the real command in a subprocess: once cold (every header
+read with gguf's reader, the cache written) and ``--runs`` times warm (the cache read,
+folders listed, files stat'ed). Run under the benchmark lock:
 
-    flock /tmp/edgespec-bench.lock python benchmarks/local_models.py --models 200
+    flock /tmp/edgespec-bench.lock python -m benchmarks.local_models --models 200 --out out.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -22,9 +23,44 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from benchmarks.common import commit
 
-from tiny_models import make_header_model  # noqa: E402
+N_TOKENS = 320
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def write_header(path: Path, vocab: str, name: str, n_floats: int) -> None:
+    """A GGUF that is only read, never run: a ``vocab``-named BPE tokenizer of N_TOKENS
+    tokens (two files share a tokenizer when they share ``vocab``), a ChatML template and
+    ``n_floats`` F32 weights (which set the file's size)."""
+    import gguf
+    import numpy as np
+
+    tokens = [f"{vocab}{i}" for i in range(N_TOKENS - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    fields: dict[str, object] = {
+        "general.name": name, "general.file_type": int(gguf.LlamaFileType.ALL_F32),
+        "llama.context_length": 2048, "llama.block_count": 1, "llama.embedding_length": 64,
+        "llama.attention.head_count": 2, "llama.attention.head_count_kv": 1,
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.bos_token_id": N_TOKENS - 3, "tokenizer.ggml.eos_token_id": N_TOKENS - 1,
+        "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": CHATML,
+    }
+    w = gguf.GGUFWriter(str(path), "llama")
+    for key, value in fields.items():
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, list):
+            w.add_array(key, value)
+        else:
+            w.add_string(key, str(value))
+    w.add_tensor("blk.0.weight", np.zeros(n_floats, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def run(cmd: list[str], env: dict[str, str]) -> float:
@@ -40,13 +76,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=int, default=200)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None, help="also write the figures here (JSON)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         folder = home / "models"
+        folder.mkdir(parents=True)
         for i in range(args.models):
-            make_header_model(folder / f"m{i:03d}.gguf", vocab="base" if i % 2 else "other",
-                              name=f"m{i}", n_floats=64 + 97 * i)
+            write_header(folder / f"m{i:03d}.gguf", vocab="base" if i % 2 else "other", name=f"m{i}",
+                         n_floats=64 + 97 * i)
         env = {**os.environ, "HOME": str(home), "EDGESPEC_MODEL_PATH": str(folder),
                "EDGESPEC_CACHE": str(home / "cache"), "XDG_CONFIG_HOME": str(home / "config"),
                "HF_HUB_OFFLINE": "1", "COLUMNS": "160"}
@@ -65,6 +103,11 @@ def main() -> None:
         print(f"models list, warm: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s ({args.runs} runs)")
         print(f"models list --json, warm: median {statistics.median(warm_json):.2f} s, "
               f"max {max(warm_json):.2f} s")
+        if args.out:
+            args.out.write_text(json.dumps({
+                "date": time.strftime("%Y-%m-%d"), "commit": commit(), "models": args.models, "runs": args.runs,
+                "load_average": round(os.getloadavg()[0], 2), "startup_s": base, "cold_s": cold, "warm_s": warm,
+                "warm_json_s": warm_json}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

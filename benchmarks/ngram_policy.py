@@ -19,33 +19,28 @@ Beside it, per prompt:
 * llama.cpp's own C++ prompt lookup, ``llama-speculative-simple --spec-type ngram-simple``
   and ``ngram-mod``, against C++ plain decoding (``llama-completion``) on the same
   prompt tokens, same model and threads (build them with
-  ``benchmarks/build_peer_tools.sh``; skipped with ``--no-cpp``).
+  ``benchmarks/peers/build_peer_tools.sh``; skipped with ``--no-cpp``).
 
-The prompts (``heldout_prompts.py``) were written for this check and never tuned on.
+The prompts (``benchmarks/prompts/heldout.py``) were written for this check and never tuned on.
 
-    python benchmarks/ngram_policy.py --target qwen2.5-coder-1.5b --repeat 3 --json out.json
+    python -m benchmarks.ngram_policy --target qwen2.5-coder-1.5b --repeat 3 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-from cpp_peer import SPEC_TYPES, run_cpp, tools_dir  # noqa: E402
-from heldout_prompts import PROMPTS  # noqa: E402
-
-from edgespec import Engine  # noqa: E402
-from edgespec.catalog import resolve_model  # noqa: E402
-from edgespec.measuring.tune import time_decodes  # noqa: E402
+from benchmarks.common import commit, geomean
+from benchmarks.peers.cpp import SPEC_TYPES, run_cpp, tools_dir
+from benchmarks.prompts.heldout import PROMPTS
+from edgespec import Engine
+from edgespec.catalog import resolve_model
+from edgespec.measuring.tune import time_decodes
 
 
 def oracle_speedup(context: list[int], output: list[int], c: dict[int, float], l_max: int = 15) -> float:
@@ -83,10 +78,6 @@ def _contains(hay: list[int], needle: list[int]) -> bool:
         if hay[p] == first and hay[p : p + n] == needle:
             return True
     return False
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def main() -> None:
@@ -181,15 +172,16 @@ def main() -> None:
     for label, sel in (("grounded", True), ("free", False)):
         sub = [r for r in rows if r["grounded"] == sel]
         summary[label] = {
-            "geomean_speedup": round(geomean([r["speedup"] for r in sub]), 3),
-            "geomean_speedup_paired": round(geomean([r["speedup_paired"] for r in sub]), 3),
-            "geomean_oracle": round(geomean([r["oracle"] for r in sub]), 3),
+            "geomean_speedup": geomean([r["speedup"] for r in sub], 3),
+            "geomean_speedup_paired": geomean([r["speedup_paired"] for r in sub], 3),
+            "geomean_oracle": geomean([r["oracle"] for r in sub], 3),
         }
         if cpp:
-            summary[label]["geomean_cpp_ngram_simple"] = round(geomean([r["cpp_ngram_simple"] for r in sub]), 3)
-            summary[label]["geomean_cpp_ngram_mod"] = round(geomean([r["cpp_ngram_mod"] for r in sub]), 3)
+            summary[label]["geomean_cpp_ngram_simple"] = geomean([r["cpp_ngram_simple"] for r in sub], 3)
+            summary[label]["geomean_cpp_ngram_mod"] = geomean([r["cpp_ngram_mod"] for r in sub], 3)
 
-    hdr = f"{'prompt':22} {'kind':9} {'plain t/s':>9} {'edgespec':>8} {'oracle':>7} {'C++ simple':>10} {'C++ mod':>8} {'acc':>9} same"
+    hdr = (f"{'prompt':22} {'kind':9} {'plain t/s':>9} {'edgespec':>8} {'oracle':>7} {'C++ simple':>10} "
+           f"{'C++ mod':>8} {'acc':>9} same")
     print(hdr)
     for r in rows:
         print(f"{r['prompt']:22} {r['kind']:9} {r['plain_tps']:9.1f} {r['speedup']:7.2f}x {r['oracle']:6.2f}x "
@@ -197,7 +189,7 @@ def main() -> None:
               f"{r['accepted']:4}/{r['drafted']:<4} {'yes' if r['identical'] else 'no'}")
     for label, s in summary.items():
         print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in s.items()))
-    result = {"target": str(target), "threads": threads, "max_tokens": n, "repeat": args.repeat,
+    result = {"commit": commit(), "target": str(target), "threads": threads, "max_tokens": n, "repeat": args.repeat,
               "verify_cost": {str(k): round(v, 3) for k, v in sorted(c.items())},
               "rows": rows, "summary": summary}
     if args.json:

@@ -1,8 +1,8 @@
-"""Record plain greedy outputs of the TUNING prompts (ngram_speedup.py's and
-bench_prompts.CALIBRATION) and this machine's c(n), for replaying drafting policies
+"""Record plain greedy outputs of the TUNING prompts (``benchmarks/prompts/tuning.py`` and
+``edgespec.measuring.prompts.CALIBRATION``) and this machine's c(n), for replaying drafting policies
 offline (``benchmarks/replay_policy.py``). Never run it on held-out prompts.
 
-    python benchmarks/record_traces.py --out /tmp/traces.json
+    python -m benchmarks.record_traces --out /tmp/traces.json
 """
 
 from __future__ import annotations
@@ -12,16 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-from ngram_speedup import PROMPTS as SPEEDUP  # noqa: E402
-
-from edgespec import Engine  # noqa: E402
-from edgespec.measuring.prompts import CALIBRATION  # noqa: E402
-from edgespec.catalog import resolve_model  # noqa: E402
-from edgespec.measuring.tune import time_decodes  # noqa: E402
+from benchmarks.prompts.tuning import PROMPTS as SPEEDUP
+from edgespec import Engine
+from edgespec.catalog import resolve_model
+from edgespec.measuring.prompts import CALIBRATION
+from edgespec.measuring.tune import time_decodes
 
 
 def tuning_prompts() -> list[tuple[str, str, object]]:
@@ -31,7 +26,7 @@ def tuning_prompts() -> list[tuple[str, str, object]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--out", required=True)

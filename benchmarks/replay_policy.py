@@ -7,24 +7,21 @@ steps (n = drafts + 1), and the policy is told it took c(n)·t1 seconds with a l
 noise. One ``OnlineCost`` is shared by all prompts and passes, as in one engine's life;
 the last pass is reported. Speedup = tokens / cost (plain decoding costs 1 a token).
 
-    python benchmarks/replay_policy.py /tmp/traces.json
+    python -m benchmarks.replay_policy /tmp/traces.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from edgespec.decoding.drafters import NgramDrafter  # noqa: E402
-from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost  # noqa: E402
-from edgespec.decoding.policy import DraftPolicy  # noqa: E402
+from benchmarks.common import geomean
+from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
+from edgespec.decoding.drafters import NgramDrafter
+from edgespec.decoding.policy import DraftPolicy
 
 T1 = 0.04
 SHADOW = True
@@ -84,7 +81,7 @@ def run(data, passes=2, seeds=(0, 1, 2), overhead=0.0, make_policy=None, names=N
     out = {}
     for t in traces:
         rs = res[t["name"]]
-        sp = math.exp(sum(math.log(r[0]) for r in rs) / len(rs))
+        sp = geomean(r[0] for r in rs)
         out[t["name"]] = (t["kind"], sp, rs[-1][1:])
         if verbose:
             print(f"{t['name']:20} {t['kind']:9} {sp:5.3f}x  acc/drafted/rounds {rs[-1][1:]}")
@@ -92,7 +89,7 @@ def run(data, passes=2, seeds=(0, 1, 2), overhead=0.0, make_policy=None, names=N
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("traces")
     ap.add_argument("--overhead", type=float, default=0.0)
     a = ap.parse_args()
@@ -100,8 +97,8 @@ def main():
     out = run(data, overhead=a.overhead)
     g = [v[1] for v in out.values() if v[0] in ("edit", "qa", "summarize")]
     f = [v[1] for v in out.values() if v[0] not in ("edit", "qa", "summarize")]
-    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
-    print(f"grounded geomean {gm(g):.3f}  free geomean {gm(f):.3f}  min {min(v[1] for v in out.values()):.3f}")
+    least = min(v[1] for v in out.values())
+    print(f"grounded geomean {geomean(g):.3f}  free geomean {geomean(f):.3f}  min {least:.3f}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ over RPC is the local output token for token, and the network model of
 ``costmodel.adaptive.over_network`` (c(n) at each latency predicted from the 0 ms curve and the
 step-time difference) against the measured c(n).
 
-    flock /tmp/edgespec-bench.lock python benchmarks/rpc.py \\
+    flock /tmp/edgespec-bench.lock python -m benchmarks.rpc \\
         --out benchmarks/results/rpc-2core.json
 
 Everything runs on this machine's cores: the servers compute one after the other (the
@@ -34,15 +34,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # rpc_support: the tests' server helper
-
-from edgespec import Engine  # noqa: E402
-from edgespec.costmodel import adaptive  # noqa: E402
-from edgespec.measuring import bench, tune  # noqa: E402
-from edgespec.measuring.prompts import CALIBRATION  # noqa: E402
-from edgespec.llama.netproxy import LatencyProxy  # noqa: E402
-from rpc_support import RpcServer  # noqa: E402
+from benchmarks.rpc_servers import RpcServer
+from edgespec import Engine
+from edgespec.costmodel import adaptive
+from edgespec.llama.netproxy import LatencyProxy
+from edgespec.measuring import bench, tune
+from edgespec.measuring.prompts import CALIBRATION
 
 MODELS = Path("~/.cache/edgespec/models").expanduser()
 

@@ -1,6 +1,6 @@
 """Structured output: what a JSON Schema costs and what speculation under it buys.
 
-Five configurations on the same held-out prompts (``structured_prompts.py``: extraction,
+Five configurations on the same held-out prompts (``benchmarks/prompts/structured.py``: extraction,
 classification and tool calls, each with a schema written for this benchmark and never
 tuned on), greedy, in ONE process, alternating per prompt with the order rotated every
 pass, after a discarded warm-up of each:
@@ -15,7 +15,7 @@ pass, after a discarded warm-up of each:
          sampling, one token per step);
 * ``e``  llama.cpp's ``llama-server`` with ``json_schema`` and ``--spec-type
          ngram-simple`` (its prompt lookup, which does not constrain its drafts), built
-         by ``build_peer_tools.sh`` (see ``cpp_peer.LlamaServer``).
+         by ``build_peer_tools.sh`` (see ``benchmarks/peers/llama_server.py``).
 
 With ``--peer-repeat N`` the peers run in the first N passes only (they are several times
 slower; the edgespec configurations keep alternating in every pass).
@@ -35,30 +35,26 @@ kernels (edgespec's default ``exact=False``). One caveat of running in one proce
 importing edgespec sets ``GGML_CPU_TILED_MM=0`` (see ``edgespec.llama.kernels``), which
 touches only batches of 8+ rows, i.e. ``d``'s prompt processing, which is not timed.
 
-    python benchmarks/structured.py --repeat 3 --json benchmarks/results/structured-2core.json
-    python benchmarks/structured.py --configs a,b --limit 2 --max-tokens 64   # quick look
+    python -m benchmarks.structured --repeat 3 --json benchmarks/results/structured-2core.json
+    python -m benchmarks.structured --configs a,b --limit 2 --max-tokens 64   # quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import jsonschema
 
-import jsonschema  # noqa: E402
-from structured_prompts import PROMPTS, StructuredPrompt  # noqa: E402
-
-from edgespec import Engine  # noqa: E402
-from edgespec.catalog import resolve_model  # noqa: E402
+from benchmarks.common import geomean
+from benchmarks.peers.llama_cpp_python import LlamaCppPython
+from benchmarks.prompts.structured import PROMPTS, StructuredPrompt
+from edgespec import Engine
+from edgespec.catalog import resolve_model
 
 CONFIGS = ("a", "b", "c", "d", "e")
 LABELS = {
@@ -109,38 +105,6 @@ def run_edgespec(eng: Engine, p: StructuredPrompt, config: str, max_tokens: int)
     }
 
 
-class LlamaCppPython:
-    """``d``: llama-cpp-python's high-level ``Llama`` with its schema grammar."""
-
-    def __init__(self, target: Path, threads: int, n_ctx: int) -> None:
-        from llama_cpp import Llama
-
-        self.llm = Llama(model_path=str(target), n_ctx=n_ctx, n_threads=threads,
-                         n_threads_batch=threads, verbose=False, seed=0)
-        self._times: list[float] = []
-        sample = self.llm.sample
-
-        def timed_sample(*args, **kwargs):  # one call per generated token
-            token = sample(*args, **kwargs)
-            self._times.append(time.perf_counter())
-            return token
-
-        self.llm.sample = timed_sample
-
-    def run(self, p: StructuredPrompt, max_tokens: int) -> dict:
-        self._times.clear()
-        out = self.llm.create_chat_completion(
-            messages=[{"role": "user", "content": p.prompt}],
-            response_format={"type": "json_object", "schema": p.schema},
-            temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, max_tokens=max_tokens)
-        t = self._times
-        secs = t[-1] - t[0] if len(t) > 1 else 0.0
-        return {"text": out["choices"][0]["message"]["content"] or "",
-                "finish_reason": out["choices"][0]["finish_reason"],
-                "tokens": out["usage"]["completion_tokens"], "seconds": secs,
-                "tokens_per_second": (len(t) - 1) / secs if secs > 0 else 0.0}
-
-
 def run_server(server, eng: Engine, p: StructuredPrompt, max_tokens: int) -> dict:
     """``e``: the same templated prompt text, with ``json_schema``."""
     text = eng.apply_chat_template([{"role": "user", "content": p.prompt}])
@@ -148,11 +112,6 @@ def run_server(server, eng: Engine, p: StructuredPrompt, max_tokens: int) -> dic
 
 
 # -- the summary ----------------------------------------------------------------------------
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
-
 
 def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -> dict:
     """Per-prompt rows (medians, ratios, counters, validity) and the goals of issue 20."""
@@ -209,9 +168,9 @@ def conclude(rows: list[dict], configs: list[str]) -> dict:
         if all(r.get(key) for r in rows):
             summary[ratio] = {
                 "from": "per-pass ratios" if key.endswith("paired") else "medians",
-                "geomean": round(geomean([r[key] for r in rows]), 3),
+                "geomean": geomean([r[key] for r in rows], 3),
                 "min": round(min(r[key] for r in rows), 3),
-                **{f"geomean {kind}": round(geomean([r[key] for r in rows if r["kind"] == kind]), 3)
+                **{f"geomean {kind}": geomean([r[key] for r in rows if r["kind"] == kind], 3)
                    for kind in sorted({r["kind"] for r in rows})},
             }
     goals: dict = {}
@@ -339,7 +298,8 @@ def main() -> None:
     lcp = LlamaCppPython(target, args.threads, args.n_ctx) if "d" in configs else None
     server = None
     if "e" in configs:
-        from cpp_peer import LlamaServer, tools_dir
+        from benchmarks.peers.cpp import tools_dir
+        from benchmarks.peers.llama_server import LlamaServer
 
         server = LlamaServer(tools_dir(args.peer_bin), target, args.threads, spec="ngram-simple",
                              n_ctx=args.n_ctx)
@@ -349,7 +309,7 @@ def main() -> None:
         if config in ("a", "b", "c"):
             rec = run_edgespec(eng, p, config, max_tokens)
         elif config == "d":
-            rec = lcp.run(p, max_tokens)
+            rec = lcp.run(p.prompt, max_tokens, schema=p.schema)
         else:
             rec = run_server(server, eng, p, max_tokens)
         rec["parsed"], rec["valid"] = validity(rec["text"], p.schema)
@@ -385,7 +345,8 @@ def main() -> None:
 
         report = {
             "settings": {"target": str(target), "threads": args.threads, "max_tokens": args.max_tokens,
-                         "repeat": args.repeat, "peer_repeat": args.peer_repeat, "configs": {c: LABELS[c] for c in configs},
+                         "repeat": args.repeat, "peer_repeat": args.peer_repeat,
+                         "configs": {c: LABELS[c] for c in configs},
                          "prompts": [p.id for p in prompts], "llama_cpp_python": llama_cpp.__version__,
                          "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}},
             **result,

@@ -1,6 +1,6 @@
 """Which JSON layout gives valid, right answers, and at what cost?
 
-The held-out tasks of ``layout_tasks.py`` (written for this check, never tuned on; most
+The held-out tasks of ``benchmarks/prompts/layout.py`` (written for this check, never tuned on; most
 have an array without ``maxItems``), each generated greedily under its schema in every
 layout with a real target and prompt lookup (``draft="ngram"``), as a user runs it. The
 layout is asked for the way a user asks for it, through the schema's ``x-guidance``
@@ -16,7 +16,7 @@ task, their order rotated, so the machine's drift spreads over all of them):
 - time: the geometric mean, over the tasks both layouts answered validly, of the time to
   the whole answer relative to the spaced layout.
 
-    nohup flock /tmp/edgespec-bench.lock python benchmarks/structured_layout.py \\
+    nohup flock /tmp/edgespec-bench.lock python -m benchmarks.structured_layout --threads 1 \\
         --json benchmarks/results/structured-layout-2026-12-01.json \\
         > benchmarks/results/structured-layout-2026-12-01.log 2>&1 &
 """
@@ -26,19 +26,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
-import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 import jsonschema
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layout_tasks import TASKS, LayoutTask, score  # noqa: E402
-
-from edgespec.catalog import resolve_model  # noqa: E402
-from edgespec.constraints import JSON_LAYOUTS, with_layout  # noqa: E402
+from benchmarks.common import commit, geomean
+from benchmarks.prompts.layout import TASKS, LayoutTask, score
+from edgespec.catalog import resolve_model
+from edgespec.constraints import JSON_LAYOUTS, with_layout
 
 BASE = "spaced"
 
@@ -65,10 +61,6 @@ def run_one(engine, task: LayoutTask, layout: str, max_tokens: int) -> dict:
             "t_mask": round(s.t_mask, 4), "text": r.text}
 
 
-def geomean(xs: list[float]) -> float | None:
-    return round(math.exp(sum(math.log(x) for x in xs) / len(xs)), 3) if xs else None
-
-
 def summarize(runs: list[dict], layouts: list[str]) -> dict:
     by = {(r["task"], r["layout"]): r for r in runs}
     # only the tasks measured in every layout (a run cut short may end inside one)
@@ -87,7 +79,7 @@ def summarize(runs: list[dict], layouts: list[str]) -> dict:
                     "tokens": sum(r["tokens"] for r in rows), "rounds": sum(r["rounds"] for r in rows),
                     "forced_accepted": sum(r["forced_accepted"] for r in rows),
                     "tok_s": round(sum(r["tokens"] for r in rows) / t_gen, 2) if t_gen else None,
-                    f"time_vs_{BASE}": geomean(both), "time_pairs": len(both),
+                    f"time_vs_{BASE}": geomean(both, 3), "time_pairs": len(both),
                     "mask_share": round(sum(r["t_mask"] for r in rows) / t_gen, 4) if t_gen else None}
     return out
 
@@ -142,12 +134,8 @@ def main() -> None:
 
     layouts = args.layouts.split(",")
     tasks = [t for t in TASKS if args.tasks is None or t.id in args.tasks.split(",")]
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit, "max_tokens": args.max_tokens, "threads": args.threads, "layouts": layouts,
+              "commit": commit(), "max_tokens": args.max_tokens, "threads": args.threads, "layouts": layouts,
               "tasks": [t.id for t in tasks], "models": {}}
     names = args.targets.split(",")
     runs: dict[str, list[dict]] = {name: [] for name in names}

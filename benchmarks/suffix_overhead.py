@@ -34,7 +34,7 @@ beside them, wall time. The overhead is a drafter round's CPU time over the step
 quiet machine (``--step-ms``, 20 ms: the low end of the issue's 20-40 ms) and over the
 least step measured here.
 
-    flock /tmp/edgespec-bench.lock python benchmarks/suffix_overhead.py \\
+    flock /tmp/edgespec-bench.lock python -m benchmarks.suffix_overhead \\
         --json benchmarks/results/suffix-overhead-2core.json
 """
 
@@ -48,24 +48,19 @@ import platform
 import random
 import re
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from edgespec.decoding.drafters import NgramDrafter  # noqa: E402
-from edgespec.decoding.memory import MemoryDrafter  # noqa: E402
-from edgespec.decoding.suffix import DEFAULT_CAP, SuffixIndex  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.common import ROOT, commit, git
+from edgespec.decoding.drafters import NgramDrafter
+from edgespec.decoding.memory import MemoryDrafter
+from edgespec.decoding.suffix import DEFAULT_CAP, SuffixIndex
 
 
 def repo_text() -> str:
-    files = subprocess.run(["git", "ls-files", "*.py", "*.md", "*.toml"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
+    files = git("ls-files", "*.py", "*.md", "*.toml").split()
     return "".join((ROOT / f).read_text(encoding="utf-8", errors="replace") for f in sorted(files))
 
 
@@ -304,11 +299,6 @@ def bench_trie_speed(docs: list[list[int]], n_tokens: int) -> float:
         if n >= n_tokens:
             break
     return us(t, n)
-
-
-def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def update_store(path: Path | None, store: dict, source: str) -> None:

@@ -156,14 +156,9 @@ def test_batch_draft_lengths_follow_the_cost_of_the_whole_batch():
 
 def _scan():
     """The scan batch_draft_lengths replaced (issue 22), kept in benchmarks/draft_lengths.py."""
-    import importlib.util
-    from pathlib import Path
+    from benchmarks.draft_lengths import scan_draft_lengths
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "draft_lengths.py"
-    spec = importlib.util.spec_from_file_location("draft_lengths_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.scan_draft_lengths
+    return scan_draft_lengths
 
 
 # Curve steps in eighths and costs in 64ths: every sum and difference is exact in

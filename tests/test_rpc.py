@@ -21,10 +21,10 @@ import time
 
 import pytest
 
+from benchmarks.rpc_servers import RpcServer, free_port
 from edgespec import Engine
 from edgespec.llama import rpc
 from edgespec.llama.netproxy import LatencyProxy
-from rpc_support import RpcServer, free_port
 
 pytestmark = pytest.mark.skipif(not rpc.rpc_available(), reason="llama.cpp built without RPC (-DGGML_RPC=on)")
 

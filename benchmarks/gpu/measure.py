@@ -49,11 +49,11 @@ from typing import Any, Callable
 import numpy as np
 
 import edgespec
-from edgespec.costmodel import adaptive
 from edgespec import llama
-from edgespec.measuring import tune
+from edgespec.costmodel import adaptive
 from edgespec.engine import Engine
 from edgespec.events import Done, Round
+from edgespec.measuring import tune
 
 SCHEMA = 1
 N_SPECIAL = 3  # the synthetic vocabularies end with three control tokens (synth_gguf.py)

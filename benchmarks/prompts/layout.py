@@ -2,7 +2,7 @@
 
 Written for issue 28 (item 2) on 2026-12-01 and NEVER used to tune anything: the layout
 is chosen from what these tasks measure, and nothing else in edgespec may be fitted to
-them. They are kept apart from ``structured_prompts.py`` (the structured-output speed
+them. They are kept apart from ``prompts/structured.py`` (the structured-output speed
 benchmark) and from the five tasks the first layout check used.
 
 Every schema has an array without ``maxItems`` (the shape that looped in issue 28:

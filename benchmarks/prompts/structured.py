@@ -5,7 +5,7 @@ Written for that benchmark, and NEVER used to tune anything: no layout choice, d
 policy prior, draft length or cost figure of edgespec may be chosen by looking at these
 prompts or at edgespec's outputs on them. Calibration for structured output belongs in
 other prompts (as ``edgespec.measuring.prompts.CALIBRATION`` is kept apart from
-``HELD_OUT`` and ``heldout_prompts.py`` from the tuning prompts).
+``HELD_OUT`` and ``prompts/heldout.py`` from the tuning prompts in ``prompts/tuning.py``).
 
 Three kinds, as issue 20 asks:
 

@@ -20,8 +20,9 @@ the index was saved, so warm and in-process speeds compare on the same requests.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
+
+from benchmarks.prompts.tools import call
 
 N_REQUESTS = 32
 
@@ -603,23 +604,20 @@ def beaufort(speed_ms):
 ]
 
 
-def _call(cid: str, name: str, arguments: dict) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-
-
 def _edit_messages(i: int, path: str, ask: str, text: str) -> list[dict]:
     return [
         {"role": "system", "content": EDIT_SYSTEM},
         {"role": "user", "content": f"In `{path}`, {ask}."},
-        {"role": "assistant", "content": None, "tool_calls": [_call(f"call_{i}_read", "read_file", {"path": path})]},
+        {"role": "assistant", "content": None, "tool_calls": [call(f"call_{i}_read", "read_file", {"path": path})]},
         {"role": "tool", "tool_call_id": f"call_{i}_read", "content": text},
     ]
 
 
 # -- 4. SQL over one schema ------------------------------------------------------------------
 
-SQL_SCHEMA = """CREATE TABLE stations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, capacity INTEGER);
-CREATE TABLE bikes (id INTEGER PRIMARY KEY, model TEXT NOT NULL, electric INTEGER NOT NULL,
+SQL_SCHEMA = (
+    "CREATE TABLE stations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, city TEXT NOT NULL, capacity INTEGER);\n"
+    """CREATE TABLE bikes (id INTEGER PRIMARY KEY, model TEXT NOT NULL, electric INTEGER NOT NULL,
   home_station_id INTEGER REFERENCES stations(id), bought_on DATE);
 CREATE TABLE members (id INTEGER PRIMARY KEY, name TEXT NOT NULL, email TEXT UNIQUE, joined_on DATE,
   plan TEXT CHECK (plan IN ('monthly', 'annual', 'pay-as-you-go')));
@@ -629,6 +627,7 @@ CREATE TABLE rides (id INTEGER PRIMARY KEY, bike_id INTEGER REFERENCES bikes(id)
   distance_km REAL, price_cents INTEGER);
 CREATE TABLE repairs (id INTEGER PRIMARY KEY, bike_id INTEGER REFERENCES bikes(id), reported_at TIMESTAMP,
   fixed_at TIMESTAMP, issue TEXT, cost_cents INTEGER);"""
+)
 
 SQL_SYSTEM = (
     "You write SQLite queries for a city bike-sharing database with this schema:\n\n" + SQL_SCHEMA
@@ -686,7 +685,8 @@ def workloads() -> dict[str, Workload]:
             schema=TICKET_SCHEMA, notes="support tickets into one JSON schema (response_format json_schema)"),
         "tests": Workload(
             "tests", "free", 128,
-            [Request(f"test-{i + 1:02d}", _user(TEST_SYSTEM, f"Write a pytest test for this function:\n```python\n{f}\n```"))
+            [Request(f"test-{i + 1:02d}",
+                     _user(TEST_SYSTEM, f"Write a pytest test for this function:\n```python\n{f}\n```"))
              for i, f in enumerate(FUNCTIONS)],
             notes="a pytest test for each of 32 small functions"),
         "edits": Workload(

@@ -6,7 +6,7 @@
 # the peer of `generate --parallel`) and llama-server (json_schema with prompt lookup,
 # the peer of structured output; built without its web UI and without HTTPS). Only those
 # targets are built (~10 min on 2 cores).
-# Prints the bin directory. Usage: benchmarks/build_peer_tools.sh [DEST]
+# Prints the bin directory. Usage: bash benchmarks/peers/build_peer_tools.sh [DEST]
 set -euo pipefail
 VERSION=0.3.36
 DEST="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/peer-llama.cpp-$VERSION}"

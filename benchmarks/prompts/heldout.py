@@ -2,7 +2,7 @@
 
 Written for that check and never used to tune anything: the drafting policy's priors
 and the profiles' figures come from ``edgespec.measuring.prompts.CALIBRATION`` and the
-prompts of ``benchmarks/ngram_speedup.py``. Three kinds copy their input (an edit that
+prompts of ``benchmarks/prompts/tuning.py``. Three kinds copy their input (an edit that
 returns the whole file, a refactor, answers quoting a document) and three do not (new
 code, a story, a question without context).
 """

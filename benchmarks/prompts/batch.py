@@ -36,13 +36,17 @@ CODE = [
     "Write a JavaScript debounce function with a leading-edge option.",
     "Write a Python generator that yields the Collatz sequence starting from n.",
     "Write a C function that reverses a singly linked list in place.",
-    "Convert this loop to a list comprehension:\n\nresult = []\nfor w in words:\n    if len(w) > 3:\n        result.append(w.upper())\n",
-    "Add type hints to this function:\n\ndef scale(values, factor, clip=None):\n    out = [v * factor for v in values]\n    if clip is not None:\n        out = [min(v, clip) for v in out]\n    return out\n",
+    "Convert this loop to a list comprehension:\n\n"
+    "result = []\nfor w in words:\n    if len(w) > 3:\n        result.append(w.upper())\n",
+    "Add type hints to this function:\n\n"
+    "def scale(values, factor, clip=None):\n    out = [v * factor for v in values]\n"
+    "    if clip is not None:\n        out = [min(v, clip) for v in out]\n    return out\n",
     "Write a Go HTTP handler that returns the current time as JSON.",
     "Write a Python function that parses 'key=value;key2=value2' into a dict, tolerating spaces.",
     "Write a regular expression that matches ISO 8601 dates like 2026-11-30 and explain it.",
     "Write a Python dataclass for a 2D vector with addition and a length method.",
-    "Find the bug:\n\ndef mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / len(xs) if xs else total / 1\n\nprint(mean([]))\n",
+    "Find the bug:\n\ndef mean(xs):\n    total = 0\n    for x in xs:\n        total += x\n"
+    "    return total / len(xs) if xs else total / 1\n\nprint(mean([]))\n",
     "Write a Makefile rule that rebuilds `app` when any file in src/ changes.",
 ]
 

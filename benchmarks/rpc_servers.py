@@ -1,24 +1,20 @@
-"""Helpers for the RPC tests and ``benchmarks/rpc.py``: ``edgespec rpc-server``
-processes on free loopback ports, started and stopped by the caller."""
+"""``edgespec rpc-server`` processes on free loopback ports, started and stopped by the
+caller: the servers of ``benchmarks/rpc.py`` and of the RPC tests (tests/test_rpc.py),
+which import them from here. It knows how to start, wait for and stop a server; what is
+asked of it over the link is the caller's."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from benchmarks.common import free_port
 from edgespec.llama import rpc
 
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+__all__ = ["RpcServer", "free_port"]
 
 
 class RpcServer:
