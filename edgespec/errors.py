@@ -64,6 +64,11 @@ class AmbiguousModelError(CatalogError):
     """A model name that matches several models on this machine (the message lists them)."""
 
 
+class OutputError(EdgespecError):
+    """A file edgespec was asked to write could not be written: not enough disk space, or
+    no folder it may write in (``edgespec models optimize``)."""
+
+
 class InputError(EdgespecError):
     """Bad user input: an unreadable prompt file, a malformed JSONL line, a bad option."""
 

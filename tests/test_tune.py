@@ -317,3 +317,49 @@ def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, t
     p = plan("cpu-small", target=str(tuned.settings["target"]), draft="none")
     assert p.engine_kwargs()["batch_cost"] == prof.batch.cost
 
+
+
+# -- c(n) per model file, kept per machine for the planner (catalog.verify_cache) ----------------
+
+
+def test_tune_keeps_the_targets_measured_curve_per_file(result, tiny_target, tiny_noisy):
+    from edgespec.catalog import verify_cache
+
+    curve = verify_cache.measured_curve(tiny_target, exact=False)
+    assert curve is not None and [curve(n) for n in range(2, 7)] == pytest.approx(
+        [result.verify(n) for n in range(2, 7)], abs=1e-4)
+    rec = verify_cache.measured_entry(tiny_target)
+    assert rec["source"] == "edgespec tune" and rec["threads"] == 1 and rec["step_ms"] > 0
+    assert verify_cache.measured_curve(tiny_noisy) is None  # the draft's is not measured
+    assert verify_cache.measured_curve(tiny_target, exact=True) is None
+
+
+def test_the_verify_cache_is_per_machine_file_and_kernels(tmp_path, monkeypatch):
+    from edgespec.catalog import verify_cache
+    from edgespec.detect import Machine
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    here = Machine("Linux", "x86_64", "CPU A", 2, 2, None, None)
+    there = Machine("Linux", "x86_64", "CPU B", 2, 2, None, None)
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    a.write_bytes(b"GGUF a")
+    b.write_bytes(b"GGUF bb")
+    assert verify_cache.measured_curve(a, machine=here) is None
+    path = verify_cache.record(a, {2: 1.7, 4: 1.8, 8: 3.2}, step_ms=30.0, threads=2, exact=False, source="t",
+                               machine=here)
+    verify_cache.record(a, adaptive.VerifyCost((2, 4), (1.9, 2.9)), step_ms=40.0, threads=2, exact=True,
+                        source="t", machine=here)
+    verify_cache.record(b, {2: 0.5}, step_ms=10.0, threads=2, exact=False, source="t", machine=here)
+    c = verify_cache.measured_curve(a, machine=here)
+    assert (c.n, c.c) == ((2, 4, 8), (1.7, 1.8, 3.2)) and c(1) == 1.0
+    assert verify_cache.measured_curve(a, machine=here, exact=True).c == (1.9, 2.9)
+    assert verify_cache.measured_curve(a, machine=there) is None
+    assert verify_cache.measured_curve(b, machine=here).c == (1.0,)  # never below one step
+    # a file written again misses, and its entries go at the next write
+    a.write_bytes(b"GGUF a, again")
+    assert verify_cache.measured_curve(a, machine=here) is None
+    verify_cache.record(b, {2: 1.5}, step_ms=10.0, threads=2, exact=False, source="t", machine=here)
+    assert all("a.gguf" not in k for k in json.loads(path.read_text())["entries"])
+    path.write_text("{not json")
+    assert verify_cache.measured_curve(b, machine=here) is None
+    assert verify_cache.machine_key(here) != verify_cache.machine_key(there)

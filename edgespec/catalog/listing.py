@@ -1,5 +1,7 @@
 """One list of every model edgespec can name: the catalog's and those found on this
 machine, with where each comes from and what it can draft for (``edgespec models list``).
+A copy ``edgespec models optimize`` wrote says whose copy it is (``optimized_from``), and
+its original names it (``optimized_copy``).
 
 Rows are plain dicts (the CLI prints them as a table or JSON). A catalog model whose file
 is in edgespec's cache is one row, not two. "Can draft for" and "drafters" name models on
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import optimized
 from .fetching import is_available, local_path
 from .local import Index, LocalModel
 from .table import GB, MODELS, PAIRS
@@ -36,6 +39,7 @@ def catalog_rows(index: Index) -> list[dict[str, Any]]:
             "pypi": list(m.pypi.packages) if m.pypi else None,
             "local": str(local) if local else None, "installable": is_available(m.name),
             "can_draft_for": draft_for, "drafters": drafters,
+            "optimized_copy": _copy_of(local), "optimized_from": None,
         })
     return rows
 
@@ -56,7 +60,22 @@ def _local_row(m: LocalModel, index: Index) -> dict[str, Any]:
         "tokenizer": tok.identity if tok else None, "key": m.key,
         "can_draft_for": [t.name for t in index.targets_for(m)],
         "drafters": [d.name for d in index.drafters_for(m)],
+        "optimized_copy": _copy_of(m.path), "optimized_from": _original_of(m.path),
     }
+
+
+def _copy_of(path: Any) -> str | None:
+    copy = optimized.optimized_copy_for(path) if path else None
+    return str(copy) if copy else None
+
+
+def _original_of(path: Any) -> str | None:
+    """The name of the model a copy was made from (its file name when not recorded)."""
+    parsed = optimized.parse_copy_name(path.name)
+    if parsed is None:
+        return None
+    rec = optimized.entry(path)
+    return rec["source"].get("name") if rec else f"{parsed[0]}.gguf"
 
 
 def skipped_rows(index: Index) -> list[dict[str, str]]:

@@ -20,6 +20,7 @@ smaller. Nothing here is written outside edgespec's own cache.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import hashlib
@@ -252,7 +253,8 @@ class _Cache:
             tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": self.entries}), encoding="utf-8")
             os.replace(tmp, self.path)
         except OSError:  # a read-only cache: the next run reads the headers again
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (a cache path through a file: ENOTDIR here too)
+                tmp.unlink()
 
 
 def _listed() -> list[Found]:

@@ -8,6 +8,7 @@ become one line on stderr and the exit code of their class.
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any, Optional
 
 import typer
@@ -16,6 +17,7 @@ from rich.text import Text
 
 from edgespec import catalog
 from edgespec.cli.common import cli_errors, err_console, out_console, store_name, JsonOpt
+from edgespec.cli.optimize import models_optimize
 
 profiles_app = typer.Typer(
     name="profiles",
@@ -25,7 +27,7 @@ profiles_app = typer.Typer(
 )
 models_app = typer.Typer(
     name="models",
-    help="The model catalog and the models already on this machine: list, pair, download, check.",
+    help="The model catalog and the models already on this machine: list, pair, download, check, optimize.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -195,9 +197,13 @@ def _size(row: dict) -> str:
 
 
 def _drafting(row: dict) -> str:
-    """"drafts for X; drafted by Y" for a row of `models list`."""
+    """"drafts for X; drafted by Y" (and an optimized copy's original) for a row of `models list`."""
     parts = ([f"drafts for {_names(row['can_draft_for'])}"] if row["can_draft_for"] else []) + (
         [f"drafted by {_names(row['drafters'])}"] if row["drafters"] else [])
+    if row.get("optimized_from"):  # `models optimize` wrote it
+        parts.insert(0, f"optimized copy of {row['optimized_from']}")
+    if row.get("optimized_copy"):
+        parts.append(f"optimized copy: {os.path.basename(row['optimized_copy'])}")
     return "; ".join(parts) or "-"
 
 
@@ -344,3 +350,6 @@ def models_check(
             out_console().print(
                 Text(f"compatible: {dname} can draft for {tname} (same vocabulary)")
             )
+
+
+models_app.command("optimize")(models_optimize)

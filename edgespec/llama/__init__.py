@@ -14,8 +14,9 @@ this module reasons about KV state through that list.
 
 The door is a package: ``backend`` (the binding, its log, process-wide state),
 ``kernels`` (batch-invariant or llama.cpp's, and why), ``model`` (files, loading,
-tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback) and ``multi``
-(many sequences in one KV pool, one decode for all of them).
+tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback), ``multi``
+(many sequences in one KV pool, one decode for all of them) and ``quantize`` (a copy of a
+model file in another weight type, through llama.cpp's quantize API).
 Import from ``edgespec.llama``; the submodules are its rooms, not its API.
 """
 
@@ -34,6 +35,7 @@ from .context import Context, common_prefix_len
 from .kernels import FAST_KERNELS
 from .model import Detokenizer, Model, check_gguf_file
 from .multi import MultiContext, SeqView
+from .quantize import BITS_PER_WEIGHT, UNQUANTIZED, ftype_of, quantize_model, quantized_size, run_quantize
 from .vocab import (
     VOCAB_CHECK_START_TOKEN_ID,
     VOCAB_MAX_SIZE_DIFFERENCE,
@@ -42,6 +44,8 @@ from .vocab import (
 )
 
 __all__ = [
+    "BITS_PER_WEIGHT",
+    "UNQUANTIZED",
     "FAST_KERNELS",
     "LLAMA_CPP_PYTHON_VERSION",
     "LLAMA_MAX_SEQ",
@@ -57,7 +61,11 @@ __all__ = [
     "check_vocab_files",
     "common_prefix_len",
     "default_threads",
+    "ftype_of",
     "max_parallel_sequences",
+    "quantize_model",
+    "quantized_size",
+    "run_quantize",
     "set_verbose",
     "supports_gpu_offload",
     "system_info",

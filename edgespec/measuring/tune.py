@@ -3,7 +3,8 @@
 ``costmodel.adaptive`` predicts the speedup of a drafter from four figures; ``tune``
 measures each of them on the real machine instead of estimating it:
 
-* the target's single-token step time, and the verify cost c(n): the wall time of one
+* the target's single-token step time, and the verify cost c(n) (kept per model file and
+  machine in ``catalog.verify_cache`` for the planner): the wall time of one
   ``Context.decode`` of n tokens with logits at every row (exactly what a verify batch
   asks for), n = 1..16, relative to n = 1. Each n is timed several times at the same
   KV position — the batch is decoded, timed, and rolled back — in sweeps that alternate
@@ -35,6 +36,7 @@ from typing import Any, Callable, Sequence
 from ..costmodel import adaptive
 from . import batches, bench
 from .. import catalog, profiles
+from ..catalog import verify_cache
 from .prompts import CALIBRATION, BenchPrompt
 from ..errors import InputError
 from ..llama import Context, common_prefix_len
@@ -303,6 +305,9 @@ def tune(
     draft_ctx = engine.draft_ctx if "model" in drafters else None
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
+    if not engine.target_model.rpc:  # this file's c(n) on this machine, for the planner (over RPC: the link's)
+        verify_cache.record(engine.target_model.path, c, step_ms=times.step_ms, threads=engine.n_threads,
+                            exact=engine.target_model.exact, source="edgespec tune")
     say(f"timing decodes of {', '.join(map(str, batches.BATCH_SIZES))} sequences at once (batch throughput)")
     batch_model = (fast_engine or engine).target_model
     batch_seconds = batches.time_batches(batch_model, engine.n_threads)

@@ -1,0 +1,289 @@
+"""A copy of a model in the weight type whose verify is cheapest on this machine, with
+what it costs in quality and gains in verify cost measured (``edgespec models optimize``).
+
+On a CPU, speculation pays or not by c(n), a verify of n tokens against one step, and
+c(n) belongs to the weight type's kernels: llama.cpp repacks Q4_0 weights into 4- and
+8-row GEMM tiles, so a Q4_0 file verifies 4 tokens for about 1.8 steps where the Q4_K_M
+mix (Q4_K with Q6_K) pays 2.6 (issue 37's table, Qwen2.5-Coder-1.5B on a 2-core x86 VM).
+``choose_type`` says which type and why, in one line; ``optimize`` then:
+
+1. checks the file (missing, not GGUF, truncated: ``ModelFileError``) and picks where the
+   copy goes (``catalog.optimized``: next to the original, or edgespec's model folder),
+   refusing an existing copy unless ``force`` and a disk without room for it;
+2. measures the original: the perplexity on the held-out text that ships with edgespec
+   (``perplexity``) and c(1..16) (``tune.time_decodes``), on llama.cpp's own kernels;
+3. writes the copy under a hidden temporary name through llama.cpp's quantize API in a
+   child process (``llama.run_quantize``: Ctrl-C stops it at once);
+4. measures the copy the same way, then renames it into place: a copy that exists is a
+   whole, measured one. On any error or Ctrl-C the temporary file is removed;
+5. records both curves (``catalog.verify_cache``, for the planner) and the copy's source
+   (``catalog.optimized``, so ``optimized_copy_for`` finds it).
+
+Timings are medians of a few sweeps on whatever else the machine runs: ``edgespec tune``
+measures more. Nothing here prints; ``phase`` hears what is being done.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import catalog, llama
+from ..catalog import optimized, verify_cache
+from ..errors import InputError, OutputError
+from ..llama import Context, Model, check_gguf_file, default_threads
+from .perplexity import BATCH, CHUNK, heldout_text, perplexity
+from .tune import fit_verify_cost, time_decodes
+
+PREFIX_TOKENS = 64  # the KV position c(n) is timed at
+SOURCE = "edgespec models optimize"
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One file's figures: perplexity on the held-out text, step time and c(n)."""
+
+    path: Path
+    quant: str
+    size_bytes: int
+    perplexity: float
+    tokens: int
+    step_ms: float
+    verify: dict[int, float]  # n -> c(n), c(1) = 1
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Optimized:
+    source: Path
+    source_name: str
+    path: Path
+    type: str
+    reason: str
+    before: Assessment
+    after: Assessment
+    threads: int
+    quantize_seconds: float
+
+    @property
+    def perplexity_change(self) -> float:
+        """Relative change of the perplexity, +0.009 for +0.9%."""
+        return self.after.perplexity / self.before.perplexity - 1.0
+
+    @property
+    def verify_gain(self) -> float:
+        """Mean c(2..8) of the original over the copy's: above 1, the copy verifies cheaper."""
+        ns = [n for n in range(2, 9) if n in self.before.verify and n in self.after.verify]
+        return sum(self.before.verify[n] for n in ns) / sum(self.after.verify[n] for n in ns) if ns else 1.0
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        if self.verify_gain > 1.0:
+            return ()
+        return ("the copy verifies no cheaper than the original here (mean c(2..8)); keep using the original",)
+
+    def to_dict(self) -> dict[str, Any]:
+        b, a = self.before, self.after
+        return {
+            "path": str(self.path),
+            "type": self.type,
+            "reason": self.reason,
+            "source": str(self.source),
+            "source_name": self.source_name,
+            "source_type": b.quant,
+            "perplexity_before": round(b.perplexity, 4),
+            "perplexity_after": round(a.perplexity, 4),
+            "perplexity_change_percent": round(100 * self.perplexity_change, 2),
+            "heldout_tokens": b.tokens,
+            "c_before": {str(n): round(c, 3) for n, c in sorted(b.verify.items())},
+            "c_after": {str(n): round(c, 3) for n, c in sorted(a.verify.items())},
+            "step_ms_before": round(b.step_ms, 2),
+            "step_ms_after": round(a.step_ms, 2),
+            "verify_gain": round(self.verify_gain, 3),
+            "size_bytes_before": b.size_bytes,
+            "size_bytes_after": a.size_bytes,
+            "threads": self.threads,
+            "seconds": {
+                "measure_before": round(b.seconds, 1),
+                "quantize": round(self.quantize_seconds, 1),
+                "measure_after": round(a.seconds, 1),
+            },
+            "notes": list(self.notes),
+        }
+
+
+def choose_type(source_quant: str, machine: Any) -> tuple[str, str]:
+    """The weight type a copy should have on ``machine`` (a ``detect.Machine``) and why, in
+    one line. ``InputError`` where no type is known to verify cheaper."""
+    on_gpu = bool(machine.gpu_offload) and (bool(machine.gpus) or bool(machine.chip))
+    if on_gpu:
+        raise InputError(
+            "models run on the GPU here, where no weight type is known to verify cheaper than "
+            f"{source_quant}; pass --type Q4_0 to make (and measure) a copy anyway"
+        )
+    return "Q4_0", (
+        "Q4_0: on a CPU llama.cpp repacks Q4_0 weights into 4- and 8-row GEMM tiles, so a verify of "
+        f"several tokens costs less than {source_quant}'s kernels (measured below)"
+    )
+
+
+def destination(source: Path, store: str, name: str, type_name: str, need_bytes: int, *, force: bool) -> Path:
+    """The copy's path: the first folder of ``optimized.folders`` that can be written and has
+    room (``OutputError`` if none); an existing copy is refused unless ``force``."""
+    writable = [f for f in optimized.folders(source, store) if _writable(f)]
+    if not writable:
+        tried = " nor ".join(str(f) for f in optimized.folders(source, store))
+        raise OutputError(
+            f"cannot write a copy of {name}: neither {tried} can be written; "
+            "set EDGESPEC_CACHE to a folder you can write"
+        )
+    roomy = [f for f in writable if _free_bytes(f) >= need_bytes]
+    if not roomy:
+        f = writable[0]
+        raise OutputError(
+            f"not enough disk space for the {type_name} copy of {name}: about "
+            f"{need_bytes / catalog.GB:.2f} GB needed in {f}, {_free_bytes(f) / catalog.GB:.2f} GB free; "
+            "free some space, or set EDGESPEC_CACHE to a folder on another disk"
+        )
+    out = roomy[0] / optimized.copy_name(optimized.stem_for(source, store, name), type_name)
+    if out.exists() and not force:
+        raise InputError(f"{out} already exists (an optimized copy of {name}); --force writes it again")
+    return out
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a file can be created in ``folder`` (made if missing): tried, not guessed."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".edgespec-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        return True
+    except OSError:
+        return False
+
+
+def _free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def assess(path: Path, text: str, *, threads: int, n_max: int = 16, repeats: int = 3) -> Assessment:
+    """Load ``path`` on llama.cpp's kernels; its perplexity on ``text`` and its c(1..n_max)."""
+    t0 = time.perf_counter()
+    model = Model(path, exact=False)
+    try:
+        ctx = Context(model, n_ctx=max(CHUNK + 1, PREFIX_TOKENS + 1 + n_max), n_batch=BATCH, n_threads=threads)
+        try:
+            tokens = model.tokenize(text, add_special=False, parse_special=False)
+            bos = model.bos if model.add_bos and model.bos >= 0 else None
+            ppl = perplexity(ctx, tokens, bos=bos)
+            prefix = ([bos] if bos is not None else []) + tokens[:PREFIX_TOKENS]
+            times = time_decodes(ctx, prefix, n_max=n_max, repeats=repeats)
+        finally:
+            ctx.close()
+        size = model.size_bytes
+    finally:
+        model.close()
+    curve = fit_verify_cost(times.relative)
+    return Assessment(
+        path=path,
+        quant=catalog.read_header(path).quant,
+        size_bytes=path.stat().st_size or size,
+        perplexity=ppl.value,
+        tokens=ppl.tokens,
+        step_ms=times.step_ms,
+        verify={n: curve(n) for n in range(1, n_max + 1)},
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def optimize(
+    path: str | os.PathLike,
+    *,
+    type_name: str | None = None,
+    force: bool = False,
+    threads: int | None = None,
+    machine: Any = None,
+    text: str | None = None,
+    n_max: int = 16,
+    repeats: int = 3,
+    phase: Callable[[str], None] | None = None,
+) -> Optimized:
+    """Write and measure the optimized copy of the model file ``path`` (see the module docstring)."""
+    say = phase or (lambda _msg: None)
+    source = check_gguf_file(path)
+    model = catalog.describe_file(source)  # the store's name; a truncated header fails here
+    src_quant = model.header.quant
+    if type_name is None:
+        if machine is None:
+            from ..detect import read_machine
+
+            machine = read_machine()
+        type_name, reason = choose_type(src_quant, machine)
+    else:
+        type_name = type_name.strip().upper()
+        try:
+            llama.ftype_of(type_name)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        reason = f"{type_name}: asked for (--type)"
+    if src_quant.upper() == type_name:
+        raise InputError(f"{model.name} is already {type_name}: nothing to optimize")
+    if optimized.parse_copy_name(source.name):
+        raise InputError(f"{source.name} is itself an optimized copy; optimize its original instead")
+    dest = destination(
+        source, model.source, model.name, type_name, llama.quantized_size(model.header.params, type_name), force=force
+    )
+    threads = threads or default_threads()
+    text = heldout_text() if text is None else text
+
+    say(f"measuring {model.name} ({src_quant}): perplexity on the held-out text, verify cost c(1..{n_max})")
+    before = assess(source, text, threads=threads, n_max=n_max, repeats=repeats)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        say(f"writing the {type_name} copy with llama.cpp's quantize ({threads} threads)")
+        t0 = time.perf_counter()
+        llama.run_quantize(
+            source, tmp, type_name, threads=threads, allow_requantize=src_quant.upper() not in llama.UNQUANTIZED
+        )
+        quantize_seconds = time.perf_counter() - t0
+        say(f"measuring the {type_name} copy the same way")
+        after = assess(tmp, text, threads=threads, n_max=n_max, repeats=repeats)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    after = replace(after, path=dest)
+    result = Optimized(
+        source=source,
+        source_name=model.name,
+        path=dest,
+        type=after.quant or type_name,
+        reason=reason,
+        before=before,
+        after=after,
+        threads=threads,
+        quantize_seconds=quantize_seconds,
+    )
+    for a in (before, after):
+        verify_cache.record(
+            a.path,
+            {n: c for n, c in a.verify.items() if n >= 2},
+            step_ms=a.step_ms,
+            threads=threads,
+            exact=False,
+            source=SOURCE,
+            machine=machine,
+        )
+    figures = {
+        k: v
+        for k, v in result.to_dict().items()
+        if k in ("perplexity_before", "perplexity_after", "c_before", "c_after", "verify_gain")
+    }
+    optimized.record(dest, source, source_name=model.name, type_name=result.type, figures=figures)
+    return result
