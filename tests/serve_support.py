@@ -42,15 +42,15 @@ class LiveServer:
 
     def __init__(self, app: Any, hosts: list[str] | None = None) -> None:
         import uvicorn
-
         from edgespec.server.listen import bind, url_host
+        from edgespec.server.stopping import Server
 
         self.sockets = bind(hosts, 0) if hosts else None
         self.port = self.sockets[0].getsockname()[1] if self.sockets else free_port()
         self.url = f"http://{url_host(hosts[0]) if hosts else '127.0.0.1'}:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
+        self.server = Server(config)  # as serve's: open requests end with an error at shutdown
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True)
 
     def __enter__(self) -> LiveServer:

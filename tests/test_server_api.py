@@ -149,6 +149,40 @@ def test_continuing_needs_an_assistant_message_last(client):
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "add_generation_prompt"
 
 
+def test_add_generation_prompt_with_continue_final_message_is_a_400_naming_them(client):
+    """Issue 34: both true asked for two different prompts, and the server continued the
+    final message quietly; llama-server and vLLM answer 400, and so does this server."""
+    msgs = [*MESSAGES, {"role": "assistant", "content": "Hello"}]
+    resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "add_generation_prompt": True,
+                                                     "continue_final_message": True})
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == "add_generation_prompt" and "continue_final_message" in err["message"], err
+    for extra in ({"add_generation_prompt": True}, {"add_generation_prompt": False, "continue_final_message": True},
+                  {"add_generation_prompt": True, "continue_final_message": False}):
+        resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, **extra})
+        assert resp.status_code == 200, (extra, resp.text)
+
+
+def test_two_trailing_assistant_messages_need_continue_final_message_to_say_which(client, reference):
+    """Issue 34: the server continued the last of two assistant messages, with an empty
+    answer. llama-server refuses that list; here too, unless continue_final_message says
+    what to do: true continues the last one, false answers in a new turn after both."""
+    msgs = [*MESSAGES, {"role": "assistant", "content": "the dog"}, {"role": "assistant", "content": "the fox"}]
+    resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4})
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == "messages" and "two assistant messages" in err["message"], err
+    stream = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "stream": True})
+    assert stream.status_code == 400
+    closed = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4,
+                                                       "continue_final_message": False}).json()
+    assert closed["usage"]["prompt_tokens"] == len(reference.prompt_tokens(msgs))
+    continued = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4,
+                                                          "continue_final_message": True}).json()
+    assert continued["usage"]["prompt_tokens"] < closed["usage"]["prompt_tokens"]
+
+
 def test_an_empty_final_assistant_message_is_the_new_turn(client, reference):
     msgs = [*MESSAGES, {"role": "assistant", "content": ""}]
     body = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 5}).json()

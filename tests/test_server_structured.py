@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from edgespec import Engine
 from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.server import create_app
+from edgespec.server.schema import ChatRequest
 from serve_support import LiveServer, sse_events
 from tiny_models import make_tiny_model
 
@@ -359,7 +360,7 @@ def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, ch
         (c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"]]
 
 
-def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, tool_engine):
+def test_auto_and_none_leave_free_text_alone_and_none_keeps_the_tools(tool_client, tool_engine):
     """Under tool_choice auto, free text is only kept from starting a call without its
     tags, from special tokens and from bytes that are not UTF-8 (random weights write
     those; ``logit_bias`` bans them here in both requests): the answer is the same
@@ -378,11 +379,36 @@ def test_auto_leaves_free_text_alone_and_none_leaves_the_tools_out(tool_client, 
         "prompt": ids, "max_tokens": 24, "return_tokens": True, "logit_bias": ascii_only}).json()
     assert free["choices"][0]["text"].strip() and "<tool_call>" not in free["choices"][0]["text"]
     assert resp["token_ids"] == free["token_ids"] and auto["message"]["content"] == free["choices"][0]["text"]
-    # none: the tools are not in the prompt, the answer is the plain chat answer
-    plain = tool_client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 24}).json()
-    none = tool_client.post("/v1/chat/completions", json={
-        "messages": MESSAGES, "max_tokens": 24, "tools": TOOLS, "tool_choice": "none"}).json()
-    assert plain["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
+    # none (issue 34): "do not call", not "forget the tools": the same prompt, tools
+    # described, and the same free text, held only from opening a call
+    none = tool_client.post("/v1/chat/completions", json={**body, "tool_choice": "none"}).json()
+    assert none["usage"]["prompt_tokens"] == len(ids)
+    assert none["token_ids"] == free["token_ids"] and "structure" not in none["choices"][0]
+    assert "tool_calls" not in none["choices"][0]["message"]
+
+
+def test_none_keeps_the_tools_in_the_prompt_and_the_mask_forbids_a_call(tool_engine):
+    """After a call and its result, ``tool_choice`` none renders the tools as auto does
+    (the 1.5B refused to answer from the result when they were dropped), and the answer's
+    mask refuses a call: tagged, bare, or the tag anywhere in the text."""
+    from edgespec.server.structured import plan_chat
+
+    model = tool_engine.target_model
+    history = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+               "function": {"name": "forecast", "arguments": '{"unit": "c", "days": 2}'}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    req = ChatRequest.model_validate({"messages": history, "tools": TOOLS, "tool_choice": "none"})
+    structure = plan_chat(tool_engine, req)
+    assert structure.prompt == tokenize_rendered(model, render(model, history, tools=TOOLS))
+    assert '"name": "forecast"' in model.detokenize(structure.prompt) and structure.tools is False
+    ids = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
+    call = '{"name": "forecast", "arguments": {"unit": "c", "days": 2}}'
+    for text in (f"<tool_call>\n{call}\n</tool_call>", call, f"Here: <tool_call>\n{call}"):
+        tokens = ids(text)
+        assert structure.constraint.matcher().validate(tokens) < len(tokens), text
+    answer = ids("It is sunny, {\"a\": 1} <tool> and <tool_call without its end.")
+    matcher = structure.constraint.matcher()
+    assert matcher.validate(answer) == len(answer)
 
 
 def test_a_stop_string_inside_a_call_is_not_a_finished_call(tool_client):

@@ -107,6 +107,7 @@ def serve(
 
     from edgespec.server import create_app
     from edgespec.server.listen import bind, parse_hosts, url_host
+    from edgespec.server.stopping import Server
 
     err = err_console()
     with cli_errors():
@@ -142,7 +143,7 @@ def serve(
             config = uvicorn.Config(app, host=hosts[0], port=port,
                                     log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=True)
-            server = uvicorn.Server(config)
+            server = Server(config)  # uvicorn's, ending open streams with an error event at shutdown
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
             # at the handler it found: make that a no-op so that a stop is a clean exit.
             previous = {s: signal.signal(s, _ignore) for s in (signal.SIGINT, signal.SIGTERM)}

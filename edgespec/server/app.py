@@ -41,6 +41,10 @@ as server-sent events ending with ``data: [DONE]``, is built by ``responses.Repl
 waits in the queue and while it generates; when the client goes away it cancels the job,
 so the worker stops that generation at the next token and serves the next request.
 
+**Shutting down.** Served by ``stopping.Server`` (``serve`` is), the requests still open
+as the shutdown's grace runs out end with a ``shutting_down`` error (an error event and
+``[DONE]`` on a stream, a 503 otherwise) and one log line, not a cancelled task's traceback.
+
 **Errors.** Every error is an OpenAI-style object: 400 for bad input, 401 for a wrong or
 missing API key (only when the app has one), 403 for a refused Host or Origin, 404/405
 for unknown routes, 413 for a body over the limit, 503 with ``Retry-After`` when the
@@ -157,6 +161,17 @@ def create_app(
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
+
+    def begin_shutdown(delay_s: float | None) -> None:  # stopping.Server: uvicorn's shutdown begins
+        def end_open() -> None:
+            ended = worker.drain()
+            if ended:
+                log.warning("shutting down: %d open request(s) ended with a 'shutting_down' error", ended)
+
+        if delay_s is not None:
+            asyncio.get_running_loop().call_later(delay_s, end_open)
+
+    app.state.begin_shutdown = begin_shutdown
     app.add_middleware(Guard, origins=origins)  # inside the counting: refusals are counted too
     app.add_middleware(CountRequests, metrics=metrics, routes=ROUTES)
 

@@ -144,7 +144,9 @@ FIELDS: tuple[KnownField, ...] = (
        group=S),
     _f("chat_template_kwargs", REFUSED, "the chat template takes no extra arguments", CHAT),
     _f("add_generation_prompt", REFUSED, "the template opens a new assistant turn, or continues a final "
-       "assistant message", CHAT, inert=lambda v, b: _equals(True)(v, b) or (v is False and _continues(b))),
+       "assistant message (true with continue_final_message: true is a 400)", CHAT,
+       inert=lambda v, b: v is None or (v is True and b.get("continue_final_message") is not True)
+       or (v is False and _continues(b))),
     _f("audio", REFUSED, "audio output is not supported", CHAT),
     _f("modalities", REFUSED, "text is the only modality", CHAT, inert=lambda v, b: v in (None, ["text"])),
     _f("web_search_options", REFUSED, "web search is not supported", CHAT),

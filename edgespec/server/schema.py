@@ -309,7 +309,22 @@ class ChatRequest(_Request):
         if self.continue_final_message and not ends:
             raise ApiError(400, "continue_final_message: the last message must be an assistant message "
                                 "(without tool calls) to continue", param="continue_final_message")
+        if ends and self.continue_final_message is None and len(self.messages) > 1 \
+                and self.messages[-2].role == "assistant":
+            raise ApiError(400, "messages: the conversation ends with two assistant messages, so which one to "
+                                "continue is unclear (llama-server refuses it too); send continue_final_message: "
+                                "true to continue the last one, or false to answer in a new turn after them",
+                           param="messages")
         return ends and self.continue_final_message is not False
+
+    def refusal(self) -> ApiError | None:
+        """``_Request.refusal``, after llama-server's and vLLM's rule that a reply cannot both
+        open a new turn (``add_generation_prompt``) and continue the final message."""
+        if self.continue_final_message is True and (self.model_extra or {}).get("add_generation_prompt") is True:
+            return ApiError(400, "add_generation_prompt and continue_final_message cannot both be true: the reply "
+                                 "either opens a new assistant turn or continues the final message; drop one",
+                            param="add_generation_prompt")
+        return super().refusal()
 
     @field_validator("tool_choice")
     @classmethod

@@ -14,8 +14,10 @@ write freely until it opens a call, and from the opening tag on the grammar hold
 the tools' parameter schemas (free text is one lexeme of the grammar that every token
 but a special one continues, so it costs a cheap mask and nothing else; see
 ``tools.call_grammar``); ``required`` and a named function constrain the answer from its
-first token; ``none`` leaves the tools out of the prompt
-and the answer unconstrained, so the model cannot call one. ``parallel_tool_calls``
+first token; ``none`` keeps the tools in the prompt (OpenAI's "do not call", as vLLM
+reads it: the conversation may hold their calls and results) and holds the answer to
+free text that opens no call (``tools.no_call_grammar``), on a template whose format
+this server knows; on another template it leaves them out, as nothing could stop a call. ``parallel_tool_calls``
 false allows one call per answer.
 
 Compiling takes milliseconds, except the first time for a model: llguidance's tokenizer
@@ -33,7 +35,7 @@ from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.errors import InputError
 
 from .schema import ApiError, ChatRequest, CompletionRequest
-from .tools import NoToolFormat, call_grammar, tool_format
+from .tools import NoToolFormat, call_grammar, no_call_grammar, tool_format
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     mode = req.tool_mode()
     fmt, field = req.constraint_format()
     if mode == "none":
+        if req.tools and _writes_calls(engine.target_model):
+            return _plan_no_call(engine.target_model, req, messages, fmt, field)
         prompt = _continued(engine.target_model, messages) if req.continues() else messages
         if fmt is None:
             return Structure(prompt=prompt)
@@ -128,3 +132,36 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
         raise ApiError(400, str(e), param="messages") from None
     return Structure(prompt=tokenize_rendered(model, text), kind="tool_calls", param="tools",
                      constraint=constraint, tools=True, optional=mode == "auto")
+
+
+def _writes_calls(model: Any) -> bool:
+    """Whether the target's chat template writes tool calls in a format this server knows."""
+    try:
+        tool_format(model.chat_template)
+    except NoToolFormat:
+        return False
+    return True
+
+
+def _plan_no_call(model: Any, req: ChatRequest, messages: list[dict], fmt: dict | None, field: str | None
+                  ) -> Structure:
+    """``tool_choice`` none with tools: OpenAI's "do not call", not "forget the tools".
+    The tools stay in the prompt (the conversation may hold their calls and results),
+    and the answer is held to free text without a call (``tools.no_call_grammar``), or
+    to the request's ``response_format``, which cannot open a call either."""
+    from edgespec.constraints import ConstraintError, compile_lark
+
+    try:
+        text = render(model, messages, tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
+                      continue_final=req.continues())
+    except InputError as e:
+        raise ApiError(400, str(e), param="messages") from None
+    prompt = tokenize_rendered(model, text)
+    if fmt is not None:
+        constraint = _compile_format(fmt, model, lenient=req.lenient_schema, field=field)
+        return Structure(prompt=prompt, kind=fmt["type"], param=field, constraint=constraint)
+    try:
+        constraint = compile_lark(no_call_grammar(), model)
+    except ConstraintError as e:  # pragma: no cover - the grammar is fixed
+        raise ApiError(400, f"the answer without tool calls does not compile: {e}", param="tool_choice") from None
+    return Structure(prompt=prompt, constraint=constraint)

@@ -49,6 +49,9 @@ _DOUBLE_TAIL = re.compile(r"\s*\}\s*\}")
 _FENCED_TAIL = re.compile(r"\s*\}\s*```")
 _BARE_STARTS = ('```json{"name":"', '```{"name":"', '{"name":"', '{{"name":"')  # without white space
 _WS = r"[ \t\n]*"
+# free text: no opening tag anywhere, and no start like a call written without its tags
+_FREE = (f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS}|\\{{{_WS})?\\{{{_WS}"name"(.|\\n)*/'
+         ' & ~/(.|\\n)*<tool_call>(.|\\n)*/')
 
 
 class NoToolFormat(InputError):
@@ -146,8 +149,16 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
         f"END: /{_WS}\\}}/",
         f"FEND: /{_WS}\\}}{_WS}```/",
         f"DEND: /{_WS}\\}}{_WS}\\}}/",
-        f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS}|\\{{{_WS})?\\{{{_WS}"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/',
+        _FREE,
     ]) + "\n"
+
+
+def no_call_grammar() -> str:
+    """The Lark grammar of an answer that calls no tool (``tool_choice`` none, the tools
+    still described in the prompt): free text only, the same lexeme as ``call_grammar``'s
+    ``free`` text, so it never holds the opening tag nor starts like a call written
+    without its tags, and no special token (the tag, when it is one) can be taken."""
+    return "start: FREE?\n" + _FREE + "\n"
 
 
 @dataclass(frozen=True)

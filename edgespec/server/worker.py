@@ -236,13 +236,29 @@ class Worker:
             self._runner.close()
             self._runner = None
 
-    def _fail_queued(self, error: BaseException) -> None:
+    def drain(self) -> int:
+        """The server is shutting down: refuse new jobs, and end the running and queued
+        ones now with ``Failed(QueueFull)`` (a 503, or an error event on a stream), before
+        uvicorn would cancel their requests. Call it on the event loop; returns how many
+        jobs it ended. The thread itself ends in ``stop``."""
+        ending = QueueFull("the server is shutting down")
+        with self._lock:
+            self._stopping = True
+            running = [job for job in (self._current, *self._active) if job is not None and not job.cancelled]
+        for job in running:
+            job.cancel()
+            job.events.put_nowait(Failed(ending))  # on the loop already: ahead of anything posted later
+        return len(running) + self._fail_queued(ending)
+
+    def _fail_queued(self, error: BaseException) -> int:
+        failed = 0
         while True:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
-                return
+                return failed
             if job is not None:
+                failed += not job.cancelled
                 job.cancel()
                 job.post(Failed(error))
 
