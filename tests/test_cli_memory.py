@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -210,7 +213,59 @@ def test_memory_clear_lists_an_unusable_file_and_removes_it(run, store):
     assert "no magic" in row["problem"]
     assert "unusable" in run("memory", "show").stdout
     r = run("memory", "clear", "--yes")
-    assert r.exit_code == 0 and "junk.essuffix" in r.stdout and not list(store.iterdir())
+    assert r.exit_code == 0 and "junk.essuffix" in r.stdout
+    # the store is gone; its lock file stays, holding the generation a running save checks
+    assert [p.name for p in store.iterdir()] == ["junk.essuffix.lock"]
+
+
+def test_a_memory_cap_beyond_the_store_is_refused_where_it_is_parsed(run, store, tiny_target):
+    """Issue 34 item 9: an OverflowError traceback at save, and the memory lost, before."""
+    r = generate(run, tiny_target, "--memory-cap", "10000000000000000000", "--remember")
+    assert r.exit_code == 2 and "--memory-cap" in r.stderr and not store.exists()
+
+
+def test_clearing_a_model_that_has_no_store_exits_1(run, store, tiny_target):
+    """Issue 34 item 15: exit 0 before, as if something had been removed."""
+    assert generate(run, tiny_target, "--remember").exit_code == 0
+    r = run("memory", "clear", "--model", "nosuchmodel")
+    assert r.exit_code == 1 and "nothing to remove" in r.stderr and "nosuchmodel" in r.stderr
+    assert len(show(run)) == 1
+
+
+def _hostile(kind: str, folder, path):
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    elif kind == "folder at the store":
+        path.mkdir()
+    elif kind == "newer file":
+        path.write_bytes(suffix_store._HEAD.pack(suffix_store.MAGIC, 99, 2, 0, bytes(32)) + b"{}")
+        os.chmod(path, 0o600)
+    elif kind == "folder others may write":
+        os.chmod(folder, 0o777)
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("fifo", "is a FIFO"), ("folder at the store", "is a folder"), ("newer file", "newer edgespec"),
+    ("folder others may write", "writable by others"), ("memory dir is a file", "is a file, not a folder"),
+])
+def test_remember_survives_a_hostile_folder_with_one_line(tmp_path, tiny_target, kind, why):
+    """Issue 34 "done when": each is one warning line naming the path, the run answers,
+    and nothing hangs (a subprocess with a timeout: a FIFO hung it before)."""
+    folder = tmp_path / "memory"
+    if kind == "memory dir is a file":
+        folder.write_text("x")
+    else:
+        folder.mkdir(mode=0o700)
+        _hostile(kind, folder, suffix_store.store_path(tokenizer_identity(tiny_target), folder))
+    env = {**os.environ, "EDGESPEC_MEMORY_DIR": str(folder), "EDGESPEC_CACHE": str(tmp_path / "cache"),
+           "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "edgespec", "generate", "--target", str(tiny_target), "--draft", "ngram",
+                        "--k", "4", "--max-tokens", "8", "--raw", "--remember", PROMPT], capture_output=True,
+                       text=True, env=env, timeout=180, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout.strip()
+    lines = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(lines) == 1 and why in lines[0] and str(folder) in lines[0], r.stderr
 
 
 # -- where the accepted drafts came from -------------------------------------------------------

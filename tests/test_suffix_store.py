@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_suffix import canonical, ops, run_history
 
 from edgespec.decoding import suffix_store
 from edgespec.decoding.suffix import SuffixIndex
 from edgespec.decoding.suffix_store import SuffixStoreWarning, clear, load, save, stats, store_path
+from test_suffix import canonical, ops, run_history
 
 IDENT = "gpt2/151936/0123456789"
 
@@ -245,14 +245,14 @@ def damaged(path, how):
         data = b""
     elif how == "garbage":
         data = b"\x00not a suffix memory at all" * 10
-    elif how == "version":
-        data = data[:8] + (99).to_bytes(4, "little") + data[12:]
+    elif how == "version":  # an older edgespec's (a newer one's is never replaced: test_memory_hostile.py)
+        data = data[:8] + (1).to_bytes(4, "little") + data[12:]
     path.write_bytes(data)
 
 
 @pytest.mark.parametrize("how, why", [
     ("flipped", "checksum"), ("truncated", "truncated"), ("header only", "truncated"),
-    ("empty", "truncated"), ("garbage", "not an edgespec suffix memory"), ("version", "version 99"),
+    ("empty", "truncated"), ("garbage", "not an edgespec suffix memory"), ("version", "version 1,"),
 ])
 def test_a_damaged_file_is_one_warning_and_a_cold_start(tmp_path, how, why):
     path = save(sample(), IDENT, tmp_path)

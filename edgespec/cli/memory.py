@@ -5,7 +5,10 @@ tokenizer, in ``$EDGESPEC_MEMORY_DIR`` or edgespec's XDG cache); this prints the
 table for people or one JSON object for scripts. ``clear`` asks first on a terminal
 (``--yes`` does not), not off one (a script said what it wants), and prints each file
 it removed. ``--model NAME`` picks the store of one model: by the names the stores
-recorded, else by the tokenizer of the model NAME names on this machine.
+recorded, else by the tokenizer of the model NAME names on this machine; a NAME that
+picks no store exits 1. A folder that is refused (another user's, writable by others, a
+file) or a store that cannot be removed (a folder at its name, a read-only folder) is
+one ``error:`` line naming the path, never a traceback.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from edgespec.cli.common import cli_errors, err_console, out_console, JsonOpt
+from edgespec.cli.common import JsonOpt, cli_errors, err_console, out_console
+from edgespec.errors import MemoryStoreError
 
 memory_app = typer.Typer(
     name="memory",
@@ -99,19 +103,31 @@ def memory_clear(
         if not rows:
             what = f" for {model}" if model is not None else ""
             err_console().print(Text(f"nothing to remove: no memory saved{what} in {directory}"))
+            if model is not None:  # a name that picks nothing: say so with the exit status too
+                raise typer.Exit(1)
             return
         if not yes and sys.stdin.isatty() and sys.stdout.isatty():
             size = sum(s.file_bytes for s in rows)
             if not typer.confirm(f"remove {len(rows)} memory file(s), {_mib(size)}, from {directory}?", default=False):
                 err_console().print(Text("nothing removed"))
                 raise typer.Exit(1)
-        removed = suffix_store.clear(directory=directory, paths=[s.path for s in rows])
-        for path in removed:
-            if path.suffix == suffix_store.SUFFIX:
-                tokens = next((s.tokens for s in rows if s.path == path), 0)
-                typer.echo(f"removed {path} ({tokens:,} tokens)")
-            else:
-                typer.echo(f"removed {path}")
+        try:
+            removed = suffix_store.clear(directory=directory, paths=[s.path for s in rows])
+        except MemoryStoreError as e:
+            _removed(getattr(e, "removed", []), rows)
+            raise
+        _removed(removed, rows)
+
+
+def _removed(removed: list, rows: list) -> None:
+    from edgespec.decoding.suffix_store import SUFFIX
+
+    for path in removed:
+        if path.suffix == SUFFIX:
+            tokens = next((s.tokens for s in rows if s.path == path), 0)
+            typer.echo(f"removed {path} ({tokens:,} tokens)")
+        else:
+            typer.echo(f"removed {path}")
 
 
 def _of_model(name: str, rows: list) -> list:
@@ -124,7 +140,6 @@ def _of_model(name: str, rows: list) -> list:
     from edgespec.catalog import resolve_model
     from edgespec.cli.memory_options import tokenizer_identity
     from edgespec.decoding.suffix_store import store_path
-
     from edgespec.errors import EdgespecError
 
     try:

@@ -5,21 +5,27 @@ The memory (``edgespec.decoding.memory``) is the index of the answers an engine 
 before, that prompt lookup also drafts from: on by default, within one run (a batch's
 lines, a chat's turns, bench's prompts). ``--no-memory`` turns it off (each request
 drafts from itself alone) and ``--memory-cap`` bounds it in tokens; both reach the
-engine through the plan (``MemoryOptions.apply``: ``Plan.memory``/``memory_cap``).
+engine through the plan (``MemoryOptions.apply``: the plan options' ``memory``/``memory_cap``).
 ``generate``, ``chat`` and ``bench`` take all three; ``serve`` takes ``MemoryOpt``.
 
 ``--remember`` (opt-in) keeps the memory on disk between runs
 (``edgespec.decoding.suffix_store``): ``remembering(engine, ...)`` loads the store of
 the target's tokenizer into ``engine.memory`` once the engine is built (a warm start)
-and saves it when the block ends, Ctrl-C included. The store is named by the
+and saves it when the block ends, Ctrl-C and SIGTERM included (SIGTERM raises
+``SystemExit(143)`` inside the block, so its ``finally`` saves, as a batch's results are
+already written line by line). The store is named by the
 tokenizer's identity from the GGUF header (``catalog.ident.Tokenizer``: two models with
 one vocabulary share it). A store that cannot be used is one warning line and a cold
-start; a model whose tokenizer cannot be read runs without remembering, and says so.
+start, and a save that cannot be made one warning line naming the path; a model whose
+tokenizer cannot be read runs without remembering, and says so. ``--memory-cap`` is
+bounded where it is parsed (``MAX_CAP``: the largest store the file format holds).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -31,13 +37,16 @@ from rich.text import Text
 
 from edgespec.errors import EdgespecError, InputError
 
+MAX_CAP = 1 << 24  # = edgespec.decoding.suffix_codec.MAX_CAP (not imported: the CLI's options load no numpy)
+
 MemoryOpt = Annotated[bool, typer.Option(
     "--memory/--no-memory",
     help="Draft from the answers written earlier in this run too (prompt lookup across requests; on by "
          "default). --no-memory: each request drafts from itself alone.")]
 MemoryCapOpt = Annotated[Optional[int], typer.Option(
-    "--memory-cap", min=1, metavar="TOKENS",
-    help="The most tokens the memory holds, the oldest dropped first (default 262,144, about 50 MB).")]
+    "--memory-cap", min=1, max=MAX_CAP, metavar="TOKENS",
+    help=f"The most tokens the memory holds, the oldest dropped first (default 262,144, about 50 MB; at most "
+         f"{MAX_CAP:,}).")]
 RememberOpt = Annotated[bool, typer.Option(
     "--remember",
     help="Keep the memory on disk: start from the one saved for this model's tokenizer and save it at the "
@@ -55,10 +64,12 @@ class MemoryOptions:
     def __post_init__(self) -> None:
         if self.remember and not self.memory:
             raise InputError("--remember keeps the memory that --no-memory turns off: drop one of them")
+        if self.cap is not None and not 1 <= self.cap <= MAX_CAP:
+            raise InputError(f"--memory-cap must be from 1 to {MAX_CAP:,} tokens (got {self.cap:,})")
 
-    def apply(self, plan: Any) -> Any:
-        """The plan with these options for its engine."""
-        return replace(plan, memory=self.memory, memory_cap=self.cap)
+    def apply(self, options: Any) -> Any:
+        """The plan options (``cli.plan_options.PlanOptions``) with these in them."""
+        return replace(options, memory=self.memory, memory_cap=self.cap)
 
 
 def tokenizer_identity(model_path: str | os.PathLike) -> str:
@@ -82,15 +93,15 @@ def model_label(engine: Any) -> str:
 @contextmanager
 def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = False) -> Iterator[Any]:
     """With ``--remember``: the saved memory in ``engine.memory`` for the block, saved
-    when it ends (also on Ctrl-C and errors). Yields the store's path, or None when
-    nothing is remembered."""
+    when it ends (also on Ctrl-C, SIGTERM and errors). Yields the store's path, or None
+    when nothing is remembered."""
     if not options.remember or engine.memory is None:
         yield None
         return
     from edgespec.decoding import suffix_store
 
     def warn(message: str) -> None:
-        err.print(Text(f"warning: {message}", style="yellow" if err.is_terminal else ""))
+        err.print(Text(f"warning: {message}", style="yellow" if err.is_terminal else ""), soft_wrap=True)
 
     try:
         identity = tokenizer_identity(engine.target_path)
@@ -105,9 +116,29 @@ def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = 
         err.print(Text(f"memory: {len(engine.memory):,} tokens of earlier answers from {path} "
                        f"({1000 * (time.perf_counter() - t0):.0f} ms)", style="dim"))
     try:
-        yield path
+        with _terminated_exits():
+            yield path
     finally:
         _save(engine, identity, warn, quiet, err)
+
+
+@contextmanager
+def _terminated_exits() -> Iterator[None]:
+    """SIGTERM, inside the block, as ``SystemExit(143)`` (128 + 15, the status a shell
+    reports): the block unwinds and the memory is saved, as on Ctrl-C. Off the main
+    thread (where no handler can be set) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _save(engine: Any, identity: str, warn: Any, quiet: bool, err: Any) -> None:
@@ -118,8 +149,8 @@ def _save(engine: Any, identity: str, warn: Any, quiet: bool, err: Any) -> None:
         return
     try:
         path = suffix_store.save(index, identity, model=model_label(engine))
-    except OSError as e:
-        warn(f"--remember: the memory could not be saved ({e.strerror or e}); the previous one is kept")
+    except EdgespecError as e:  # MemoryStoreError: it names the path and why
+        warn(f"--remember: {e}")
         return
-    if not quiet:
+    if path is not None and not quiet:
         err.print(Text(f"memory: saved {len(index):,} tokens to {path}", style="dim"))
