@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from edgespec import catalog, llama
 from edgespec.catalog import optimized, verify_cache
+from edgespec.costmodel import adaptive
 from edgespec.detect import GPU, Machine
 from edgespec.errors import InputError, ModelFileError, OutputError
 from edgespec.llama import Context, Model
@@ -166,11 +167,16 @@ def test_the_held_out_text_ships_with_the_package():
 # -- the copy: where, what, found again ----------------------------------------------------------
 
 
-def test_choose_type_is_q4_0_on_a_cpu_and_refuses_to_guess_on_a_gpu():
+def test_choose_type_takes_the_4_bit_type_that_verifies_cheapest_by_the_priors():
     t, why = optimize.choose_type("Q4_K_M", CPU)
-    assert t == "Q4_0" and "CPU" in why and "Q4_K_M" in why and "\n" not in why
-    with pytest.raises(InputError, match="--type Q4_0"):
-        optimize.choose_type("Q4_K_M", GPU_BOX)
+    assert t == "Q4_0" and "Q4_K_M" in why and "\n" not in why
+    cheap, dear = adaptive.VerifyCost((2, 8), (1.5, 3.0)), adaptive.VerifyCost((2, 8), (1.7, 4.6))
+    t, why = optimize.choose_type("q4_k_m", CPU, {"Q4_K_M": dear, "Q4_0": dear, "IQ4_NL": cheap})
+    assert t == "IQ4_NL" and "2.25 steps on average against 3.15 for Q4_K_M" in why
+    with pytest.raises(InputError, match="no weight type verifies cheaper than Q4_K_M on cuda"):
+        optimize.choose_type("Q4_K_M", GPU_BOX, {"Q4_K_M": cheap, "Q4_0": dear})
+    assert optimize.choose_type("F16", CPU, {"Q4_0": cheap})[0] == "Q4_0"  # no row for the original's type
+    assert optimize.backend_of(GPU_BOX) == "cuda" and optimize.backend_of(CPU) == "cpu"
 
 
 def test_optimize_writes_measures_and_records_the_copy(place):

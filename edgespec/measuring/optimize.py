@@ -5,7 +5,8 @@ On a CPU, speculation pays or not by c(n), a verify of n tokens against one step
 c(n) belongs to the weight type's kernels: llama.cpp repacks Q4_0 weights into 4- and
 8-row GEMM tiles, so a Q4_0 file verifies 4 tokens for about 1.8 steps where the Q4_K_M
 mix (Q4_K with Q6_K) pays 2.6 (issue 37's table, Qwen2.5-Coder-1.5B on a 2-core x86 VM).
-``choose_type`` says which type and why, in one line; ``optimize`` then:
+``choose_type`` says which type and why, in one line (from ``costmodel.priors``' table of
+c(n) per backend and weight type, where this build has it); ``optimize`` then:
 
 1. checks the file (missing, not GGUF, truncated: ``ModelFileError``) and picks where the
    copy goes (``catalog.optimized``: next to the original, or edgespec's model folder),
@@ -117,18 +118,66 @@ class Optimized:
         }
 
 
-def choose_type(source_quant: str, machine: Any) -> tuple[str, str]:
-    """The weight type a copy should have on ``machine`` (a ``detect.Machine``) and why, in
-    one line. ``InputError`` where no type is known to verify cheaper."""
-    on_gpu = bool(machine.gpu_offload) and (bool(machine.gpus) or bool(machine.chip))
-    if on_gpu:
-        raise InputError(
-            "models run on the GPU here, where no weight type is known to verify cheaper than "
-            f"{source_quant}; pass --type Q4_0 to make (and measure) a copy anyway"
+CANDIDATES = ("Q4_0", "IQ4_NL")  # 4-bit types: a copy about a Q4_K_M's size, so a plain step costs about the same
+MIN_GAIN = 0.05  # a type must verify this much cheaper than the original's to be worth a copy
+
+
+def backend_of(machine: Any) -> str:
+    """Where a model runs on ``machine`` (a ``detect.Machine``): "metal", "cuda" or "cpu"."""
+    if machine.gpu_offload and machine.chip:
+        return "metal"
+    return "cuda" if machine.gpu_offload and machine.gpus else "cpu"
+
+
+def _priors(backend: str) -> dict[str, Any] | None:
+    """The verify-cost priors by weight type for ``backend`` (``costmodel.priors``), None
+    where this build has no such table."""
+    try:
+        from ..costmodel import priors
+    except ImportError:
+        return None
+    rows = getattr(priors, "VERIFY_PRIORS", {}).get(backend)
+    return {mix: row.cost for mix, row in rows.items()} if rows else None
+
+
+def _mean_c(curve: Any) -> float:
+    return sum(curve(n) for n in range(2, 9)) / 7
+
+
+def choose_type(source_quant: str, machine: Any, table: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The weight type a copy should have on ``machine`` and why, in one line: of the 4-bit
+    types, the one whose verify of 2..8 tokens costs least by the priors for this backend
+    (``table``: weight type -> c(n); ``costmodel.priors`` by default), if it beats the
+    original's type by ``MIN_GAIN``. ``InputError`` where none does."""
+    backend = backend_of(machine)
+    table = _priors(backend) if table is None else table
+    src = source_quant.upper()
+    if table is None:  # no table: what issue 37 measured on a CPU, nothing known elsewhere
+        if backend != "cpu":
+            raise InputError(
+                f"models run on the GPU ({backend}) here, where no weight type is known to verify "
+                f"cheaper than {src}; pass --type Q4_0 to make (and measure) a copy anyway"
+            )
+        return "Q4_0", (
+            f"Q4_0: on a CPU llama.cpp repacks Q4_0 weights into 4- and 8-row GEMM tiles, so a verify "
+            f"of several tokens costs less than with {src} (measured below)"
         )
-    return "Q4_0", (
-        "Q4_0: on a CPU llama.cpp repacks Q4_0 weights into 4- and 8-row GEMM tiles, so a verify of "
-        f"several tokens costs less than {source_quant}'s kernels (measured below)"
+    options = {t: _mean_c(table[t]) for t in CANDIDATES if t in table}
+    if not options:
+        raise InputError(f"no weight type is known to verify cheaper than {src} on {backend}; pass --type")
+    best = min(options, key=options.get)
+    mine = table.get(src)
+    if mine is None:
+        return best, f"{best}: a verify of 2-8 tokens costs {options[best]:.2f} steps on average ({backend} priors)"
+    if options[best] > _mean_c(mine) * (1 - MIN_GAIN):
+        raise InputError(
+            f"no weight type verifies cheaper than {src} on {backend} by the priors ({best}: "
+            f"{options[best]:.2f} steps for 2-8 tokens against {_mean_c(mine):.2f}); pass --type to "
+            "make (and measure) a copy anyway"
+        )
+    return best, (
+        f"{best}: a verify of 2-8 tokens costs {options[best]:.2f} steps on average against "
+        f"{_mean_c(mine):.2f} for {src} ({backend} priors; measured below)"
     )
 
 
