@@ -486,3 +486,46 @@ def test_a_link_at_the_store_is_replaced_not_followed(tmp_path):
     save(add(ix, [1, 2]), IDENT, tmp_path)
     assert victim.read_bytes() == before and not store_path(IDENT, tmp_path).is_symlink()
     assert texts(load(IDENT, directory=tmp_path)) == [[1, 2]]
+
+
+# -- 13, 14. what the docs say of the keys' memories and of /metrics ---------------------------------------
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_the_docs_agree_that_each_keys_memory_learns_its_own_rates():
+    """server-safety.md said the memory's worth "is learned from every request, across
+    keys"; memory.md (and the code: SuffixIndex.rates, tests/test_memory.py) say each key's
+    memory learns its own."""
+    safety = " ".join((DOCS / "server-safety.md").read_text().split())
+    memory = " ".join((DOCS / "memory.md").read_text().split())
+    assert "is learned from every request, across keys" not in safety
+    assert "belongs to each key's memory" in safety and "each API key's memory in `serve` learns its own" in memory
+
+
+def test_the_metrics_that_show_the_memories_are_documented_as_shared():
+    """Every /metrics series that moves with a memory's activity, any key's, is listed in
+    docs/memory.md as shared (and server-safety.md says /metrics is shared)."""
+    from edgespec.events import Stats
+    from edgespec.server.metrics import Metrics
+
+    metrics = Metrics()
+    before = metrics.render()
+    metrics.memories = lambda: (2, 50)
+    st = Stats(drafter="ngram", rounds=1, drafted=4, accepted=3, generated_tokens=4)
+    st.drafted_by_source, st.accepted_by_source = {"memory": 4}, {"memory": 3}
+    metrics.observe_generation(st)
+    after = metrics.render()
+
+    def values(text):
+        return {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
+                if line and not line.startswith("#")}
+
+    moved = {name for name, v in values(after).items() if values(before).get(name) != v}
+    memory_series = {name for name in moved if "memory" in name}
+    assert {'edgespec_draft_tokens_by_source_total{source="memory"}', "edgespec_memory_keys",
+            "edgespec_memory_tokens"} <= memory_series
+    doc = (DOCS / "memory.md").read_text()
+    shared = doc[doc.index("**`/metrics` is shared**"):doc.index("A memory shared by several users")]
+    for name in memory_series | {n for n in moved if n.startswith("edgespec_draft")}:
+        assert f"`{name.split('{')[0]}" in shared, name
+    assert "**`/metrics` is shared.**" in (DOCS / "server-safety.md").read_text()
