@@ -23,7 +23,7 @@ from typing import IO, Any, Iterable
 
 from edgespec.constraints import grammar_spec
 from edgespec.errors import ConstraintError, InputError
-from edgespec.decoding.sampling import SAMPLING_KEYS, SamplingOptionError, SamplingParams
+from edgespec.decoding.params import SAMPLING_KEYS, SamplingOptionError, SamplingParams
 
 
 GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw",

@@ -34,7 +34,7 @@ import numpy as np
 from . import sampling
 from ..constraints import mask_logits
 from ..llama import Context, Model, common_prefix_len
-from .sampling import SamplingParams
+from .params import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from .drafters import Drafter
 from .logprob import MAX_TOP
 from .policy import DraftPolicy, FixedPolicy
 from .reply import Reply
-from .sampling import SamplingParams
+from .params import SamplingParams
 from .speculative import RoundResult, SpeculativeLoop
 
 

@@ -64,7 +64,7 @@ from ..events import Round, Stats, TokenLogprob
 from ..llama import Context
 from .logprob import token_logprob
 from .policy import DraftPolicy, FixedPolicy
-from .sampling import SamplingParams
+from .params import SamplingParams
 
 
 @dataclass

@@ -68,7 +68,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgespec import __version__
-from edgespec.decoding.sampling import SAMPLING_KEYS
+from edgespec.decoding.params import SAMPLING_KEYS
 from edgespec.errors import InputError
 from edgespec.events import Done
 

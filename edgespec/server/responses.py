@@ -36,7 +36,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token, TokenLogprob
-from edgespec.decoding.sampling import SamplingOptionError
+from edgespec.decoding.params import SamplingOptionError
 
 from .logprobs import LogprobWriter
 from .schema import ApiError, ChatRequest, CompletionRequest

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError is re-exported
 
-from edgespec.decoding.sampling import SAMPLING_KEYS
+from edgespec.decoding.params import SAMPLING_KEYS
 
 from .fields import refused_field
 
