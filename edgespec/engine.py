@@ -17,7 +17,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from .decoding import generation, sampling
+from .decoding import generation
+from .decoding.params import params_from
 from .constraints import Constraint, compile_constraint, tokenizer_for
 from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
 from .decoding.memory import MemoryDrafter
@@ -417,7 +418,7 @@ class Engine:
                 logprobs: int | None = None, lenient_schema: bool = False, memory: bool | SuffixIndex = True,
                 **sampling_options) -> Prepared:
         """A generation request checked and tokenized (``decoding.sequence.Prepared``).
-        ``sampling_options`` are ``SamplingParams``' fields (``decoding.sampling.params_from``).
+        ``sampling_options`` are ``SamplingParams``' fields (``decoding.params.params_from``).
         Raises on anything invalid (``ConstraintError`` for a response_format that does
         not compile). ``lenient_schema``: schema keywords the constraint engine lacks are
         relaxed instead of refused (the result's ``relaxed`` says which). ``memory``: the
@@ -433,7 +434,7 @@ class Engine:
             raise InputError("memory must be True, False or a SuffixIndex")
         index = (self.memory if memory else None) if isinstance(memory, bool) else memory
         return check_request(self.target_model, self.n_ctx, self.prompt_tokens(prompt, raw=raw),
-                             sampling.params_from(sampling_options), max_tokens=max_tokens, stop=stop,
+                             params_from(sampling_options), max_tokens=max_tokens, stop=stop,
                              constraint=constraint, logprobs=logprobs, memory=index)
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.batching.jobs import InputLineError, parse_line, read_jobs
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 from edgespec.errors import InputError
 
 

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from edgespec.batching.results import BatchObserver, ResultWriter, read_jobs, run_batch
 from edgespec.cli.generate import generate
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.events import Stats
 

@@ -18,7 +18,7 @@ from edgespec import Engine
 from edgespec.decoding import sampling
 from edgespec.constraints import apply_mask, compile_constraint
 from edgespec.llama import Context, Model
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 
 from test_exact_sampling import chi_square_rejects
 from tiny_models import make_tiny_model

@@ -18,7 +18,7 @@ from edgespec import Engine
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import BaseDrafter, Proposal
 from edgespec.decoding.policy import FixedPolicy
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.speculative import SpeculativeLoop, _penalized
 from edgespec.errors import (
     ContextOverflowError,

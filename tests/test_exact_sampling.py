@@ -16,7 +16,7 @@ import pytest
 from edgespec import Engine
 from edgespec.decoding import sampling
 from edgespec.llama import Context, Model
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 
 from tiny_models import make_tiny_model
 

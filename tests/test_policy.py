@@ -11,7 +11,7 @@ from edgespec.events import Stats
 from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
 from edgespec.decoding.acceptance import MatchAcceptance, match_bucket
 from edgespec.decoding.policy import DraftPolicy, best_length
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.speculative import SpeculativeLoop
 
 FLAT = VerifyCost((1, 16), (1.0, 1.05))

@@ -41,7 +41,7 @@ from edgespec.decoding import sampling
 from edgespec.batching.results import ALLOWED_KEYS, SAMPLING_KEYS, ResultWriter, id_key, read_jobs, run_batch
 from edgespec.errors import InputError
 from edgespec.events import Stats, Token
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 
 from tiny_models import make_tiny_model
 

@@ -10,8 +10,8 @@ import pytest
 
 from edgespec.decoding import sampling
 from edgespec.errors import DecodeError, InputError
+from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.sampling import (
-    SamplingParams,
     apply_penalties,
     make_rng,
     probs_from_logits,

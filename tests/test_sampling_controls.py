@@ -13,7 +13,8 @@ from edgespec import Engine
 from edgespec.errors import InputError
 from edgespec.batching.run import PreparedBatch, Request
 from edgespec.events import Token
-from edgespec.decoding.sampling import SamplingParams, apply_logit_bias, ban, params_from
+from edgespec.decoding.params import SamplingParams, params_from
+from edgespec.decoding.sampling import apply_logit_bias, ban
 from edgespec.decoding.text import TextAssembler
 from tiny_models import make_tiny_model
 

@@ -14,7 +14,7 @@ import pytest
 
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import Proposal
-from edgespec.decoding.sampling import SamplingParams
+from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.speculative import accept, cut_proposal, with_forced
 
 from test_exact_sampling import chi_square_rejects
