@@ -1,4 +1,4 @@
-"""JSONL results (edgespec.batching.results): the append-only resumable writer, the batch
+"""JSONL results (edgespec.batching.writer, .results): the append-only resumable writer, the batch
 loop, and a real ``edgespec generate --input/--output`` run killed with SIGKILL and
 resumed. The input lines are test_batch_jobs.py's.
 
@@ -22,7 +22,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec.batching.results import BatchObserver, ResultWriter, read_jobs, run_batch
+from edgespec.batching.jobs import read_jobs
+from edgespec.batching.results import BatchObserver, run_batch
+from edgespec.batching.writer import ResultWriter
 from edgespec.cli.generate import generate
 from edgespec.decoding.params import SamplingParams
 from edgespec.errors import ContextOverflowError, InputError
@@ -72,7 +74,7 @@ def test_writer_drops_a_torn_last_line(tmp_path):
 def test_a_structured_line_torn_anywhere_is_dropped_and_a_foreign_tail_is_not():
     """A constrained result line has the structure's keys after stats (issue 28 item 3):
     every prefix of it still reads as a torn result; other keys after stats do not."""
-    from edgespec.batching.results import _torn_result
+    from edgespec.batching.writer import _torn_result
 
     line = json.dumps({"id": 7, "text": '{"a":', "finish_reason": "length", "stats": {"rounds": 2},
                        "structured_complete": False, "parsed": None,

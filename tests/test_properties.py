@@ -38,7 +38,10 @@ from hypothesis import strategies as st
 
 from edgespec import Engine
 from edgespec.decoding import sampling
-from edgespec.batching.results import ALLOWED_KEYS, SAMPLING_KEYS, ResultWriter, id_key, read_jobs, run_batch
+from edgespec.batching.jobs import ALLOWED_KEYS, id_key, read_jobs
+from edgespec.batching.results import run_batch
+from edgespec.batching.writer import ResultWriter
+from edgespec.decoding.params import SAMPLING_KEYS
 from edgespec.errors import InputError
 from edgespec.events import Stats, Token
 from edgespec.decoding.params import SamplingParams

@@ -3,8 +3,8 @@
 The batch half of ``generate`` (``cli/generate.py`` declares every option of the command
 and hands a batch here): the batch's own options, the checks that a batch was asked for
 whole, the bad input lines reported, resuming from the results file, the progress on
-stderr, the summary line and the exit code. Reading jobs, writing results and decoding
-them are ``edgespec.batching.results``'s; the plan is ``plan_options``'.
+stderr, the summary line and the exit code. Reading jobs is ``edgespec.batching.jobs``'s,
+writing results ``batching.writer``'s, running them ``batching.results``'; the plan is ``plan_options``'.
 """
 
 import json
@@ -123,7 +123,9 @@ def _run_batch(
     plan: PlanOptions,
     memory: MemoryOptions = MemoryOptions(),
 ) -> None:
-    from edgespec.batching.results import ResultWriter, pending_jobs, read_jobs, run_batch
+    from edgespec.batching.jobs import read_jobs
+    from edgespec.batching.results import pending_jobs, run_batch
+    from edgespec.batching.writer import ResultWriter
 
     err = err_console()
     if quiet:

@@ -61,7 +61,7 @@ def parse_k_grid(text: str) -> list[int]:
 
 
 def load_prompts(input_file: Path | None, prompt_file: Path | None, limit: int | None, default_set: str) -> list:
-    from edgespec.batching.results import read_jobs
+    from edgespec.batching.jobs import read_jobs
     from edgespec.measuring.prompts import BenchPrompt, prompt_set
 
     if input_file is not None and prompt_file is not None:
