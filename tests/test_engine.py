@@ -158,11 +158,17 @@ def test_max_tokens_and_finish_reason(tiny_target, prompts):
 
 
 def test_context_full_finishes_with_length(tiny_target):
+    """A reply that reaches the end of the context stops there, with "length", short of
+    max_tokens. ``ignore_eos`` keeps it from stopping earlier, so the check always runs."""
     with Engine(tiny_target, draft="ngram", n_ctx=64) as e:
         prompt = list(range(5, 5 + 50))
-        r = e.generate(prompt, max_tokens=100)
-        if r.finish_reason == "length":
-            assert len(prompt) + len(r.token_ids) <= 64
+        r = e.generate(prompt, max_tokens=100, ignore_eos=True)
+        assert r.finish_reason == "length"
+        assert len(prompt) + len(r.token_ids) == 64  # every free position used, none past
+        # whatever ends the reply, it never holds more than the context
+        free = e.generate(prompt, max_tokens=100)
+        assert len(prompt) + len(free.token_ids) <= 64
+        assert free.finish_reason == "length" or len(prompt) + len(free.token_ids) < 64
 
 
 def test_prompt_longer_than_context_is_a_clear_error(tiny_target):

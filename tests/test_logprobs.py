@@ -89,15 +89,21 @@ def test_every_token_event_carries_its_logprob_and_none_when_not_asked(plain):
 
 
 def test_logprobs_do_not_depend_on_the_temperature(plain):
-    """The numbers are the log-softmax before temperature: a sampled run's first token is
-    scored as the greedy run scores that same token at the same position."""
+    """The numbers are the log-softmax before temperature (and before top-k): a sampled
+    run's first token is scored as the greedy run scores that same token at the same
+    position. top_k=20 keeps every sampled token among the 20 the greedy run lists, so
+    each seed makes a comparison, and some seed samples another token than greedy's."""
     greedy = plain.generate(PROMPT, max_tokens=1, logprobs=20)
     table = dict(greedy.logprobs[0].top)
-    for seed in range(4):
-        hot = plain.generate(PROMPT, max_tokens=1, logprobs=0, temperature=1.5, seed=seed)
+    assert len(table) == 20
+    sampled = []
+    for seed in range(8):
+        hot = plain.generate(PROMPT, max_tokens=1, logprobs=0, temperature=1.5, top_k=20, seed=seed)
         tok = hot.logprobs[0].id
-        if tok in table:
-            assert hot.logprobs[0].logprob == pytest.approx(table[tok], abs=1e-4)
+        assert tok in table
+        assert hot.logprobs[0].logprob == pytest.approx(table[tok], abs=1e-4)
+        sampled.append(tok)
+    assert set(sampled) - {greedy.logprobs[0].id}, "every seed sampled the greedy token: nothing was tempered"
 
 
 def test_batch_sequences_give_their_solo_runs_logprobs(tiny_target, plain):

@@ -109,10 +109,15 @@ def test_engine_kwargs_resolve_paths(tiny_target, tiny_same):
 def test_engine_kwargs_build_a_real_engine(tiny_target, tiny_same):
     from edgespec.engine import Engine
 
-    p = planner.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), n_ctx=256)
+    p = planner.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), n_ctx=256, exact=True)
     with Engine(**p.engine_kwargs()) as engine:
-        out = engine.generate("hello", max_tokens=4)
-    assert out is not None
+        assert engine.n_ctx == 256
+        out = engine.generate("hello", max_tokens=12)
+    with Engine(tiny_target, draft=None, n_ctx=256, exact=True) as plain:
+        want = plain.generate("hello", max_tokens=12)
+    # the plan's target decodes (greedy: plain decoding's tokens), with the plan's drafter
+    assert out.token_ids == want.token_ids and out.finish_reason == want.finish_reason
+    assert out.stats.drafter == "model" and want.stats.drafter != "model"
 
 
 def test_offline_skips_pairs_that_are_not_here(monkeypatch, tmp_path):

@@ -73,8 +73,10 @@ def test_models_lists_the_one_model(client, tiny_target):
 
 
 def test_chat_completion_equals_plain_greedy_with_usage_and_timings(client, reference):
+    start = time.perf_counter()
     resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 20, "temperature": 0,
                                                      "return_tokens": True})
+    wall_ms = (time.perf_counter() - start) * 1000
     assert resp.status_code == 200
     body = resp.json()
     want = reference.generate(MESSAGES, max_tokens=20)
@@ -92,7 +94,13 @@ def test_chat_completion_equals_plain_greedy_with_usage_and_timings(client, refe
     assert t["prompt_n"] + t["cache_n"] == usage["prompt_tokens"] and t["prompt_ms"] >= 0
     # the drafter is the target itself: everything it drafts is accepted
     assert t["draft_n"] > 0 and t["draft_n_accepted"] == t["draft_n"]
-    assert t["queue_ms"] >= 0
+    # the queue wait is the wait /metrics counted for this one request (in seconds there),
+    # and a part of the request's own time, before its prompt and its reply
+    metrics = client.get("/metrics").text
+    assert "edgespec_queue_wait_seconds_count 1\n" in metrics
+    waited = float(re.search(r"^edgespec_queue_wait_seconds_sum (\S+)$", metrics, re.M).group(1))
+    assert t["queue_ms"] == pytest.approx(waited * 1000, abs=1e-3)
+    assert 0 <= t["queue_ms"] and t["queue_ms"] + t["prompt_ms"] + t["predicted_ms"] <= wall_ms
 
 
 def test_streamed_chat_completion(client, reference):
