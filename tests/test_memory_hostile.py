@@ -288,6 +288,20 @@ def test_two_runs_on_one_store_keep_both_runs_answers(tmp_path):
         map(tuple, [*texts(sample()), [40, 41, 42], [50, 51, 52], [60, 61], [70]]))
 
 
+def test_a_run_alone_saves_exactly_its_index_even_from_a_file_without_a_lineage(tmp_path, monkeypatch):
+    """A file an earlier edgespec wrote has no lineage: saved back by the one run that
+    loaded it, the answers that run dropped at its cap do not come back from the file."""
+    real = suffix_store.json.dumps
+    monkeypatch.setattr(suffix_store.json, "dumps", lambda o, *a, **k: real(
+        {n: v for n, v in o.items() if n != "lineage"} if isinstance(o, dict) else o, *a, **k))
+    save(sample(cap=14), IDENT, tmp_path)
+    monkeypatch.undo()
+    run = add(load(IDENT, directory=tmp_path), [30, 31, 32, 33, 34])  # drops the oldest document
+    held = texts(run)
+    save(run, IDENT, tmp_path)
+    assert texts(load(IDENT, directory=tmp_path)) == held and [1, 2, 3, 4, 5] not in held
+
+
 SAVER = textwrap.dedent("""
     import sys, pathlib
     from edgespec.decoding import suffix_store

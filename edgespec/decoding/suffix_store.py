@@ -84,6 +84,7 @@ class _Origin:
     base_next: int = 0
     counters: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     refused: str = ""
+    stamp: tuple = ()  # the loaded file's (saved_at, next, lineage): the same file at the save, nothing to merge
 
 
 _ORIGINS: "weakref.WeakKeyDictionary[SuffixIndex, _Origin]" = weakref.WeakKeyDictionary()
@@ -163,7 +164,7 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
                                    f"is corrupt (an index this edgespec cannot rebuild: {e})") from None
                 if not replayed:
                     origin.lineage, origin.base_next = meta.get("lineage"), meta["next"]
-                origin.counters = _counters(meta)
+                origin.counters, origin.stamp = _counters(meta), _stamp(meta)
     except Refused as e:
         origin.refused = e.why
         _warn(e.path, e.why, warn, hint=_NOT_SAVED)
@@ -230,8 +231,12 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
         raise MemoryStoreError(f"suffix memory {e.path} {e.why}{_NOT_SAVED}") from None
     except OSError as e:
         raise MemoryStoreError(f"suffix memory {path} could not be saved ({e.strerror or e}){_NOT_SAVED}") from None
-    _ORIGINS[index] = _Origin(generation, lineage, saved["next"], _counters(saved))
+    _ORIGINS[index] = _Origin(generation, lineage, saved["next"], _counters(saved), stamp=_stamp(saved))
     return path
+
+
+def _stamp(meta: dict) -> tuple:
+    return meta["saved_at"], meta["next"], meta.get("lineage")
 
 
 def _merge(index: SuffixIndex, current: tuple[dict, memoryview] | None, origin: _Origin | None) -> str:
@@ -239,12 +244,15 @@ def _merge(index: SuffixIndex, current: tuple[dict, memoryview] | None, origin: 
     another run's answers saved since. Where the file continues the one this index was
     loaded from (one lineage), those are its documents past the loaded window's end;
     otherwise (another run started cold, replayed, or merged) every document of the file
-    that the index does not hold already, by content. The counters add what the file
-    gained since the load. Returns the lineage to save under (a new one after a merge:
+    that the index does not hold already, by content (then an answer this index dropped
+    at its cap can come back, as the other run's). The counters add what the file gained
+    since the load. Returns the lineage to save under (a new one after a merge:
     the positions are this index's)."""
     if origin is None or current is None:
         return (origin.lineage if origin is not None and current is None else None) or uuid.uuid4().hex
     meta, payload = current
+    if origin.stamp and _stamp(meta) == origin.stamp:
+        return origin.lineage or uuid.uuid4().hex  # the file this index was loaded from: nothing new in it
     same = origin.lineage is not None and meta.get("lineage") == origin.lineage and meta["next"] >= origin.base_next
     if same and meta["next"] == origin.base_next:
         return origin.lineage  # nobody saved since: nothing to merge
