@@ -100,7 +100,10 @@ def test_any_input_bytes_make_jobs_or_numbered_bad_lines(lines, final_newline):
     job_lines = [j.line for j in inp.jobs]
     bad_lines = [e.line for e in inp.errors]
     assert not set(job_lines) & set(bad_lines)
-    nonblank = {n for n, line in enumerate(lines, 1) if line.strip()}
+    # a UTF-8 byte order mark opening the file is not content (read_jobs drops it)
+    bom = b"\xef\xbb\xbf"
+    shown = [line[3:] if n == 1 and line.startswith(bom) else line for n, line in enumerate(lines, 1)]
+    nonblank = {n for n, line in enumerate(shown, 1) if line.strip()}
     assert set(job_lines) | set(bad_lines) == nonblank
     assert len({j.key for j in inp.jobs}) == len(inp.jobs)
     for job in inp.jobs:
