@@ -135,11 +135,18 @@ def open_regular(path: Path) -> tuple[int, os.stat_result] | None:
     return fd, st
 
 
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, offset)
+    os.lseek(fd, offset, os.SEEK_SET)  # (Windows: no pread)
+    return os.read(fd, n)
+
+
 def read_exact(fd: int, n: int, offset: int) -> bytes:
     """``n`` bytes at ``offset`` (fewer only at the end of the file)."""
     chunks, got = [], 0
     while got < n:
-        chunk = os.pread(fd, min(n - got, 1 << 24), offset + got)
+        chunk = _pread(fd, min(n - got, 1 << 24), offset + got)
         if not chunk:
             break
         chunks.append(chunk)
@@ -228,7 +235,7 @@ class StoreLock:
         if self.fd is None:
             return 0
         try:
-            return int(os.pread(self.fd, 32, 0).decode("ascii").strip() or 0)
+            return int(_pread(self.fd, 32, 0).decode("ascii").strip() or 0)
         except (ValueError, UnicodeDecodeError, OSError):
             return 0
 
@@ -237,7 +244,8 @@ class StoreLock:
         assert self.fd is not None and self.exclusive
         new = self.generation + 1
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{new}\n".encode("ascii"), 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.write(self.fd, f"{new}\n".encode("ascii"))
         os.fsync(self.fd)
         return new
 
