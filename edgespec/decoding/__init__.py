@@ -8,7 +8,8 @@ sequence share), ``generation`` (one generation on the engine's context: prefix 
 prefill, the rounds), ``reply``
 and ``text`` (tokens -> events, end of generation, max_tokens, stop strings),
 ``logprob`` (a verify row's log-softmax, when asked), ``suffix`` and ``suffix_store``
-(the memory of earlier outputs and its opt-in store; not yet wired into the engine).
+(the memory of earlier outputs and its opt-in store on disk: ``suffix_codec`` its format,
+``store_files`` its files, folder and lock, checked as ssh checks its own).
 
 Knows llama.cpp only through ``edgespec.llama`` and grammars only through
 ``edgespec.constraints``; knows nothing of batches, plans, HTTP or the terminal, and no
