@@ -328,6 +328,7 @@ def make_tiny_model(
     attn_gain: float = 1.0,
     n_vocab: int | None = None,
     chat_template: str | None = None,
+    fim: bool = False,
 ) -> Path:
     """Write a tiny ``llama`` GGUF (F32) to ``path`` and return the path.
 
@@ -349,6 +350,9 @@ def make_tiny_model(
     ``base`` model is a 320-token one plus 8 ids (vocabulary sizes that differ, as
     Qwen2.5-7B's 152,064 and 0.5B's 151,936 do). ``chat_template`` replaces the
     vocabulary's own template (a model whose template renders tools, for example).
+    ``fim``: the last five ids (``n_vocab`` must add at least five) are its
+    fill-in-the-middle prefix, suffix, middle, repository and file-separator tokens
+    (``tokenizer.ggml.fim_*_token_id``), as a code model's.
     """
     import gguf  # test-only dependency
 
@@ -430,6 +434,11 @@ def make_tiny_model(
     w.add_add_eos_token(False)
     if chat_template or v.chat_template:
         w.add_chat_template(chat_template or v.chat_template)
+    if fim:
+        if n_extra < 5:
+            raise ValueError("fim=True needs n_vocab at least five above the vocabulary's own size")
+        for i, name in enumerate(("pre", "suf", "mid", "rep", "sep")):
+            w.add_uint32(f"tokenizer.ggml.fim_{name}_token_id", v.n_vocab - 5 + i)
     for key, (arr, _) in tensors.items():
         w.add_tensor(key, np.ascontiguousarray(arr, dtype=np.float32))
     w.write_header_to_file()

@@ -21,6 +21,7 @@ from edgespec.cli.common import (
     load_engine,
     read_prompt,
 )
+from edgespec.cli.fim import FimPrefixOpt, FimSuffixOpt, fim_request, read_fim
 from edgespec.cli.generate_batch import InputOpt, OnError, OnErrorOpt, OutputOpt, ParallelOpt, generate_batch
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
 from edgespec.cli.plan_options import (
@@ -76,6 +77,8 @@ def generate(
     remember: RememberOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No diagnostics or stats on stderr.")] = False,
     verbose: VerboseOpt = False,
+    fim_prefix: FimPrefixOpt = None,
+    fim_suffix: FimSuffixOpt = None,
 ) -> None:
     """Generate text for one prompt, or for every line of a JSONL batch."""
     options: dict[str, Any] = dict(
@@ -101,9 +104,12 @@ def generate(
                            memory=memory_options)
             return
 
-        text = read_prompt(prompt, prompt_file)  # before loading models: fail fast
+        fim = read_fim(fim_prefix, fim_suffix, has_prompt=prompt is not None or prompt_file is not None, batch=batch)
+        text = read_prompt(prompt, prompt_file) if fim is None else ""  # before loading models: fail fast
         engine = load_engine(memory_options.apply(make_plan(plan)), quiet=quiet, verbose=verbose)
         try:
+            if fim is not None:  # the middle between two files (cli/fim.py)
+                (text, options), raw = fim_request(engine, fim, options), True
             with remembering(engine, memory_options, err=err_console(), quiet=quiet):
                 done = _generate(engine, text, options, spec, schema or grammar or "--regex", raw=raw,
                                  json_output=json_output, show_rejected=show_rejected, quiet=quiet)

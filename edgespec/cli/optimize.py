@@ -42,8 +42,7 @@ def models_optimize(
 
     with cli_errors():
         path = catalog.resolve_model(model)
-        err = err_console()
-        err.quiet = as_json
+        err = err_console()  # what is being done, on stderr (with --json too: it takes minutes)
         result = lib.optimize(
             path, type_name=type_name, force=force, threads=threads, phase=lambda m: err.print(Text(m, style="dim"))
         )

@@ -11,12 +11,13 @@ c(n) per backend and weight type, where this build has it); ``optimize`` then:
 1. checks the file (missing, not GGUF, truncated: ``ModelFileError``) and picks where the
    copy goes (``catalog.optimized``: next to the original, or edgespec's model folder),
    refusing an existing copy unless ``force`` and a disk without room for it;
-2. measures the original: the perplexity on the held-out text that ships with edgespec
-   (``perplexity``) and c(1..16) (``tune.time_decodes``), on llama.cpp's own kernels;
+2. measures the original's perplexity on the held-out text that ships with edgespec
+   (``perplexity``), on llama.cpp's own kernels;
 3. writes the copy under a hidden temporary name through llama.cpp's quantize API in a
    child process (``llama.run_quantize``: Ctrl-C stops it at once);
-4. measures the copy the same way, then renames it into place: a copy that exists is a
-   whole, measured one. On any error or Ctrl-C the temporary file is removed;
+4. measures the copy's perplexity, then c(1..16) of both files (``tune.time_decodes``), a
+   sweep of each in turn, and renames the copy into place: a copy that exists is a whole,
+   measured one. On any error or Ctrl-C the temporary file is removed;
 5. records both curves (``catalog.verify_cache``, for the planner) and the copy's source
    (``catalog.optimized``, so ``optimized_copy_for`` finds it).
 
@@ -28,9 +29,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,7 +40,7 @@ from .. import catalog, llama
 from ..catalog import optimized, verify_cache
 from ..errors import InputError, OutputError
 from ..llama import Context, Model, check_gguf_file, default_threads
-from .perplexity import BATCH, CHUNK, heldout_text, perplexity
+from .perplexity import BATCH, CHUNK, Perplexity, heldout_text, perplexity
 from .tune import fit_verify_cost, time_decodes
 
 PREFIX_TOKENS = 64  # the KV position c(n) is timed at
@@ -110,9 +112,9 @@ class Optimized:
             "size_bytes_after": a.size_bytes,
             "threads": self.threads,
             "seconds": {
-                "measure_before": round(b.seconds, 1),
+                "measure_original": round(b.seconds, 1),
                 "quantize": round(self.quantize_seconds, 1),
-                "measure_after": round(a.seconds, 1),
+                "measure_copy_and_curves": round(a.seconds, 1),
             },
             "notes": list(self.notes),
         }
@@ -166,6 +168,10 @@ def choose_type(source_quant: str, machine: Any, table: dict[str, Any] | None = 
     if not options:
         raise InputError(f"no weight type is known to verify cheaper than {src} on {backend}; pass --type")
     best = min(options, key=options.get)
+    if best == src:
+        raise InputError(
+            f"the model is already {src}, the 4-bit type whose verify costs least on {backend}: nothing to optimize"
+        )
     mine = table.get(src)
     if mine is None:
         return best, f"{best}: a verify of 2-8 tokens costs {options[best]:.2f} steps on average ({backend} priors)"
@@ -221,33 +227,71 @@ def _free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
 
-def assess(path: Path, text: str, *, threads: int, n_max: int = 16, repeats: int = 3) -> Assessment:
-    """Load ``path`` on llama.cpp's kernels; its perplexity on ``text`` and its c(1..n_max)."""
-    t0 = time.perf_counter()
+def _open(path: Path, threads: int, n_max: int) -> tuple[Model, Context]:
+    """``path`` on llama.cpp's own kernels (what plain decoding runs) and a context for it."""
     model = Model(path, exact=False)
     try:
-        ctx = Context(model, n_ctx=max(CHUNK + 1, PREFIX_TOKENS + 1 + n_max), n_batch=BATCH, n_threads=threads)
-        try:
-            tokens = model.tokenize(text, add_special=False, parse_special=False)
-            bos = model.bos if model.add_bos and model.bos >= 0 else None
-            ppl = perplexity(ctx, tokens, bos=bos)
-            prefix = ([bos] if bos is not None else []) + tokens[:PREFIX_TOKENS]
-            times = time_decodes(ctx, prefix, n_max=n_max, repeats=repeats)
-        finally:
-            ctx.close()
-        size = model.size_bytes
-    finally:
+        return model, Context(model, n_ctx=max(CHUNK + 1, PREFIX_TOKENS + 1 + n_max), n_batch=BATCH, n_threads=threads)
+    except BaseException:
         model.close()
-    curve = fit_verify_cost(times.relative)
+        raise
+
+
+def _bos(model: Model) -> int | None:
+    return model.bos if model.add_bos and model.bos >= 0 else None
+
+
+def measure_perplexity(path: Path, text: str, *, threads: int) -> Perplexity:
+    """The perplexity of the model file ``path`` on ``text``."""
+    model, ctx = _open(path, threads, 1)
+    try:
+        return perplexity(ctx, model.tokenize(text, add_special=False, parse_special=False), bos=_bos(model))
+    finally:
+        ctx.close()
+        model.close()
+
+
+def measure_curves(
+    paths: list[Path], text: str, *, threads: int, n_max: int = 16, repeats: int = 3
+) -> list[tuple[float, dict[int, float]]]:
+    """(step ms, c(1..n_max)) of each model file, timed in alternation (one sweep of each in
+    turn, ``repeats`` times; medians per n), so that a machine busy with other work tilts
+    none of them more than another."""
+    opened: list[tuple[Model, Context]] = []
+    try:
+        for p in paths:
+            opened.append(_open(p, threads, n_max))
+        prefixes = [
+            ([_bos(m)] if _bos(m) is not None else []) + m.tokenize(text, add_special=False)[:PREFIX_TOKENS]
+            for m, _ in opened
+        ]
+        samples: list[dict[int, list[float]]] = [{n: [] for n in range(1, n_max + 1)} for _ in paths]
+        for _ in range(repeats):
+            for (_, ctx), prefix, got in zip(opened, prefixes, samples):
+                for n, ms in time_decodes(ctx, prefix, n_max=n_max, repeats=1).target_ms.items():
+                    got[n].append(ms)
+    finally:
+        for model, ctx in opened:
+            ctx.close()
+            model.close()
+    out = []
+    for got in samples:
+        ms = {n: statistics.median(v) for n, v in got.items()}
+        curve = fit_verify_cost({n: t / ms[1] for n, t in ms.items()})
+        out.append((ms[1], {n: curve(n) for n in range(1, n_max + 1)}))
+    return out
+
+
+def _assessment(path: Path, ppl: Perplexity, curve: tuple[float, dict[int, float]], seconds: float) -> Assessment:
     return Assessment(
         path=path,
         quant=catalog.read_header(path).quant,
-        size_bytes=path.stat().st_size or size,
+        size_bytes=path.stat().st_size,
         perplexity=ppl.value,
         tokens=ppl.tokens,
-        step_ms=times.step_ms,
-        verify={n: curve(n) for n in range(1, n_max + 1)},
-        seconds=time.perf_counter() - t0,
+        step_ms=curve[0],
+        verify=curve[1],
+        seconds=seconds,
     )
 
 
@@ -291,8 +335,10 @@ def optimize(
     threads = threads or default_threads()
     text = heldout_text() if text is None else text
 
-    say(f"measuring {model.name} ({src_quant}): perplexity on the held-out text, verify cost c(1..{n_max})")
-    before = assess(source, text, threads=threads, n_max=n_max, repeats=repeats)
+    say(f"measuring {model.name} ({src_quant}): perplexity on the held-out text")
+    t0 = time.perf_counter()
+    ppl_before = measure_perplexity(source, text, threads=threads)
+    seconds_before = time.perf_counter() - t0
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
         say(f"writing the {type_name} copy with llama.cpp's quantize ({threads} threads)")
@@ -301,13 +347,17 @@ def optimize(
             source, tmp, type_name, threads=threads, allow_requantize=src_quant.upper() not in llama.UNQUANTIZED
         )
         quantize_seconds = time.perf_counter() - t0
-        say(f"measuring the {type_name} copy the same way")
-        after = assess(tmp, text, threads=threads, n_max=n_max, repeats=repeats)
+        say(f"measuring the {type_name} copy: perplexity, then c(1..{n_max}) of both files in turn")
+        t0 = time.perf_counter()
+        ppl_after = measure_perplexity(tmp, text, threads=threads)
+        curves = measure_curves([source, tmp], text, threads=threads, n_max=n_max, repeats=repeats)
+        seconds_after = time.perf_counter() - t0
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    after = replace(after, path=dest)
+    before = _assessment(source, ppl_before, curves[0], seconds_before)
+    after = _assessment(dest, ppl_after, curves[1], seconds_after)
     result = Optimized(
         source=source,
         source_name=model.name,

@@ -8,6 +8,8 @@ caller closes it). Routes:
 * ``POST /v1/completions``              raw text (or token ids) in, text out
 * ``POST /v1/responses``                OpenAI's Responses API, text and tools (``responses_api``)
 * ``POST /tokenize``, ``/detokenize``   llama-server's, over the target's vocabulary (``routes_extra``)
+* ``POST /infill``                      llama-server's code completion (``infill``); ``suffix`` on
+                                        ``/v1/completions`` goes through its prompt too
 * ``GET /health``                       ``{"status": "ok", ...}`` while the worker runs
 * ``GET /metrics``                      Prometheus text (``metrics``)
 * ``GET /``                             the chat page (``static/chat.html``)
@@ -72,7 +74,7 @@ from edgespec.decoding.params import SAMPLING_KEYS
 from edgespec.errors import InputError
 from edgespec.events import Done
 
-from . import responses_api, routes_extra
+from . import infill, responses_api, routes_extra
 from .choices import choice_jobs, serve_choices
 from .guard import Guard, check_origins, given_keys, key_ok
 from .memories import DEFAULT_MAX_KEYS, key_of
@@ -89,7 +91,8 @@ DEFAULT_MAX_QUEUE = 32
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 1024
 API_ROUTES = ("/models", "/chat/completions", "/completions", *responses_api.ROUTES)
-ROUTES = ("/", "/health", "/metrics", *(f"/v1{r}" for r in API_ROUTES), *API_ROUTES, *routes_extra.ROUTES)
+ROUTES = ("/", "/health", "/metrics", *(f"/v1{r}" for r in API_ROUTES), *API_ROUTES, *routes_extra.ROUTES,
+          *infill.ROUTES)
 
 
 def create_app(
@@ -341,9 +344,14 @@ def create_app(
         req = parse_request(CompletionRequest, await read_body(request))
         return await run(request, req, await asyncio.to_thread(plan_completion, engine, req), chat=False)
 
-    api = routes_extra.Api(engine=engine, model_id=model_id, check_key=check_key, read_body=read_body, chat=chat)
+    def generation_options(req: Any, request: Request) -> dict:
+        return {**options_for(req), "memory": worker.memories.option(key_of(request.headers, api_key))}
+
+    api = routes_extra.Api(engine=engine, model_id=model_id, check_key=check_key, read_body=read_body, chat=chat,
+                           worker=worker, submit=submit, options_for=generation_options, watch=_watch_disconnect)
     routes_extra.add_routes(app, api)
     responses_api.add_routes(app, api)
+    infill.add_routes(app, api)
     return app
 
 

@@ -118,7 +118,8 @@ FIELDS: tuple[KnownField, ...] = (
     _f("n_probs", REFUSED, "llama-server's probabilities object is not returned: use logprobs / top_logprobs"),
     _f("post_sampling_probs", REFUSED, "logprobs are of the distribution before temperature and the filters"),
     _f("echo", REFUSED, "the prompt is not echoed", COMPLETIONS),
-    _f("suffix", REFUSED, "fill-in-the-middle is not supported", COMPLETIONS),
+    _f("suffix", HONOURED, "fill-in-the-middle: the text after the insertion, through the model's FIM tokens "
+       "(as /infill; a model without them: 400)", COMPLETIONS),
     _f("functions", REFUSED, "the legacy function calling is not supported: use tools", CHAT),
     _f("function_call", REFUSED, "the legacy function calling is not supported: use tool_choice", CHAT,
        inert=_equals("none")),

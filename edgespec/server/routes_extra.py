@@ -50,6 +50,13 @@ class Api:
     check_key: Callable[[Request], None]
     read_body: Callable[[Request], Awaitable[bytes]]
     chat: Callable[[Request, bytes], Awaitable[Response]]
+    # for routes that generate on their own (``infill``): the worker, the app's submit
+    # (503 when full), a request's options (sampling, limits, stops, the key's memory),
+    # and the hang-up watcher
+    worker: Any = None
+    submit: Callable[[list], None] | None = None
+    options_for: Callable[[Any, Request], dict] | None = None
+    watch: Callable[[Request, Any], Awaitable[None]] | None = None
 
 
 def _file_identity(path: Any) -> str:

@@ -33,6 +33,8 @@ from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError
 
 from edgespec.decoding.params import SAMPLING_KEYS
 
+from edgespec.llama.fim import suffix_stop
+
 from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
@@ -372,6 +374,13 @@ class CompletionRequest(_Request):
     endpoint: ClassVar[str] = "completions"
     prompt: Union[str, list[str], list[int]]
     logprobs: Optional[Union[bool, int]] = None  # the legacy count of alternatives
+    suffix: Optional[str] = None  # OpenAI's insertion: the text after; the model's FIM format (``infill``)
+
+    def stops(self) -> list[str]:
+        """The stop strings; with ``suffix``, also where the middle reaches its text."""
+        stops = super().stops()
+        at = suffix_stop(self.suffix) if self.suffix else None
+        return [*stops, at] if at is not None and at not in stops else stops
 
     @field_validator("logprobs")
     @classmethod

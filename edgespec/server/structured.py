@@ -35,6 +35,7 @@ from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.errors import InputError
 
 from .schema import ApiError, ChatRequest, CompletionRequest
+from .fim_prompt import suffix_prompt
 from .tools import NoToolFormat, call_grammar, no_call_grammar, tool_format
 
 
@@ -75,11 +76,14 @@ def _bad(e: InputError, field: str) -> ApiError:
 
 
 def plan_completion(engine: Any, req: CompletionRequest) -> Structure:
+    prompt = req.engine_prompt()
+    if req.suffix is not None:  # OpenAI's insertion, in the model's FIM format
+        prompt = suffix_prompt(engine, prompt, req.suffix, max_tokens=-1)
     fmt, field = req.constraint_format()
     if fmt is None:
-        return Structure(prompt=req.engine_prompt())
+        return Structure(prompt=prompt)
     constraint = _compile_format(fmt, engine.target_model, lenient=req.lenient_schema, field=field)
-    return Structure(prompt=req.engine_prompt(), kind=fmt["type"], param=field, constraint=constraint)
+    return Structure(prompt=prompt, kind=fmt["type"], param=field, constraint=constraint)
 
 
 def _continued(model: Any, messages: list[dict]) -> list[int]:

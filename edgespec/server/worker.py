@@ -69,9 +69,12 @@ class WorkerDied(Exception):
 
 @dataclass(frozen=True)
 class Started:
-    """The engine accepted the prompt and is generating; ``queue_wait`` in seconds."""
+    """The engine accepted the prompt and is generating; ``queue_wait`` in seconds;
+    ``cached``: the prompt's tokens already in the KV cache as it started (a prompt of
+    token ids on the single stream), else None."""
 
     queue_wait: float
+    cached: int | None = None
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,7 @@ class Worker:
             job.post(Failed(e))
             return
         self.metrics.observe_queue_wait(wait)
-        job.post(Started(queue_wait=wait))
+        job.post(Started(queue_wait=wait, cached=self._cached(job.prompt)))
         finished = False
         try:
             for event in events:
@@ -327,6 +330,16 @@ class Worker:
             events.close()
         if not finished and job.cancelled:
             self.metrics.count_cancelled(started=True)
+
+    def _cached(self, prompt: Any) -> int | None:
+        """The prompt's tokens the engine's KV cache holds now (what it will not decode
+        again), for a prompt of token ids; None for text."""
+        ctx = getattr(self.engine, "ctx", None)
+        if not isinstance(prompt, list) or not prompt or not isinstance(prompt[0], int) or ctx is None:
+            return None
+        from edgespec.llama import common_prefix_len
+
+        return common_prefix_len(ctx.tokens, prompt[:-1])
 
     # -- parallel slots ---------------------------------------------------------------
     def _run_slots(self) -> None:
