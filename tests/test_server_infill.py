@@ -263,3 +263,14 @@ def test_generate_fills_in_the_middle_from_two_files(fim_model, tiny_target, tmp
     assert bad.returncode == 2 and "fill-in-the-middle" in bad.stderr
     alone = subprocess.run([*cmd[:10], "-n", "4"], capture_output=True, text=True, timeout=120)
     assert alone.returncode == 2 and "go together" in alone.stderr
+
+
+def test_the_extra_files_keep_their_room_without_n_predict(engine):
+    """Without n_predict, the extra files' budget reserves what llama-server reserves (its
+    own n_predict, -1), not the server's default reply length; with one, room for it."""
+    with TestClient(create_app(engine, max_tokens=300, defaults={"temperature": 0.0})) as c:
+        bare = _infill(c, n_predict=4).json()["tokens_evaluated"]
+        extra = _infill(c, input_extra=EXTRA, stop=["\x00"], ignore_eos=False).json()
+        assert extra["tokens_evaluated"] > bare + 10
+        crowded = _infill(c, input_extra=EXTRA, n_predict=300).json()  # 1024 - 512 - 600 < 0: no room
+        assert crowded["tokens_evaluated"] < extra["tokens_evaluated"]

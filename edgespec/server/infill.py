@@ -91,7 +91,10 @@ def add_routes(app: FastAPI, api: Any) -> None:
         options = api.options_for(req, request)
         options["raw"] = True
         options["stop"] = with_suffix_stop(options["stop"], req.input_suffix)
-        ids = await asyncio.to_thread(infill_ids, api.engine, req, options["max_tokens"])
+        # the extra files' budget keeps room for the middle the request asks for (llama-server
+        # reserves its own n_predict, -1 by default), not for the server's default length
+        asked = req.limit()
+        ids = await asyncio.to_thread(infill_ids, api.engine, req, -1 if asked is None else asked)
         return await _serve(request, api, req, ids, options)
 
 
