@@ -7,6 +7,7 @@
     engine = edgespec.load("ollama:qwen2.5-coder:7b")   # any model name; the drafter chosen
 """
 
+from .costmodel.drafting import DraftingOptions
 from .engine import Engine, Result
 from .errors import EdgespecError
 from .events import Done, Round, Stats, Token
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 # stores).
 _LAZY = {
     "load": ("loading", "load"),
+    "engine_for": ("loading", "engine_for"),  # the Engine a Plan describes
     "plan": ("planning.planner", "plan"),
     "Request": ("batching.runner", "Request"),
     "resolve_model": ("catalog", "resolve_model"),
@@ -38,5 +40,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'edgespec' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "Result", "load", "plan", "Request", "resolve_model", "on_server_lost", "EdgespecError",
-           "SuffixIndex", "load_memory", "save_memory", "Token", "Round", "Done", "Stats", "__version__"]
+__all__ = ["Engine", "DraftingOptions", "Result", "load", "engine_for", "plan", "Request", "resolve_model",
+           "on_server_lost", "EdgespecError", "SuffixIndex", "load_memory", "save_memory", "Token", "Round", "Done",
+           "Stats", "__version__"]

@@ -2,13 +2,15 @@
 
 ``Engine.stream()`` turns a prompt (text, chat messages or token ids) into a stream of
 ``Token`` / ``Round`` events ending with ``Done``; ``Engine.generate()`` is a few lines
-over it. The engine owns the prompt side — chat template, tokenization, prefix reuse of
-the KV cache across calls (a chat turn decodes only its new tokens) — and the text side:
-streaming detokenization and stop strings. One generation (prefill, the rounds of
-``decoding.speculative.SpeculativeLoop``, the reply, the structure's outcome) is
-``decoding.generation.run``'s; a ``response_format`` compiles through ``edgespec.constraints``.
-
-It never prints and never exits: problems are ``EdgespecError`` subclasses.
+over it. The engine owns the models (the target, its context, a draft model when one is
+given) and the prompt side — chat template, tokenization, prefix reuse of the KV cache
+across calls (a chat turn decodes only its new tokens). How it drafts is one object,
+``decoding.drafting.Drafting`` (the drafter, its policy, k, the learned costs, the memory
+of earlier answers), built from one ``DraftingOptions`` record. One generation (prefill,
+the rounds of ``decoding.speculative.SpeculativeLoop``, the reply, the structure's
+outcome) is ``decoding.generation.run``'s; a ``response_format`` compiles through
+``edgespec.constraints``. It never prints and never exits: problems are
+``EdgespecError`` subclasses.
 """
 
 from __future__ import annotations
@@ -17,29 +19,24 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from .decoding import generation
-from .decoding.params import params_from
 from .constraints import Constraint, compile_constraint, tokenizer_for
-from .decoding.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter, sentence_breaks
-from .decoding.memory import MemoryDrafter
-from .decoding.suffix import DEFAULT_CAP, SuffixIndex
+from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
+                              GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
+from .costmodel.adaptive import NO_DRAFT_ALIASES
+from .costmodel.drafting import DraftingOptions
+from .decoding import generation
+from .decoding.drafters import Drafter, ModelDrafter, sentence_breaks
+from .decoding.drafting import DEFAULT_K, Drafting
+from .decoding.params import params_from
+from .decoding.policy import DraftPolicy, FixedPolicy
+from .decoding.sequence import Prepared, check_request
+from .decoding.suffix import SuffixIndex
 from .errors import InputError
 from .events import Done, Event, Result
 from .llama import Context, Model, check_vocab_compatible, default_threads
-from .decoding.sequence import Prepared, check_request
-from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
-                    GPU_VERIFY_PRIOR, OnlineCost, VerifyCost, BATCH_COST_SIZES)
-from .decoding.policy import DraftPolicy, FixedPolicy
-from .costmodel.adaptive import NO_DRAFT_ALIASES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batching.run import PreparedBatch, Request
-
-DEFAULT_K = 4
-# The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
-# GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
-DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
-
 
 PromptLike = str | Sequence[dict] | Sequence[int]
 
@@ -55,16 +52,22 @@ class Engine:
     ``"ngram"`` (prompt lookup), or the path of a GGUF draft model from the target's
     family (its vocabulary is checked against the target's).
 
-    How many tokens each round drafts is the drafting policy's choice
-    (``edgespec.decoding.policy``): the length with the most expected tokens per unit of cost,
-    from the verify cost c(n) — ``verify_cost`` is the prior, from the profile or
-    ``tune``, refined by this engine's own timings — the draft cost ``draft_gamma``
-    (target steps per drafted token; estimated from the model sizes when not given) and
-    acceptance learned during each generation. At most ``k_max`` per round (15 for prompt
-    lookup, 8 for a draft model). With ``adaptive_k=False`` every round drafts exactly
-    ``k`` instead (for sweeps), and ``p_min`` is that mode's fixed confidence cut-off for
-    the draft model. ``ngram_min_match`` is the shortest context match prompt lookup
-    drafts from (2: the policy learns which lengths pay). ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU); ``rpc`` ("HOST:PORT,...") puts the target's layers on llama.cpp RPC servers, split by memory or ``tensor_split`` (``edgespec.llama.rpc``).
+    ``drafting`` (a ``DraftingOptions``; default: the learned policy with the engine's
+    own priors) says how it drafts: how many tokens each round drafts is the drafting
+    policy's choice (``edgespec.decoding.policy``), the length with the most expected
+    tokens per unit of cost, from the verify cost c(n), the draft cost γ and acceptance
+    learned during each generation; or exactly ``k`` every round. The record also holds
+    the priors (c(n), γ, the batch cost C(n)) and the memory of earlier answers:
+    prompt lookup also drafts from the answers this engine wrote before, across
+    ``generate`` calls, chat turns and the lines of a batch (``edgespec.decoding.memory``):
+    ``engine.memory``, a ``SuffixIndex`` of the last ``memory_cap`` tokens written, first
+    in, first out. Assign another index (``decoding.suffix_store.load``) to start warm, or
+    None to draft from each request alone; a request's ``memory`` option picks one per
+    request.
+
+    ``n_gpu_layers`` follows llama.cpp (0 = CPU only, -1 = all layers on the GPU);
+    ``rpc`` ("HOST:PORT,...") puts the target's layers on llama.cpp RPC servers, split by
+    memory or ``tensor_split`` (``edgespec.llama.rpc``).
 
     ``exact`` picks the target's kernels (see ``edgespec.llama``). ``False`` (the
     default): llama.cpp's own, fastest kernels; speculation is lossless as the field
@@ -73,88 +76,57 @@ class Engine:
     as in llama.cpp, vLLM and transformers). ``True``: batch-invariant kernels, so greedy
     speculation equals this engine's plain greedy decoding token for token, at ~1.2-1.3x
     the cost per step on a CPU. A draft model uses the target's kind of kernels.
-    ``target_name`` and ``draft_name`` are how messages name the models (the name of a
+    ``names`` = (target name, draft name): how messages name the models (the name of a
     model in another tool's store: an Ollama blob's file name says nothing); by default
-    their file names. ``plan``: the planner's ``Plan`` the engine was built from
-    (``Plan.engine_kwargs()`` passes it, for ``edgespec.load`` and the CLI), kept as
-    ``engine.plan``; None for an engine built by hand.
+    their file names.
 
-    ``memory`` (on by default): prompt lookup also drafts from the answers this engine
-    wrote before, across ``generate`` calls, chat turns and the lines of a batch
-    (``edgespec.decoding.memory``): ``engine.memory``, a ``SuffixIndex`` of the last
-    ``memory_cap`` tokens written (262,144 by default, ~50 MB), first in, first out.
-    Assign another index (``decoding.suffix_store.load``) to start warm, or None to draft
-    from each request alone; a request's ``memory`` option picks one per request.
+    ``plan``: the planner's ``Plan`` the engine was built from (``edgespec.load`` and the
+    CLI set it); None for an engine built by hand.
     """
+
+    plan: Any = None
 
     def __init__(
         self,
         target: str | os.PathLike,
         draft: str | os.PathLike | None = None,
         *,
-        k: int = DEFAULT_K,
-        k_max: int | None = None,
-        p_min: float = 0.0,
-        verify_cost: VerifyCost | None = None,
-        draft_gamma: float | None = None,
+        drafting: DraftingOptions | None = None,
         n_ctx: int = 4096,
         n_batch: int = 512,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         draft_n_gpu_layers: int | None = None,
-        adaptive_k: bool = True,
-        ngram_min_match: int = 2,
         exact: bool | None = False,
-        batch_cost: VerifyCost | None = None,
-        rpc: str | Sequence[str] | None = None, tensor_split: Sequence[float] = (),
-        target_name: str | None = None, draft_name: str | None = None,
-        plan: Any = None,
-        memory: bool = True, memory_cap: int = DEFAULT_CAP,
+        rpc: str | Sequence[str] | None = None,
+        tensor_split: Sequence[float] = (),
+        names: tuple[str | None, str | None] = (None, None),
     ) -> None:
-        if k < 1:
-            raise InputError(f"k must be at least 1 (got {k})")
         if n_ctx < 16:
             raise InputError(f"n_ctx must be at least 16 (got {n_ctx})")
-        if not 0.0 <= p_min < 1.0:
-            raise InputError(f"p_min must be in [0, 1) (got {p_min})")
         if n_batch < 2:
             # a verify batch is the last committed token plus at least one draft
             raise InputError(f"n_batch must be at least 2 (got {n_batch})")
-        if memory_cap < 1:
-            raise InputError(f"the memory cap must be at least 1 token (got {memory_cap})")
-        self.plan = plan
-        self.memory: SuffixIndex | None = SuffixIndex(memory_cap) if memory else None
+        options = drafting if drafting is not None else DraftingOptions()
         self.n_threads = n_threads or default_threads()
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
-        self._n_ctx_asked = n_ctx
-        self._load_target(target, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
-        self.target_model.label = target_name or self.target_model.label
-        self._cost = OnlineCost(verify_cost or self._default_verify_cost())
-        self._draft_gamma = draft_gamma
-        self._batch_cost = batch_cost
-        self._batch_online: OnlineCost | None = None  # what its batches measured (batch_cost)
-        self._policies: dict[str, DraftPolicy] = {}
-        self.k = k
-        self._k_max_override = k_max
-        self.p_min = p_min
-        self.adaptive_k = adaptive_k
-        self.ngram_min_match = ngram_min_match
         self._draft_gpu_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
-        self.draft_model: Model | None = None
-        self._model_drafter: ModelDrafter | None = None
-        self.drafter: Drafter = NoDrafter()
-        self._template = None
+        self._load_target(target, n_ctx, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
+        self.target_model.label = names[0] or self.target_model.label
+        on_gpu = self._on_gpu()
+        self.drafting = Drafting(
+            options, verify_cost=self._default_verify_cost(), batch_cost=GPU_BATCH_PRIOR if on_gpu else CPU_BATCH_PRIOR,
+            max_k=self.ctx.n_batch - 1, is_break=self.is_break)
         try:
-            self.set_drafter(draft, name=draft_name)
+            self.set_drafter(draft, name=names[1])
         except BaseException:
             self.close()
             raise
 
-    def _load_target(self, path: str | os.PathLike, *, exact: bool, rpc: tuple = (None, ())) -> None:
+    def _load_target(self, path: str | os.PathLike, n_ctx: int, *, exact: bool, rpc: tuple = (None, ())) -> None:
         model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=rpc[0], tensor_split=rpc[1])
         try:
-            n_ctx = self._n_ctx_asked
             self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx
             self.ctx = Context(model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads)
         except BaseException:
@@ -175,25 +147,12 @@ class Engine:
     @property
     def verify_cost(self) -> VerifyCost:
         """c(n) as this engine knows it now: the prior refined by its timed rounds."""
-        return self._cost.as_verify_cost()
+        return self.drafting.cost.as_verify_cost()
 
     def draft_policy(self) -> DraftPolicy | FixedPolicy:
         """The drafting policy for the current drafter, for the next generation (what it
         learned about the machine — c(n), the draft cost — carries over between them)."""
-        name = self.drafter.name
-        if name == "none":
-            return FixedPolicy(0)
-        if not self.adaptive_k:
-            return FixedPolicy(self.k)
-        pol = self._policies.get(name)
-        if pol is None:
-            gamma = 0.0
-            if name == "model":
-                gamma = self._draft_gamma if self._draft_gamma is not None else min(
-                    1.0, 1.2 * self.draft_model.size_bytes / max(1, self.target_model.size_bytes))
-            pol = self._policies[name] = DraftPolicy(name, self._cost, gamma=gamma)
-        pol.l_max = self.k_max
-        return pol
+        return self.drafting.policy()
 
     @property
     def exact_kernels(self) -> bool:
@@ -207,17 +166,32 @@ class Engine:
         return self.target_model.path
 
     @property
+    def draft_model(self) -> Model | None:
+        """The loaded draft model (None without one)."""
+        return self.drafting.model.model if self.drafting.model is not None else None
+
+    @property
     def draft_path(self) -> Path | None:
         return self.draft_model.path if self.draft_model else None
 
     @property
     def draft_ctx(self) -> Context | None:
         """The loaded draft model's context (None without a draft model)."""
-        return self._model_drafter.ctx if self._model_drafter is not None else None
+        return self.drafting.model.ctx if self.drafting.model is not None else None
 
     @property
     def drafter_name(self) -> str:
-        return self.drafter.name
+        return self.drafting.kind
+
+    @property
+    def memory(self) -> SuffixIndex | None:
+        """The memory of earlier answers (``decoding.memory``); assign another index to
+        start warm, or None to draft from each request alone."""
+        return self.drafting.memory
+
+    @memory.setter
+    def memory(self, index: SuffixIndex | None) -> None:
+        self.drafting.memory = index
 
     @property
     def n_batch(self) -> int:
@@ -225,29 +199,43 @@ class Engine:
         return self._n_batch
 
     @property
+    def k(self) -> int:
+        """The fixed k of every round; under the learned policy, the most a round drafts."""
+        return self.drafting.k
+
+    @property
+    def adaptive_k(self) -> bool:
+        """Whether the learned policy picks each round's length (else exactly ``k``)."""
+        return self.drafting.adaptive
+
+    @adaptive_k.setter
+    def adaptive_k(self, adaptive: bool) -> None:
+        if adaptive != self.adaptive_k:
+            self.drafting.set(k=None if adaptive else DEFAULT_K)
+
+    @property
+    def p_min(self) -> float:
+        return self.drafting.options.p_min
+
+    @property
     def k_max(self) -> int:
-        """The largest k a round may use: the drafter's bound (or the override), and never
+        """The largest k a round may use: the drafter's bound (or the options'), and never
         more than one verify batch can hold (``n_batch`` = x_last + k drafts)."""
-        return self.k_max_for(self.drafter.name)
+        return self.drafting.k_max_for(self.drafting.kind)
 
     def k_max_for(self, drafter: str) -> int:
-        k_max = self._k_max_override or DEFAULT_K_MAX.get(drafter, 16)
-        return min(k_max, self.ctx.n_batch - 1)
+        return self.drafting.k_max_for(drafter)
 
     def batch_cost_prior(self) -> VerifyCost:
-        """C(n): one decode of n sequences relative to one (the profile's, or a prior)."""
-        if self._batch_cost is not None:
-            return self._batch_cost
-        return GPU_BATCH_PRIOR if self._on_gpu() else CPU_BATCH_PRIOR
+        """C(n): one decode of n sequences relative to one (the options', or a prior)."""
+        return self.drafting.batch_cost_prior()
 
     def batch_cost(self) -> OnlineCost:
         """C(n) as this engine's batches have measured it, from ``batch_cost_prior`` on:
         one estimate across ``generate_many`` calls and server batches, so a job's second
         batch starts from what the first learned, and its last steps (fewer sequences
         than slots, plain steps at the end) give the next one its plain-step level."""
-        if self._batch_online is None:
-            self._batch_online = OnlineCost(self.batch_cost_prior(), n_max=BATCH_COST_SIZES)
-        return self._batch_online
+        return self.drafting.batch_cost()
 
     def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
                       **options) -> PreparedBatch:
@@ -268,71 +256,51 @@ class Engine:
         return PreparedBatch(self, requests, parallel=parallel)
 
     def set_k(self, k: int) -> None:
-        if k < 1:
-            raise InputError(f"k must be at least 1 (got {k})")
-        self.k = k
+        """Draft exactly ``k`` tokens every round (``adaptive_k = True`` returns to the policy)."""
+        self.drafting.set(k=k)
 
     def set_k_max(self, k_max: int | None) -> None:
         """Bound the adaptive k (None: the drafter's default bound)."""
-        if k_max is not None and k_max < 1:
-            raise InputError(f"k_max must be at least 1 (got {k_max})")
-        self._k_max_override = k_max
+        self.drafting.set(k_max=k_max)
 
     def set_p_min(self, p_min: float) -> None:
         """The model drafter's confidence cut-off, for this and later drafters."""
-        if not 0.0 <= p_min < 1.0:
-            raise InputError(f"p_min must be in [0, 1) (got {p_min})")
-        self.p_min = p_min
-        if self._model_drafter is not None:
-            self._model_drafter.p_min = p_min
+        self.drafting.set(p_min=p_min)
 
     def set_drafter(self, draft: str | os.PathLike | None, *, name: str | None = None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
         model already loaded) or a path to a GGUF draft model (``name``: how messages
         name it, by default its file name)."""
         if not _is_drafter(draft):
-            self.drafter = NoDrafter()
-            return
-        if str(draft) == "ngram":
-            self.drafter = self.new_drafter("ngram")
-        elif str(draft) == "model":
-            if self._model_drafter is None:
-                raise InputError("no draft model is loaded; pass a draft model path instead")
-            self.drafter = self._model_drafter
+            self.drafting.use("none")
+        elif str(draft) in ("ngram", "model"):
+            self.drafting.use(str(draft))
         else:
             path = Path(draft).expanduser()
-            if self.draft_model is None or self.draft_model.path.resolve() != path.resolve():
-                model = Model(path, n_gpu_layers=self._draft_gpu_layers, exact=self.target_model.exact)
-                model.label = name or model.label
-                try:
-                    check_vocab_compatible(self.target_model, model)
-                    drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch,
-                                           n_threads=self.n_threads, p_min=self.p_min)
-                except BaseException:
-                    model.close()
-                    raise
-                if self._model_drafter is not None:
-                    self._model_drafter.close()
-                    self.draft_model.close()
-                self.draft_model, self._model_drafter = model, drafter
-                self._policies.pop("model", None)  # a new draft model has its own cost
-            self.drafter = self._model_drafter
+            if self.draft_model is not None and self.draft_model.path.resolve() == path.resolve():
+                self.drafting.use("model")
+                return
+            model = Model(path, n_gpu_layers=self._draft_gpu_layers, exact=self.target_model.exact)
+            model.label = name or model.label
+            try:
+                check_vocab_compatible(self.target_model, model)
+                drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads,
+                                       p_min=self.p_min)
+            except BaseException:
+                model.close()
+                raise
+            self.drafting.use_model(drafter, target_bytes=self.target_model.size_bytes)
 
-    def new_drafter(self, name: str) -> Drafter:
-        """A fresh drafter of kind ``name`` that needs no model of its own: ``"ngram"``
-        (prompt lookup with this engine's ``ngram_min_match`` and the target's sentence
-        breaks, and the memory of earlier answers: ``decoding.memory``), anything else
-        none (each sequence of a batch gets its own)."""
-        if name == "ngram":
-            return MemoryDrafter(NgramDrafter(min_match=self.ngram_min_match, is_break=self.is_break),
-                                 self.memory)
-        return NoDrafter()
+    def new_drafter(self, name: str, memory: SuffixIndex | None = None) -> Drafter:
+        """A fresh drafter of kind ``name`` that needs no model of its own, for one
+        sequence of a batch (``Drafting.new_drafter``), drafting from ``memory`` too."""
+        return self.drafting.new_drafter(name, memory)
 
     def reset(self) -> None:
         """Forget the cached conversation in both models."""
         self.ctx.clear()
-        if self._model_drafter is not None:
-            self._model_drafter.ctx.clear()
+        if self.draft_ctx is not None:
+            self.draft_ctx.clear()
 
     @property
     def n_cached(self) -> int:
@@ -340,12 +308,12 @@ class Engine:
         return self.ctx.n_past
 
     def close(self) -> None:
-        for obj in (self._model_drafter, getattr(self, "ctx", None), self.draft_model,
-                    getattr(self, "target_model", None)):
+        drafting = getattr(self, "drafting", None)
+        if drafting is not None:
+            drafting.close()
+        for obj in (getattr(self, "ctx", None), getattr(self, "target_model", None)):
             if obj is not None:
                 obj.close()
-        self._model_drafter = None
-        self.draft_model = None
 
     def __enter__(self) -> Engine:
         return self

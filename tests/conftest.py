@@ -16,6 +16,16 @@ All model fixtures are session-scoped ``pathlib.Path``s in one temporary directo
 * ``tiny_not_gguf``     4 KB of random bytes.
 
 They need the ``gguf`` package (test extra); without it the fixtures skip.
+
+Engines, one factory for every module (``open_engine``; the fixture ``engines`` opens
+them for one module and closes them after its tests):
+
+* ``reference``         plain greedy decoding on ``tiny_target`` with batch-invariant
+                        kernels: what speculation and the server's answers must equal.
+* ``engines``           ``engines(model, draft=None, k=None, memory=True, **options)``:
+                        an Engine with the tests' defaults (see ``open_engine``).
+
+``ISSUE_PROFILES``: the device profiles the project shipped with (issue 1), which must stay.
 """
 
 from __future__ import annotations
@@ -91,6 +101,51 @@ def tiny_truncated(tiny_models_dir, tiny_target) -> Path:
 @pytest.fixture(scope="session")
 def tiny_not_gguf(tiny_models_dir) -> Path:
     return write_random_bytes(tiny_models_dir / "not_gguf.gguf", 4096, seed=0)
+
+
+ISSUE_PROFILES = frozenset({
+    "m1", "m2", "m2max", "m3pro", "m3max", "m4pro", "m4max", "rtx3060-laptop",
+    "rtx4070-laptop", "rtx4090", "cpu-laptop", "cpu-small", "raspberry-pi-5", "jetson-orin-nano",
+})
+
+
+def open_engine(model, draft=None, *, k: int | None = None, memory: bool = True, n_ctx: int = 512,
+                exact: bool = True, n_threads: int | None = 1, **options):
+    """An ``edgespec.Engine`` on ``model`` with the tests' defaults: batch-invariant kernels
+    (speculation equals plain greedy decoding token for token), one thread, a 512-token
+    context. ``k``: draft exactly k tokens every round (None: the learned policy);
+    ``memory``: the memory of earlier answers (off where runs of one prompt are compared);
+    ``options``: the rest of ``Engine``'s keywords, and ``DraftingOptions``' fields."""
+    from dataclasses import fields
+
+    from edgespec import DraftingOptions, Engine
+
+    names = {f.name for f in fields(DraftingOptions)}
+    drafting = DraftingOptions(k=k, memory=memory, **{n: options.pop(n) for n in list(options) if n in names})
+    return Engine(model, draft=draft, drafting=drafting, n_ctx=n_ctx, exact=exact, n_threads=n_threads, **options)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """``engines(model, draft=None, **options)``: ``open_engine`` for this module's tests,
+    every engine closed when they end."""
+    opened = []
+
+    def make(model, draft=None, **options):
+        engine = open_engine(model, draft, **options)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_target, engines):
+    """Plain greedy decoding on ``tiny_target`` (batch-invariant kernels): what speculation
+    and the server's answers must equal."""
+    return engines(tiny_target, None, n_ctx=1024)
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.costmodel.adaptive import VerifyCost, choose_parallel
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.llama import Model, MultiContext
@@ -151,7 +151,7 @@ def test_batch_drafts_carry_sentence_breaks_into_the_choice(tiny_target, monkeyp
 
 
 def test_a_fixed_k_drafts_inside_the_batch(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4, adaptive_k=False) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, drafting=DraftingOptions(k=4)) as e:
         reqs = [Request(i, prompt(i, 6) + " " + prompt(i, 6), {"max_tokens": 30, "raw": True}) for i in range(4)]
         batch = PreparedBatch(e, reqs, parallel=4)
         out = {o.key: o for o in batch}
@@ -170,7 +170,7 @@ def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
     rng = random.Random(0)
     text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz     ") for _ in range(400))
     reqs = [Request(i, text + text, {"max_tokens": 400, "raw": True}) for i in range(2)]
-    with Engine(tiny_target, draft="ngram", k=600, adaptive_k=False, n_ctx=2048, exact=True,
+    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=600), n_ctx=2048, exact=True,
                 n_threads=1) as e:
         batch = PreparedBatch(e, reqs, parallel=2)
         sizes = []
@@ -198,7 +198,7 @@ def test_each_sequence_gets_its_share_of_every_step(tiny_target):
     # issue 22 item 8: per-result times were t_prompt 0, t_verify 0, overhead 1.0
     reqs = [Request(i, prompt(i, 4 + 20 * i) + " " + prompt(i, 6), {"max_tokens": 12 + 6 * i, "raw": True})
             for i in range(3)]
-    with Engine(tiny_target, draft="ngram", k=4, adaptive_k=False, n_ctx=512, n_threads=1) as e:
+    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=4), n_ctx=512, n_threads=1) as e:
         batch = PreparedBatch(e, reqs, parallel=3, chunk=16)
         results = [o.result for o in batch]
     assert batch.stats.prompt_shared == 0

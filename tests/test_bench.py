@@ -56,7 +56,7 @@ def test_grid_and_names():
 def test_configure_fixed_k_above_default_bound(engine, tiny_noisy):
     bench.configure(engine, bench.Config("model", 12, p_min=0.3))
     assert engine.drafter_name == "model" and engine.k == 12 and engine.k_max >= 12
-    assert engine.drafter.p_min == 0.3 and engine.adaptive_k is False
+    assert engine.drafting.model.p_min == 0.3 and engine.adaptive_k is False
     rounds = [ev for ev in engine.stream(TINY_PROMPTS[2].prompt, max_tokens=30) if isinstance(ev, Round)]
     assert {r.k for r in rounds} == {12}  # fixed: never adapted, never clamped
     bench.configure(engine, bench.PLAIN)

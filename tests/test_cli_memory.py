@@ -137,10 +137,12 @@ def test_no_memory_leaves_the_engine_without_one_and_the_cap_reaches_it(run, sto
 def test_the_plan_carries_the_memory_options(tiny_target):
     from edgespec.planning import planner
 
-    p = MemoryOptions(memory=False, cap=99).apply(planner.plan("cpu-small", target=str(tiny_target)))
-    kw = p.engine_kwargs()
-    assert (kw["memory"], kw["memory_cap"]) == (False, 99)
-    assert "memory_cap" not in planner.plan("cpu-small", target=str(tiny_target)).engine_kwargs()
+    from edgespec.cli.plan_options import PlanOptions, make_plan
+
+    p = make_plan(MemoryOptions(memory=False, cap=99).apply(PlanOptions("cpu-small", target=str(tiny_target))))
+    drafting = p.engine_kwargs()["drafting"]
+    assert (drafting.memory, drafting.memory_cap) == (False, 99)
+    assert planner.plan("cpu-small", target=str(tiny_target)).drafting.memory_cap == suffix_store.DEFAULT_CAP
 
 
 def test_a_batch_remembers_and_its_lines_count_drafts_by_source(run, store, tiny_target, tmp_path):

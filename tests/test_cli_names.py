@@ -201,21 +201,21 @@ def test_the_engine_names_models_by_the_plan_s_names(home, tiny_target):
 
     p = planner.plan("cpu-small", target=TARGET, draft=DRAFT, n_gpu_layers=0)
     kw = p.engine_kwargs()
-    assert (kw["target_name"], kw["draft_name"]) == (TARGET, DRAFT)
+    assert kw["names"] == (TARGET, DRAFT)
     with Engine(**kw) as e:
         assert (e.target_model.label, e.draft_model.label) == (TARGET, DRAFT)
         assert e.target_path.name.startswith("sha256-")
     kw = planner.plan("cpu-small", target=str(tiny_target), draft="none").engine_kwargs()
-    assert kw["target_name"] is None  # a path: its file name says it
+    assert kw["names"][0] is None  # a path: its file name says it
 
 
 def test_the_chat_banner_names_the_models_as_given_and_as_they_are(home):
-    from edgespec import Engine
+    from edgespec import engine_for
     from edgespec.cli.chat import ChatSession
 
     p = planner.plan("cpu-small", target=TARGET, draft=BRACKETS, n_gpu_layers=0)
-    with Engine(**p.engine_kwargs()) as engine:
-        assert engine.plan is p  # the plan comes with its engine_kwargs
+    with engine_for(p) as engine:
+        assert engine.plan is p  # the engine keeps the plan it was built from
         buf = io.StringIO()
         ChatSession(engine, system=None, options={},
                     console=Console(file=buf, width=200, markup=False, emoji=False))._banner()

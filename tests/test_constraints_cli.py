@@ -159,7 +159,7 @@ def test_real_model_writes_schema_valid_json_through_the_command(tmp_path):
 def test_real_model_constrained_greedy_is_the_same_with_every_drafter():
     """Exact kernels: the 0.5B under a schema gives the same tokens with no drafter, with
     prompt lookup (the grammar's drafts too) and drafting for itself."""
-    from edgespec import Engine
+    from edgespec import DraftingOptions, Engine
     from edgespec.catalog import resolve_model
 
     q = resolve_model("qwen2.5-coder-0.5b")
@@ -167,7 +167,7 @@ def test_real_model_constrained_greedy_is_the_same_with_every_drafter():
     prompt = "Extract the person as JSON: 'Tom Berg, 51, lives in Oslo; a work contact.'"
     outs = {}
     for name, draft in (("none", None), ("ngram", "ngram"), ("self", q)):
-        with Engine(q, draft=draft, n_ctx=1024, exact=True, k=4, adaptive_k=False) as e:
+        with Engine(q, draft=draft, n_ctx=1024, exact=True, drafting=DraftingOptions(k=4)) as e:
             r = e.generate(prompt, max_tokens=64, response_format=rf)
             outs[name] = (r.token_ids, r.stats.forced)
             jsonschema.validate(r.parsed, SCHEMA)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.constraints import compile_constraint
 from edgespec.errors import ConstraintError
 from edgespec.decoding.speculative import SpeculativeLoop
@@ -67,8 +67,8 @@ def engines(tiny_target, tiny_noisy):
     made = {name: Engine(tiny_target, draft=d, n_ctx=512, exact=True)
             for name, d in (("none", None), ("ngram", "ngram"), ("model", tiny_noisy))}
     # the noisy drafter at a fixed k: the learned policy may rightly decline it on a CPU
-    made["model_k3"] = Engine(tiny_target, draft=tiny_noisy, n_ctx=512, exact=True, k=3, adaptive_k=False)
-    made["ngram_k3"] = Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, k=3, adaptive_k=False)
+    made["model_k3"] = Engine(tiny_target, draft=tiny_noisy, n_ctx=512, exact=True, drafting=DraftingOptions(k=3))
+    made["ngram_k3"] = Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, drafting=DraftingOptions(k=3))
     yield made
     for e in made.values():
         e.close()

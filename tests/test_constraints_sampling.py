@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.decoding import sampling
 from edgespec.constraints import apply_mask, compile_constraint
 from edgespec.llama import Context, Model
@@ -75,7 +75,7 @@ def constrained_counts(target, draft, response_format, *, k: int, n: int = N_SAM
                        by_source: dict | None = None):
     """``n`` constrained samples; ``memory``: prompt lookup also drafts from the earlier
     samples' answers (``by_source`` gets the drafted tokens by source)."""
-    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False, exact=True, memory=memory) as e:
+    with Engine(target, draft=draft, n_ctx=64, drafting=DraftingOptions(k=k, memory=memory), exact=True) as e:
         counts = [np.zeros(e.target_model.n_vocab) for _ in range(DEPTH)]
         drafted = forced = 0
         for seed in range(n):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import BaseDrafter, Proposal
 from edgespec.decoding.policy import FixedPolicy
@@ -65,7 +65,7 @@ def greedy_reference(plain_engine, prompts):
 @pytest.mark.parametrize("drafter", ["self", "noisy", "ngram"])
 def test_greedy_equivalence_all_k(drafter, tiny_target, tiny_same, tiny_noisy, prompts, greedy_reference):
     draft = {"self": tiny_same, "noisy": tiny_noisy, "ngram": "ngram"}[drafter]
-    with Engine(tiny_target, draft=draft, n_ctx=512, adaptive_k=False, exact=True) as e:
+    with Engine(tiny_target, draft=draft, n_ctx=512, drafting=DraftingOptions(k=4), exact=True) as e:
         for k in range(1, 9):
             e.set_k(k)
             for prompt, ref in zip(prompts, greedy_reference):
@@ -74,13 +74,13 @@ def test_greedy_equivalence_all_k(drafter, tiny_target, tiny_same, tiny_noisy, p
 
 
 def test_greedy_equivalence_adaptive_k(tiny_target, tiny_noisy, prompts, greedy_reference):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=3, k_max=12, exact=True) as e:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, drafting=DraftingOptions(k_max=12), exact=True) as e:
         for prompt, ref in zip(prompts, greedy_reference):
             assert e.generate(prompt, max_tokens=40).token_ids == ref
 
 
 def test_draft_equal_to_target_is_always_accepted(tiny_target, tiny_same, prompts):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, k=4, adaptive_k=False, exact=True) as e:
+    with Engine(tiny_target, draft=tiny_same, n_ctx=512, drafting=DraftingOptions(k=4), exact=True) as e:
         for prompt in prompts[:10]:
             r = e.generate(prompt, max_tokens=40)
             assert r.stats.drafted > 0
@@ -91,7 +91,7 @@ def test_draft_equal_to_target_is_always_accepted(tiny_target, tiny_same, prompt
 @pytest.mark.parametrize("drafter", ["self", "noisy", "ngram", "none"])
 def test_kv_positions_after_every_round(drafter, tiny_target, tiny_same, tiny_noisy, prompts):
     draft = {"self": tiny_same, "noisy": tiny_noisy, "ngram": "ngram", "none": None}[drafter]
-    with Engine(tiny_target, draft=draft, n_ctx=512, k=5) as e:
+    with Engine(tiny_target, draft=draft, n_ctx=512) as e:
         for prompt in prompts[:6]:
             committed = len(prompt)
             synced = 0
@@ -108,7 +108,7 @@ def test_kv_positions_after_every_round(drafter, tiny_target, tiny_same, tiny_no
                     assert e.ctx.pos_max() == committed - 2
                     assert e.ctx.n_past == committed - 1
                     if e.draft_model is not None and drafter != "ngram":
-                        dctx = e._model_drafter.ctx
+                        dctx = e.draft_ctx
                         assert dctx.pos_max() == dctx.n_past - 1
                         # the draft cache holds the committed text it was synced to,
                         # then its own drafts: never stale text before that point
@@ -131,7 +131,7 @@ def test_prefix_reuse_decodes_only_new_tokens(tiny_target, prompts):
 
 
 def test_interrupt_mid_generation_keeps_session(tiny_target, tiny_noisy, prompts, greedy_reference):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4, exact=True) as e:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, exact=True) as e:
         gen = e.stream(prompts[2], max_tokens=40)
         for i, ev in enumerate(gen):
             if isinstance(ev, Token) and i > 5:
@@ -149,7 +149,7 @@ def test_interrupt_mid_generation_keeps_session(tiny_target, tiny_noisy, prompts
 
 
 def test_max_tokens_and_finish_reason(tiny_target, prompts):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, k=8) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=512) as e:
         r = e.generate(prompts[0], max_tokens=7)
         assert len(r.token_ids) <= 7
         assert r.finish_reason in ("length", "stop")
@@ -208,11 +208,13 @@ def test_bad_arguments(tiny_target):
         with pytest.raises(InputError):
             e.set_drafter("model")  # no draft model loaded
     with pytest.raises(InputError):
-        Engine(tiny_target, k=0)
+        DraftingOptions(k=0)  # a fixed k drafts at least one token (None: the learned policy)
+    with pytest.raises(InputError):
+        Engine(tiny_target, n_batch=1)
 
 
 def test_stream_event_shape(tiny_target, tiny_noisy, prompts):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4) as e:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512) as e:
         events = list(e.stream(prompts[0], max_tokens=30))
     assert isinstance(events[-1], Done)
     tokens = [ev for ev in events if isinstance(ev, Token) and ev.id >= 0]
@@ -300,7 +302,7 @@ def test_draft_with_a_larger_vocabulary_has_its_proposal_cut(tiny_target, tiny_3
     # batch, which crashed llama_decode.
     prompt = prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)
     expected = plain_greedy(tiny_target, prompt, 24)
-    with Engine(tiny_target, tiny_328, k=6, adaptive_k=False, exact=True, n_threads=1) as engine:
+    with Engine(tiny_target, tiny_328, drafting=DraftingOptions(k=6), exact=True, n_threads=1) as engine:
         got = engine.generate(prompt, max_tokens=24)
         assert got.token_ids == expected
         assert got.stats.accepted > 0
@@ -315,14 +317,14 @@ def test_draft_with_a_smaller_vocabulary_never_sees_the_ids_it_lacks(tiny_target
     prompt = [1, 40, 50, 60, 325, 70, 80, 321, 90, 100, 110]
     for p in (prompt, prompt[:-3], prompt_reaching_extra_ids(tiny_328, 320, max_tokens=24)):
         expected = plain_greedy(tiny_328, p, 24)
-        with Engine(tiny_328, tiny_target, k=4, adaptive_k=False, exact=True, n_threads=1) as engine:
+        with Engine(tiny_328, tiny_target, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as engine:
             got = engine.generate(p, max_tokens=24)
             assert got.token_ids == expected
             assert all(t < 320 for t in engine.draft_ctx.tokens)
             r = engine.generate(p, max_tokens=24, temperature=0.8, seed=1)
             assert all(0 <= t < 328 for t in r.token_ids)
     # after the last extra id the draft still drafts, from the text that follows it
-    with Engine(tiny_328, tiny_target, k=4, adaptive_k=False, exact=True, n_threads=1) as engine:
+    with Engine(tiny_328, tiny_target, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as engine:
         r = engine.generate(prompt, max_tokens=24)
         assert r.stats.drafted > 0 and r.stats.accepted > 0
 
@@ -384,12 +386,12 @@ def test_small_n_batch_bounds_k(tiny_target, tiny_same, n_batch):
     with Engine(tiny_target, exact=True, n_threads=1) as plain:
         expected = plain.generate(prompt, max_tokens=30, raw=True).token_ids
     for draft in ("ngram", tiny_same):
-        with Engine(tiny_target, draft, k=8, k_max=16, n_batch=n_batch, exact=True,
+        with Engine(tiny_target, draft, drafting=DraftingOptions(k_max=16), n_batch=n_batch, exact=True,
                     n_threads=1) as engine:
             got = engine.generate(prompt, max_tokens=30, raw=True)  # crashed in Context.decode
             assert got.token_ids == expected
             assert engine.k_max == n_batch - 1
-            assert len(engine.last_stats.drafted_by_position) <= n_batch - 1  # longest draft
+            assert len(got.stats.drafted_by_position) <= n_batch - 1  # longest draft
 
 
 def test_n_batch_below_two_is_refused_up_front(tiny_target):
@@ -420,8 +422,24 @@ def test_penalty_window_counts_this_rounds_tokens_within_its_n():
     assert got[1] == 0.0
 
 
-def test_the_plan_is_a_constructor_argument(tiny_target, plain_engine):
+def test_the_plan_is_kept_by_the_engine_built_from_it(tiny_target, plain_engine):
+    from edgespec import engine_for
+    from edgespec.planning import planner
+
     assert plain_engine.plan is None  # built by hand
-    plan = object()  # the engine keeps whatever plan it was built from, as it is
-    with Engine(tiny_target, n_ctx=64, plan=plan) as e:
-        assert e.plan is plan
+    plan = planner.plan("cpu-small", target=str(tiny_target), draft="ngram", k=3, n_ctx=64, n_threads=1)
+    with engine_for(plan) as e:
+        assert e.plan is plan and e.drafting.options is plan.drafting  # one record, not copied
+        assert (e.drafter_name, e.k, e.adaptive_k, e.n_ctx, e.n_threads) == ("ngram", 3, False, 64, 1)
+
+
+def test_the_engine_takes_what_a_model_needs_and_one_drafting_record():
+    import inspect
+
+    params = [p for p in inspect.signature(Engine.__init__).parameters if p != "self"]
+    assert len(params) <= 12 and "drafting" in params
+    assert not {"k", "k_max", "adaptive_k", "p_min", "memory", "memory_cap", "plan"} & set(params)
+    from edgespec.costmodel.drafting import MEMORY_CAP
+    from edgespec.decoding.suffix import DEFAULT_CAP
+
+    assert MEMORY_CAP == DEFAULT_CAP  # the record's default is the index's own

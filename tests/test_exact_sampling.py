@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.decoding import sampling
 from edgespec.llama import Context, Model
 from edgespec.decoding.params import SamplingParams
@@ -78,7 +78,7 @@ def chi_square_rejects(counts: np.ndarray, expected_p: np.ndarray, alpha: float 
 
 def speculative_counts(target, draft, *, k: int, n: int = N_SAMPLES,
                        kernels_exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    with Engine(target, draft=draft, n_ctx=64, k=k, adaptive_k=False, exact=kernels_exact) as e:
+    with Engine(target, draft=draft, n_ctx=64, drafting=DraftingOptions(k=k), exact=kernels_exact) as e:
         V = e.target_model.n_vocab
         c1, c2 = np.zeros(V), np.zeros(V)
         drafted = 0

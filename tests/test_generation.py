@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.batching.protocol import BatchEngine
 from edgespec.batching.runner import Request
 from edgespec.decoding.drafters import NgramDrafter, NoDrafter
@@ -37,16 +37,18 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 @pytest.fixture(scope="module")
 def engine(tiny_target):
     # a fixed k: the single stream's draft lengths do not depend on timings
-    with Engine(tiny_target, draft="ngram", k=3, adaptive_k=False, n_ctx=256, exact=True, n_threads=1,
-                memory=False) as e:  # runs of one prompt compared: no memory of the last one
+    # runs of one prompt compared: no memory of the last one
+    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=3, memory=False), n_ctx=256, exact=True,
+                n_threads=1) as e:
         yield e
 
 
 def by_hand(engine: Engine, n_ctx: int | None = None, **options) -> list:
     """The events of a DecodeSequence on the engine's context, its prompt prefilled here."""
     req = engine.prepare(PROMPT, raw=True, **options)
-    seq = DecodeSequence(engine.ctx, engine.drafter, req, model=engine.target_model,
-                         policy=engine.draft_policy(), n_ctx=n_ctx or engine.n_ctx)
+    drafter, policy = engine.drafting.for_request(req.memory)
+    seq = DecodeSequence(engine.ctx, drafter, req, model=engine.target_model, policy=policy,
+                         n_ctx=n_ctx or engine.n_ctx)
     engine.ctx.rollback(0)
     engine.ctx.decode(req.ids[:-1], rows=())
     events = list(seq.events())
@@ -118,7 +120,9 @@ def test_the_engine_is_what_batching_asks_for(engine):
     assert isinstance(engine, BatchEngine)
     assert engine.n_batch == 512 and engine.k_max_for("ngram") <= engine.ctx.n_batch - 1
     fresh = engine.new_drafter("ngram")  # prompt lookup (with the memory, when the engine has one)
-    assert isinstance(fresh, MemoryDrafter) and isinstance(fresh.lookup, NgramDrafter) and fresh is not engine.drafter
+    own, _ = engine.drafting.for_request(None)
+    assert isinstance(fresh, MemoryDrafter) and isinstance(fresh.lookup, NgramDrafter)
+    assert fresh.lookup is not own.lookup  # a sequence of a batch has its own index
     assert isinstance(engine.new_drafter("none"), NoDrafter)
     assert engine.draft_policy().bound == 3  # adaptive_k=False: every round drafts k
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.catalog import resolve_model
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def reference(qwen05):
 def test_real_model_greedy_equivalence(draft, qwen05, reference):
     # exact kernels (token identity) and a fixed k (the learned policy rightly declines a
     # same-size drafter on a CPU; here the point is the mechanics of drafting)
-    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, k=4, adaptive_k=False,
+    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, drafting=DraftingOptions(k=4),
                 exact=True) as e:
         for prompt, ref in zip(PROMPTS, reference):
             r = e.generate(prompt, max_tokens=48)

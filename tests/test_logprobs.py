@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.batching.run import PreparedBatch, Request
 from edgespec.errors import InputError
 from edgespec.events import Token
@@ -64,7 +64,7 @@ def test_speculation_gives_plain_decodings_logprobs(tiny_target, tiny_same, tiny
     want = plain.generate(PROMPT, **options)
     assert len(want.token_ids) > 4
     drafter = {"ngram": "ngram", "same": tiny_same, "noisy": tiny_noisy}[draft]
-    with Engine(tiny_target, draft=drafter, n_ctx=512, k=4, adaptive_k=False, exact=True, n_threads=1) as spec:
+    with Engine(tiny_target, draft=drafter, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as spec:
         got = spec.generate(PROMPT, **options)
     # drafts were verified (and, from the noisy drafter, rejected): the logprobs came from
     # verify rows past accepted drafts and from correction rows (prompt lookup finds

@@ -109,12 +109,12 @@ def test_when_another_sequence_wrote_after_the_drafts_the_answer_goes_on_in_a_ne
         ([2, 3, 7, 8, 9], True), ([5, 6, 10], False), ([3, 7, 5], False)]
 
 
-def test_use_memory_switches_the_index_for_the_next_request():
+def test_a_drafter_built_for_a_request_drafts_from_its_memory_only():
     mine, theirs = SuffixIndex(100), SuffixIndex(100)
     d = drafter(theirs)
     d.begin([1, 100, 101])
     d.end([1, 100, 101, 40, 41, 42])
-    d.use_memory(mine)
+    d = MemoryDrafter(d.lookup, mine, seed_len=2)  # the next request's drafter (Drafting.for_request)
     d.begin([2, 100, 101])
     assert d.candidates([2, 100, 101], 4) == []  # another key's answers are not drafted from
     d.end([2, 100, 101, 50, 51])
@@ -137,15 +137,15 @@ def test_the_memorys_rates_are_its_own_so_each_index_learns_its_workload():
     probs = (0.9, 0.81, 0.73)
     mine, theirs = SuffixIndex(100), SuffixIndex(100)
     pol = DraftPolicy("ngram", OnlineCost(CPU_VERIFY_PRIOR))
-    pol.use_memory(mine)
+    pol.begin(memory=mine)
     for _ in range(40):
         pol.observe(batch=4, tested=3, accepted=0, verify_seconds=0.0, source="memory", match_len=8, probs=probs)
     assert pol.mem is mine.rates
-    pol.use_memory(theirs)  # another API key's requests: judged by what theirs learned
+    pol.begin(memory=theirs)  # another API key's requests: judged by what theirs learned
     fresh = MemoryAcceptance().rates(8, probs, 3, MemoryAcceptance().beta.mean())
     assert pol.mem.rates(8, probs, 3, pol.mem.beta.mean()) == fresh
     assert max(mine.rates.rates(8, probs, 3, mine.rates.beta.mean())) < 0.1
-    pol.use_memory(None)  # a request without the memory leaves the last one's rates alone
+    pol.begin(memory=None)  # a request without the memory leaves the last one's rates alone
     assert pol.mem is theirs.rates
 
 
@@ -185,7 +185,7 @@ def test_a_forced_prefix_is_not_learned_as_the_memorys(accepted):
 
 
 # -- on a real (tiny) model ----------------------------------------------------------------
-from edgespec import Engine  # noqa: E402
+from edgespec import DraftingOptions, Engine  # noqa: E402
 
 # prompts that differ at the start and end alike: their answers share a shape
 REPEATS = [f"{w} the quick brown fox jumps over the lazy dog and then" for w in
@@ -198,8 +198,8 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 @pytest.fixture(scope="module")
 def engines(tiny_target):
     with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain, \
-            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4,
-                   adaptive_k=False) as remembering:  # (a fixed k: every proposal is verified)
+            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1,
+                   drafting=DraftingOptions(k=4)) as remembering:  # (a fixed k: every proposal is verified)
         yield plain, remembering
 
 
@@ -240,9 +240,9 @@ def test_the_sequences_of_a_batch_write_into_the_engines_memory(engines):
 
 
 def test_an_engine_without_memory_has_none(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=128, n_threads=1, memory=False) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=128, n_threads=1, drafting=DraftingOptions(memory=False)) as e:
         assert e.memory is None
         r = e.generate(REPEATS[0], raw=True, max_tokens=8)
         assert "memory" not in r.stats.drafted_by_source
     with pytest.raises(Exception, match="memory cap"):
-        Engine(tiny_target, n_ctx=128, memory_cap=0)
+        Engine(tiny_target, n_ctx=128, drafting=DraftingOptions(memory_cap=0))

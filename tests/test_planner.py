@@ -81,7 +81,7 @@ def test_overrides_target_k_and_gpu_layers(tiny_target, tiny_same):
     p = planner.plan("m2max", target=str(tiny_target), draft=str(tiny_same), k=7, n_gpu_layers=0)
     assert p.target == str(tiny_target) and p.draft == str(tiny_same)
     assert p.k == 7 and p.n_gpu_layers == 0 and "k=7 in every round from the command line" in p.reason
-    assert not p.adaptive and p.engine_kwargs()["adaptive_k"] is False and p.k_max == 7
+    assert not p.adaptive and p.drafting.k == 7 and p.engine_kwargs()["drafting"] is p.drafting  # --k: one form
     # an unpaired target file: no draft model is known, so only ngram or none
     p = planner.plan("m2max", target=str(tiny_target))
     assert p.drafter in ("ngram", "none")
@@ -97,13 +97,13 @@ def test_engine_kwargs_resolve_paths(tiny_target, tiny_same):
     p = planner.plan("cpu-small", target=str(tiny_target), draft=str(tiny_same), k=3)
     kw = p.engine_kwargs()
     assert kw["target"] == tiny_target and kw["draft"] == tiny_same
-    assert kw["k"] == 3 and kw["n_gpu_layers"] == 0 and kw["n_ctx"] == 4096
-    assert set(kw) >= {"target", "draft", "k", "p_min", "n_ctx", "n_threads", "n_gpu_layers"}
+    assert kw["drafting"].k == 3 and kw["n_gpu_layers"] == 0 and kw["n_ctx"] == 4096
+    assert set(kw) >= {"target", "draft", "drafting", "n_ctx", "n_threads", "n_gpu_layers", "exact", "names"}
     p = planner.plan("cpu-small", target=str(tiny_target), draft="ngram")
     assert p.engine_kwargs()["draft"] == "ngram"
     p = planner.plan("cpu-small", target=str(tiny_target), draft="none")
     kw = p.engine_kwargs()
-    assert kw["draft"] is None and kw["k"] >= 1  # Engine wants k >= 1 even without a drafter
+    assert kw["draft"] is None and kw["drafting"].k is None  # no drafter: nothing to fix
 
 
 def test_engine_kwargs_build_a_real_engine(tiny_target, tiny_same):
@@ -141,12 +141,12 @@ def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monk
     auto = planner.plan("cpu-small")
     assert auto.drafter == "ngram" and auto.exact is False and auto.adaptive
     kw = planner.plan("cpu-small", target=str(tiny_target)).engine_kwargs()
-    assert kw["exact"] is False and kw["draft"] == "ngram" and kw["adaptive_k"] and kw["k_max"] is None
-    assert kw["verify_cost"] is not None  # the profile's c(n) is the policy's prior
+    assert kw["exact"] is False and kw["draft"] == "ngram" and kw["drafting"].adaptive
+    assert kw["drafting"].k_max is None and kw["drafting"].verify_cost is not None  # the profile's c(n): the prior
     assert planner.plan("cpu-small", draft="none").exact is False
     ex = planner.plan("cpu-small", exact=True)
     assert ex.exact is True and ex.drafter == "none" and "batch-invariant kernels" in ex.reason
-    assert ex.verify_cost is None  # the engine's prior for exact kernels
+    assert ex.drafting.verify_cost is None  # the engine's prior for exact kernels
     prof = profiles.load_profile("cpu-small")
     ng = planner.plan("cpu-small", draft="ngram", exact=True)
     k, s = adaptive.best_k(prof.alpha_ngram.value, prof.verify.cost, prof.gamma_ngram.value, k_min=prof.k_min,

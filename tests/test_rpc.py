@@ -22,7 +22,7 @@ import time
 import pytest
 
 from benchmarks.rpc_servers import RpcServer, free_port
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.llama import rpc
 from edgespec.llama.netproxy import LatencyProxy
 
@@ -46,8 +46,8 @@ def test_target_split_over_two_servers_matches_the_local_run(servers, tiny_targe
     eps = ",".join(s.endpoint for s in servers)
     with Engine(tiny_target, draft=None, n_ctx=256, n_threads=1, exact=True) as local:
         want = local.generate(PROMPT, max_tokens=40, raw=True).token_ids
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=256, n_threads=1, exact=True, rpc=eps, k=3,
-                adaptive_k=False) as remote:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=256, n_threads=1, exact=True, rpc=eps,
+                drafting=DraftingOptions(k=3)) as remote:
         assert remote.target_model.rpc == rpc.parse_endpoints(eps)
         assert remote.draft_model.rpc == ()
         got = remote.generate(PROMPT, max_tokens=40, raw=True)

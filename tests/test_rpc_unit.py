@@ -250,7 +250,8 @@ def test_planner_counts_the_network_and_passes_the_servers_on(tmp_path, monkeypa
     local = plan("cpu-laptop", draft="model", k=None)
     far = plan("cpu-laptop", draft="model", rpc=["10.0.0.2:50052", "10.0.0.3:50052"], tensor_split=[3, 1])
     assert far.rpc == ("10.0.0.2:50052", "10.0.0.3:50052") and far.tensor_split == (3.0, 1.0)
-    assert far.verify_cost(8) < local.verify_cost(8) and far.draft_gamma < local.draft_gamma
+    assert far.drafting.verify_cost(8) < local.drafting.verify_cost(8)
+    assert far.drafting.draft_gamma < local.drafting.draft_gamma
     assert any("estimated for a wired LAN" in n for n in far.notes)
     record_measurements("cpu-laptop", rpc_round_trip_ms=40.0)
     assert load_profile("cpu-laptop").rpc_round_trip_ms.value == 40.0

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import GatedEngine, LiveServer, SlowEngine, sse_events
 
@@ -29,7 +29,7 @@ MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
 
 @pytest.fixture(scope="module")
 def engine(tiny_target, tiny_same):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, k=4, adaptive_k=False, exact=True, n_threads=1) as e:
+    with Engine(tiny_target, draft=tiny_same, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as e:
         yield e
 
 

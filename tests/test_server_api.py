@@ -16,7 +16,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import Engine, __version__
+from edgespec import DraftingOptions, Engine, __version__
 from edgespec.llama.chat_template import tokenize_rendered
 from edgespec.server import create_app
 from serve_support import LiveServer, SlowEngine, _Wrapped, sse_events
@@ -27,7 +27,7 @@ PROMPT = "the quick brown fox"
 
 @pytest.fixture(scope="module")
 def engine(tiny_target, tiny_same):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, k=4, adaptive_k=False, exact=True, n_threads=1) as e:
+    with Engine(tiny_target, draft=tiny_same, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as e:
         yield e
 
 

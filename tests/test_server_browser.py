@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 
@@ -110,7 +110,8 @@ def api_pieces(url: str, messages: list[dict], max_tokens: int) -> list[tuple[st
 def test_chat_page_streams_and_highlights_accepted_drafts(browser, tiny_target, tiny_noisy):
     from selenium.webdriver.common.by import By
 
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, k=4, adaptive_k=False, exact=True, n_threads=1) as engine:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, drafting=DraftingOptions(k=4), exact=True,
+                n_threads=1) as engine:
         with LiveServer(create_app(engine)) as srv:
             message = "hello world, tell me about the dog"
             pieces = chat_in_page(browser, srv.url, message, max_tokens=40, timeout=60)

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 
@@ -24,7 +24,8 @@ PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 def engine(tiny_target):
     # runs of one request are compared, logprobs too: no memory of the last run (its
     # drafts change the verify batch's size, and the tiny F32 model's kernels round by ~1e-6)
-    with Engine(tiny_target, draft="ngram", n_ctx=1024, exact=True, n_threads=1, memory=False) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=1024, exact=True, n_threads=1,
+                drafting=DraftingOptions(memory=False)) as e:
         yield e
 
 

@@ -18,7 +18,7 @@ import threading
 import httpx
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.errors import InputError, ModelLoadError
 from edgespec.server import create_app
 from serve_support import LiveServer, free_port, sse_events
@@ -160,7 +160,7 @@ def test_many_draft_tokens_with_parallel_never_kill_the_worker(tiny_target):
     an answer (its text, or an error if the batch cannot take the drafts) and the server
     goes on."""
     text = ("The fox jumps over the lazy dog while seven wizards quickly box the jolly cat. " * 6)[:400]
-    with Engine(tiny_target, draft="ngram", k=600, adaptive_k=False, n_ctx=2048, exact=True, n_threads=1) as e:
+    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=600), n_ctx=2048, exact=True, n_threads=1) as e:
         app = create_app(e, max_tokens=400, parallel=2, defaults={"temperature": 0.0})
         with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=120) as http:
             out: dict = {}

@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import LiveServer, run_load
 
@@ -23,7 +23,7 @@ CLIENTS, REQUESTS, HANG_UPS, MAX_TOKENS = 16, 2, 4, 24
 
 
 def test_sixteen_clients_two_requests_four_hang_ups(tiny_target, tiny_noisy):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=1024, k=4, adaptive_k=False, n_threads=1) as engine:
+    with Engine(tiny_target, draft=tiny_noisy, n_ctx=1024, drafting=DraftingOptions(k=4), n_threads=1) as engine:
         app = create_app(engine, max_queue=32)
         with LiveServer(app) as srv:
             report = run_load(srv.url, clients=CLIENTS, requests=REQUESTS, hang_ups=HANG_UPS,

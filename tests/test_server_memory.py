@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from edgespec import Engine
+from edgespec import DraftingOptions, Engine
 from edgespec.decoding.suffix import SuffixIndex
 from edgespec.server import create_app
 from edgespec.server.memories import KeyMemories, key_of
@@ -29,7 +29,7 @@ MAX_TOKENS = 24
 @pytest.fixture(scope="module")
 def engine(tiny_target):
     # a fixed k: every proposal is verified, so what is drafted does not depend on timings
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, k=4, adaptive_k=False) as e:
+    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, drafting=DraftingOptions(k=4)) as e:
         yield e
 
 
@@ -117,7 +117,8 @@ def test_no_memory_writes_into_no_index(engine):
 
 
 def test_an_engine_without_a_memory_has_no_cross_request_drafting(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=256, exact=True, n_threads=1, memory=False) as plain:
+    with Engine(tiny_target, draft="ngram", n_ctx=256, exact=True, n_threads=1,
+                drafting=DraftingOptions(memory=False)) as plain:
         with TestClient(create_app(plain, max_tokens=8)) as client:
             ask(client, key="a")
             assert not memories(client).enabled and len(memories(client)) == 0

@@ -174,7 +174,8 @@ def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch)
     assert prof.exact_slowdown.status == "measured" and prof.exact_slowdown.value > 1.0
     k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max)
     assert (p.drafter, p.k, p.predicted_speedup) == ("model", k, pytest.approx(s))
-    assert p.draft_gamma == pytest.approx(pc.gamma.value) and p.engine_kwargs(offline=True)["draft_gamma"]
+    assert p.drafting.draft_gamma == pytest.approx(pc.gamma.value)
+    assert p.engine_kwargs(offline=True)["drafting"].draft_gamma
     px = planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model", exact=True)
     k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max,
                            slowdown=prof.exact_slowdown.value)
@@ -315,7 +316,7 @@ def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, t
     assert prof.batch is not None and prof.batch.status == "measured"
     assert prof.batch.cost.n == (2, 4, 8, 16, 32)
     p = plan("cpu-small", target=str(tuned.settings["target"]), draft="none")
-    assert p.engine_kwargs()["batch_cost"] == prof.batch.cost
+    assert p.engine_kwargs()["drafting"].batch_cost == prof.batch.cost
 
 
 

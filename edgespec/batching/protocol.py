@@ -59,5 +59,6 @@ class BatchEngine(Protocol):
     def k_max_for(self, drafter: str) -> int:
         """The largest k a round of ``drafter`` may draft."""
 
-    def new_drafter(self, name: str) -> Drafter:
-        """A fresh drafter of kind ``name`` for one sequence ("ngram" or "none")."""
+    def new_drafter(self, name: str, memory=None) -> Drafter:
+        """A fresh drafter of kind ``name`` for one sequence ("ngram" or "none"), drafting
+        from ``memory`` (a ``SuffixIndex``) too."""

@@ -163,7 +163,7 @@ class BatchRunner:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.k)
-        # (what the memory's drafts are worth it takes from the memory: DraftPolicy.use_memory)
+        # (what the memory's drafts are worth it takes from the memory: DraftPolicy.begin)
         return DraftPolicy("ngram", self.cost, l_max=self.engine.k_max_for("ngram"))
 
     # -- admission ----------------------------------------------------------------------
@@ -176,9 +176,9 @@ class BatchRunner:
                                        f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
         # on its own view of the pool; its times are its share of each step it had rows
         # in (see _attribute)
-        seq = DecodeSequence(self.ctx.view(slot, self.n_ctx_seq), self.engine.new_drafter(self.drafter_name),
-                             req.prepared, model=self.engine.target_model, policy=self.new_policy(),
-                             n_ctx=self.n_ctx_seq)
+        drafter = self.engine.new_drafter(self.drafter_name, req.prepared.memory)
+        seq = DecodeSequence(self.ctx.view(slot, self.n_ctx_seq), drafter, req.prepared,
+                             model=self.engine.target_model, policy=self.new_policy(), n_ctx=self.n_ctx_seq)
         return BatchSeq(req, slot, seq)
 
     @property

@@ -76,11 +76,11 @@ def bench(
 
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None
-        plan_opts = PlanOptions(profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
-                                tensor_split=tensor_split)  # --draft here: the drafters to compare
-        memory_options = MemoryOptions(memory, memory_cap)  # each configuration's own, cold (measuring.bench)
+        # --draft here: the drafters to compare; the memory each configuration's own, cold (measuring.bench)
+        plan_opts = MemoryOptions(memory, memory_cap).apply(PlanOptions(
+            profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
+            tensor_split=tensor_split))
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
-        auto_plan = memory_options.apply(auto_plan)
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, plan_opts, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
@@ -89,7 +89,7 @@ def bench(
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
             # the automatic choice as a user runs it: the learned policy, the plan's bound
             auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=auto_plan.adaptive,
-                              k_max=auto_plan.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
+                              k_max=auto_plan.drafting.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
             plan_info = {"drafter": auto_plan.drafter, "k": auto_plan.k, "profile": auto_plan.profile,
                          "predicted_speedup": round(auto_plan.predicted_speedup, 4), "reason": auto_plan.reason}
             with progress_bar(quiet, "bench") as progress:

@@ -316,9 +316,10 @@ def chat(
     )
     with cli_errors():
         memory_options = MemoryOptions(memory, memory_cap, remember)
-        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx,
-                                  threads=threads, rpc=rpc, tensor_split=tensor_split))
-        engine = load_engine(memory_options.apply(p), verbose=verbose)
+        p = make_plan(memory_options.apply(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
+                                                       n_ctx=n_ctx, threads=threads, rpc=rpc,
+                                                       tensor_split=tensor_split)))
+        engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors(), remembering(engine, memory_options, err=err_console()):
             ChatSession(engine, system=system, options=options, show_rejected=show_rejected).run()

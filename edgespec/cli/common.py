@@ -98,37 +98,35 @@ def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
     return [f"edgespec: {reason}", *(f"  {note}" for note in getattr(p, "notes", ()))]
 
 
-def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, **overrides: Any) -> Any:
-    """Build the Engine a plan describes (``overrides`` go to ``Engine`` as they are),
-    with a spinner on stderr while models load."""
-    from edgespec.engine import Engine
+def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe: bool = True,
+                **overrides: Any) -> Any:
+    """Build the Engine plan ``p`` describes (``edgespec.loading.engine_for``; ``overrides``
+    go to ``Engine`` as they are), with a spinner on stderr while models load and, unless
+    ``quiet`` or not ``describe``, the plan's line first."""
+    from edgespec.loading import engine_for
 
-    kwargs = {**p.engine_kwargs(), **overrides}
-    if kwargs.get("rpc"):
+    if p.rpc:
         from edgespec.llama.rpc import on_server_lost
 
         on_server_lost(report_lost_rpc_server)
     err = err_console()
-    if not quiet:
+    if describe and not quiet:
         for line in describe_plan(p, verbose=verbose):
             err.print(Text(line, style="dim"))
     if err.is_terminal and not quiet:
-        name = store_name(getattr(p, "target", None)) or Path(str(kwargs.get("target", "model"))).name
+        name = store_name(p.target) or Path(p.target).name
         with err.status(Text(f"loading {name}…"), spinner="dots"):
-            engine = Engine(**kwargs)
-    else:
-        engine = Engine(**kwargs)
-    return engine
+            return engine_for(p, **overrides)
+    return engine_for(p, **overrides)
 
 
 def store_name(target: str | None) -> str | None:
     """The name to show for a model found in another tool's store (an Ollama blob's file
-    name says nothing); None for paths and catalog names (their file's stem says it)."""
-    from edgespec import catalog
+    name says nothing); None for paths and catalog names (their file's stem says it).
+    The planner's rule, ``planning.record.given_name``."""
+    from edgespec.planning.record import given_name
 
-    if not target or Path(target).expanduser().is_file() or catalog.find_model(target) is not None:
-        return None
-    return target
+    return given_name(target)
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:

@@ -106,7 +106,7 @@ def generate(
 
         fim = read_fim(fim_prefix, fim_suffix, has_prompt=prompt is not None or prompt_file is not None, batch=batch)
         text = read_prompt(prompt, prompt_file) if fim is None else ""  # before loading models: fail fast
-        engine = load_engine(memory_options.apply(make_plan(plan)), quiet=quiet, verbose=verbose)
+        engine = load_engine(make_plan(memory_options.apply(plan)), quiet=quiet, verbose=verbose)
         try:
             if fim is not None:  # the middle between two files (cli/fim.py)
                 (text, options), raw = fim_request(engine, fim, options), True

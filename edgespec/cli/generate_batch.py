@@ -157,7 +157,7 @@ def _run_batch(
 
         if already:
             err.print(Text(f"resuming: {already} of {len(inp.jobs)} ids already in {output_file}, {len(todo)} to go"))
-        p = memory.apply(make_plan(plan))
+        p = make_plan(memory.apply(plan))
         engine = load_engine(p, quiet=quiet, verbose=verbose)
         defaults = dict(options, raw=raw)
         progress = _BatchProgress(err, total=len(todo), source=inp.source)

@@ -131,17 +131,20 @@ def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet:
     (llama.cpp's own, or batch-invariant with --exact), with the draft model loaded when
     a configuration needs it — and, with --exact on a CPU, a second plain engine on
     llama.cpp's own kernels: the plain decoding users would otherwise get."""
-    p = replace(plan, drafter="model", draft=draft_model) if draft_model else replace(plan, drafter="none", draft=None)
-    if threads is not None:
-        p = replace(p, n_threads=threads)
+    from edgespec.catalog import resolve_model
+    from edgespec.planning.record import given_name
+
+    # the plan's target and settings, with this draft model (or none) and these threads
+    own = {"draft": resolve_model(draft_model) if draft_model else None,
+           "names": (given_name(plan.target), given_name(draft_model)),
+           **({"n_threads": threads} if threads is not None else {})}
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
     # configuration runs on this engine
-    p = replace(p, reason="", headline="")
-    engine = load_engine(p, quiet=quiet)
+    engine = load_engine(plan, quiet=quiet, describe=False, **own)
     fast = None
-    if engine.exact_kernels and p.n_gpu_layers == 0 and not p.rpc:  # RPC servers never repack
+    if engine.exact_kernels and plan.n_gpu_layers == 0 and not plan.rpc:  # RPC servers never repack
         try:
-            fast = load_engine(replace(p, drafter="none", draft=None), quiet=True, exact=False)
+            fast = load_engine(plan, quiet=True, **{**own, "draft": None}, exact=False)
         except BaseException:
             engine.close()
             raise

@@ -4,8 +4,8 @@ Nine options choose the model pair and how it runs: ``--profile``, ``--target``,
 ``--draft``, ``--k``, ``--exact``, ``--n-ctx``, ``--threads``, ``--rpc`` and
 ``--tensor-split``. Their Typer declarations are the ``Annotated`` aliases below (each
 command gives the defaults in its signature); a command gathers what it was given into
-one frozen ``PlanOptions`` and ``make_plan`` turns that into the profile's plan with
-those overrides on top. ``bench`` and ``tune`` take seven of them (their ``--draft``
+one frozen ``PlanOptions`` (where each is parsed and normalised, once) and ``make_plan``
+turns that into the profile's plan with those options in it. ``bench`` and ``tune`` take seven of them (their ``--draft``
 names the drafters to measure, and they measure a grid of k).
 
 Nothing here loads a model: the plan is data, ``common.load_engine`` builds the engine.
@@ -13,13 +13,12 @@ Nothing here loads a model: the plan is data, ``common.load_engine`` builds the 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional
 
 import typer
 
-from edgespec.costmodel.adaptive import is_no_draft
+from edgespec.costmodel.adaptive import normalize_draft
 from edgespec.errors import InputError
 
 ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")]
@@ -48,8 +47,11 @@ TensorSplitOpt = Annotated[Optional[str], typer.Option(
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """The plan options as the command line gave them; None (False) leaves the choice
-    to the profile."""
+    """The plan options as the command line gave them, each in its one form: ``draft``
+    normalised (``costmodel.adaptive.normalize_draft``: None, "none", "ngram", "model"
+    or a name/path), ``k`` None or a number, ``rpc``/``tensor_split`` parsed. None
+    (False) leaves the choice to the profile. ``memory``/``memory_cap`` come from the
+    memory options (``cli.memory_options.MemoryOptions.apply``)."""
 
     profile: str = "auto"
     target: str | None = None
@@ -60,29 +62,22 @@ class PlanOptions:
     threads: int | None = None
     rpc: str | None = None
     tensor_split: str | None = None
+    memory: bool = True
+    memory_cap: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draft", normalize_draft(self.draft))
 
 
 def make_plan(options: PlanOptions) -> Any:
-    """The profile's plan with the command line's overrides on top."""
+    """The profile's plan with the command line's options in it (a frozen ``Plan``,
+    never patched after)."""
     from edgespec.planning.planner import plan
 
     o = options
     servers, split = parse_rpc(o.rpc, o.tensor_split)
-    p = plan(o.profile, target=o.target, draft=normalize_draft(o.draft), k=o.k, n_ctx=o.n_ctx, exact=o.exact,
-             rpc=servers, tensor_split=split)
-    return dataclasses.replace(p, n_threads=o.threads) if o.threads else p
-
-
-def normalize_draft(draft: str | None) -> str | None:
-    """``--draft`` values: a path, ``ngram``, or ``none``/``off`` (plain decoding)."""
-    if draft is None:
-        return None
-    d = draft.strip()
-    if is_no_draft(d):
-        return "none"
-    if d.lower() == "ngram":
-        return "ngram"
-    return d
+    return plan(o.profile, target=o.target, draft=o.draft, k=o.k, n_ctx=o.n_ctx, n_threads=o.threads,
+                exact=o.exact, rpc=servers, tensor_split=split, memory=o.memory, memory_cap=o.memory_cap)
 
 
 def parse_rpc(rpc: str | None, tensor_split: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:

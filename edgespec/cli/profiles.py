@@ -178,7 +178,8 @@ def _with_detection(plan: Any, det: Any) -> Any:
     """The plan with the detection's explanation first among its notes."""
     from dataclasses import replace
 
-    return replace(plan, notes=(det.explanation,) + tuple(n for n in plan.notes if n != det.explanation))
+    notes = (det.explanation,) + tuple(n for n in plan.notes if n != det.explanation)
+    return replace(plan, explanation=replace(plan.explanation, notes=notes))
 
 
 # --------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def tune(
         data["profile"] = base.profile
         pair = lib.pair_of(base.target, str(draft_model) if draft_model else None)
         if base.rpc:  # the network's share of a step: what the planner adds to the local figures
-            from edgespec.planning.planner import local_step_ms
+            from edgespec.planning.costs import local_step_ms
 
             local = local_step_ms(prof, pair, base.target)
             data["rpc"] = {"servers": list(base.rpc), "step_ms": result.times.step_ms, "local_step_ms": local,

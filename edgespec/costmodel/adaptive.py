@@ -140,6 +140,20 @@ def is_no_draft(name: object) -> bool:
     return name is not None and str(name).strip().lower() in NO_DRAFT_ALIASES
 
 
+def normalize_draft(draft: str | None) -> str | None:
+    """A drafter as a user names it, in the one form the planner and the engine take:
+    None or "auto" (choose), "none" (any of ``NO_DRAFT_ALIASES``), "ngram", "model" (the
+    pair's draft model), or a catalog name or path as given (spaces stripped). Applied
+    once, where a name comes in: ``cli.plan_options`` and ``edgespec.load``."""
+    if draft is None:
+        return None
+    d = str(draft).strip()
+    if is_no_draft(d):
+        return "none"
+    low = d.lower()
+    return low if low in ("ngram", "model", "auto") else d
+
+
 @dataclass(frozen=True)
 class Choice:
     drafter: str  # "model" | "ngram" | "none"
@@ -190,10 +204,16 @@ def estimate_alpha(accepted: int, drafted: int, rounds_rejected: int) -> float |
     return accepted / trials if trials else None
 
 
+# The step-time model's figures where no profile gives them (an engine built by hand):
+# a laptop CPU's, as in profile_data/cpu-laptop.toml.
+DEFAULT_OVERHEAD_MS = 2.0
+DEFAULT_DECODE_GBS = 35.0
+
+
 def draft_cost_ratio(draft_bytes: int, target_bytes: int, *, overhead_ms: float, gbs: float) -> float:
     """γ estimated from sizes: a decode step costs a fixed overhead plus reading the
     weights at the device's effective rate (``gbs``, GB/s). Used when no measured γ is
-    known for the pair."""
+    known for the pair: the one γ formula, for the planner and the engine alike."""
     return step_ms(draft_bytes, overhead_ms=overhead_ms, gbs=gbs) / step_ms(
         target_bytes, overhead_ms=overhead_ms, gbs=gbs
     )

@@ -31,9 +31,9 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from . import sampling
 from ..constraints import mask_logits
 from ..llama import Context, Model, common_prefix_len
+from . import sampling
 from .params import SamplingParams
 
 
@@ -72,19 +72,15 @@ class Drafter(Protocol):
 
     def picked(self, proposal: Proposal, n: int) -> None: ...
 
-    def use_memory(self, memory) -> None: ...
-
     def accepted(self, n: int) -> None: ...
 
     def end(self, tokens: Sequence[int]) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class BaseDrafter:
     """The protocol's defaults, for a drafter with one proposal a round and nothing to
     remember: ``candidates`` is its ``propose`` (none when it proposes nothing), and
-    ``picked``, ``use_memory``, ``accepted``, ``end`` and ``close`` do nothing."""
+    ``picked``, ``accepted``, ``end`` and ``close`` (its owner's, not the loop's) do nothing."""
 
     name = "none"
 
@@ -104,10 +100,6 @@ class BaseDrafter:
 
     def picked(self, proposal: Proposal, n: int) -> None:
         """The loop verifies ``n`` of ``proposal``'s own ids (the forced ones not counted)."""
-
-    def use_memory(self, memory) -> None:
-        """Draft from ``memory`` (a ``SuffixIndex`` or None) from the next ``begin`` on;
-        only the memory drafter has one (``decoding.memory``)."""
 
     def accepted(self, n: int) -> None:
         pass

@@ -1,9 +1,10 @@
 """One generation on the engine's own context, start to ``Done``.
 
 ``Engine.stream`` checks and tokenizes the request (``Engine.prepare``) and hands over
-here: the request becomes a ``decoding.sequence.DecodeSequence`` on the engine's target
-context (its drafter, its drafting policy, the rounds, the reply, the structure's
-outcome), and this module adds what a context of its own allows: reuse the cached
+here, the engine typed as ``OwnContext`` (its target context, its target model and its
+``decoding.drafting.Drafting``): the request becomes a ``decoding.sequence.DecodeSequence``
+on that context (the drafter built with the request's memory, its drafting policy, the
+rounds, the reply, the structure's outcome), and this module adds what a context of its own allows: reuse the cached
 prefix of the KV cache and prefill the rest of the prompt, then run the sequence's
 rounds and time the target's and the draft model's decodes. It never prints; errors
 propagate as ``EdgespecError`` subclasses, and a matcher's error state ends the
@@ -13,21 +14,31 @@ generation with ``ConstraintStateError``.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Iterator, Protocol
 
 from ..events import Event
-from ..llama import common_prefix_len
+from ..llama import Context, Model, common_prefix_len
+from .drafting import Drafting
 from .sequence import DecodeSequence, Prepared
 
 
-def run(engine: Any, req: Prepared) -> Iterator[Event]:
-    """The events of one generation of checked request ``req`` on ``engine`` (an
-    ``edgespec.Engine``; see ``Engine.stream``); with ``req.logprobs``, each token's
-    logprob and that many alternatives."""
-    target = engine.ctx
-    draft_ctx = engine.draft_ctx if engine.drafter_name == "model" else None
-    seq = DecodeSequence(target, engine.drafter, req, model=engine.target_model,
-                         policy=engine.draft_policy(), n_ctx=engine.n_ctx)
+class OwnContext(Protocol):
+    """What a generation on a context of its own needs of the engine (an ``edgespec.Engine``)."""
+
+    ctx: Context
+    target_model: Model
+    n_ctx: int
+    drafting: Drafting
+
+
+def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
+    """The events of one generation of checked request ``req`` on ``engine``'s own
+    context (see ``Engine.stream``); with ``req.logprobs``, each token's logprob and
+    that many alternatives."""
+    target, drafting = engine.ctx, engine.drafting
+    drafter, policy = drafting.for_request(req.memory)
+    draft_ctx = drafting.model.ctx if drafting.kind == "model" else None
+    seq = DecodeSequence(target, drafter, req, model=engine.target_model, policy=policy, n_ctx=engine.n_ctx)
     stats, ids = seq.stats, req.ids
 
     # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
@@ -47,5 +58,4 @@ def run(engine: Any, req: Prepared) -> Iterator[Event]:
         seq.finish_stats()
         stats.t_verify = target.t_decode - verify_t0
         stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
-        engine.last_stats = stats
     yield seq.done()

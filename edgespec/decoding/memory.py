@@ -35,7 +35,9 @@ TAKE_BACK = 32  # the most uncommitted tokens (grammar drafts) the drafter takes
 
 
 class MemoryDrafter(BaseDrafter):
-    """Prompt lookup (``lookup``) and the global ``memory`` (None: prompt lookup alone)."""
+    """Prompt lookup (``lookup``) and the global ``memory`` (None: prompt lookup alone),
+    built for one request (``decoding.drafting.Drafting.for_request``): the memory is the
+    request's (the engine's, one API key's in ``serve``, or none)."""
 
     name = "ngram"  # the planner's kind: drafting without a model
 
@@ -48,12 +50,6 @@ class MemoryDrafter(BaseDrafter):
         self._n_prompt = 0
         self._picked = ""  # the source of the candidate the loop verified last
         self._forced = 0  # and how many grammar-forced ids led it
-
-    def use_memory(self, memory: SuffixIndex | None) -> None:
-        """Draft from and write into ``memory`` from the next ``begin`` on (the server's
-        index of one API key; None: prompt lookup alone)."""
-        self._close_doc()
-        self.memory = memory
 
     # -- the drafter protocol -----------------------------------------------------------
     def begin(self, tokens: Sequence[int], params=None, rng=None) -> None:

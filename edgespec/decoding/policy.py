@@ -102,7 +102,7 @@ class DraftPolicy:
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
         # what it learns of the memory's drafts outlives a generation: it is the memory's
-        # own (SuffixIndex.rates, set by use_memory), shared by everyone drafting from it
+        # own (SuffixIndex.rates, handed to begin), shared by everyone drafting from it
         self.mem = MemoryAcceptance()
         self.cost = cost
         self.gamma = gamma          # draft cost per token in target steps (model drafter)
@@ -113,13 +113,13 @@ class DraftPolicy:
         self.begin()
 
     # -- per generation ------------------------------------------------------------
-    def use_memory(self, memory) -> None:
-        """Judge the drafts of ``memory`` (a ``SuffixIndex``; None: none come) by what it
-        has learned of them (``memory.rates``), and teach it what this generation learns."""
+    def begin(self, seed: int | None = None, memory=None) -> None:
+        """Start a generation: acceptance learned afresh, draws from ``seed``. ``memory``
+        (a ``SuffixIndex``; None: none of its drafts come, the last rates stay): judge its
+        drafts by what it has learned of them (``memory.rates``), and teach it what this
+        generation learns."""
         if memory is not None:
             self.mem = memory.rates
-
-    def begin(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(self._seed if seed is None else seed)
         self._probe_rng = np.random.default_rng((self._seed if seed is None else seed, 1))  # its own draws
         self.acc = MatchAcceptance() if self.kind == "ngram" else ConfidenceAcceptance()
@@ -293,8 +293,8 @@ class FixedPolicy:
         self.k = max(0, k)
         self.stats = PolicyStats()
 
-    def begin(self, seed: int | None = None) -> None:
-        pass
+    def begin(self, seed: int | None = None, memory=None) -> None:
+        """Learns nothing (a fixed length)."""
 
     @property
     def bound(self) -> int:
@@ -314,9 +314,6 @@ class FixedPolicy:
         if n > forced:
             self.stats.drafted_rounds += 1
         return n
-
-    def use_memory(self, memory) -> None:
-        """Learns nothing (a fixed length)."""
 
     def rank(self, ids: Sequence[int], match_len: int = 0, after_break: Sequence[bool] = (),
              forced: int = 0, source: str = "", probs: Sequence[float] = ()) -> float:

@@ -24,16 +24,16 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, NamedTuple, Sequence
 
-from . import sampling
 from ..constraints import Constraint
 from ..errors import ContextOverflowError, InputError
 from ..events import Done, Event, Stats
 from ..llama import Model
+from . import sampling
 from .drafters import Drafter
 from .logprob import MAX_TOP
+from .params import SamplingParams
 from .policy import DraftPolicy, FixedPolicy
 from .reply import Reply
-from .params import SamplingParams
 from .speculative import RoundResult, SpeculativeLoop
 
 
@@ -90,10 +90,10 @@ class DecodeSequence:
         self.t_gen: float | None = None
         self.stats = Stats(drafter=drafter.name, prompt_tokens=len(ids), prompt_tokens_processed=len(ids))
         rng = sampling.make_rng(params.seed)
-        drafter.use_memory(req.memory)  # the memory drafter's index for this request (decoding.memory)
-        policy.use_memory(req.memory)  # and what its drafts have been worth
+        # the drafter was built with the request's memory (decoding.drafting); the policy
+        # judges that memory's drafts by what the memory has learned of them
         drafter.begin(ids, params, rng)
-        policy.begin(params.seed)
+        policy.begin(params.seed, memory=req.memory)
         self.loop = SpeculativeLoop(
             target=target, drafter=drafter, committed=list(ids), params=params, rng=rng, policy=policy,
             stats=self.stats, n_vocab=model.n_vocab, is_eog=model.is_eog,

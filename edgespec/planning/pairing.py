@@ -197,32 +197,35 @@ class ForTarget:
     pair: str | None
     chosen: Candidate | None  # the local drafter taken, with its α and γ
     ranking: Ranking
+    notes: tuple[str, ...] = ()  # the ranking's lines, or why there is no candidate
 
 
 def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: int, headroom: int,
-               slowdown: float, notes: list[str]) -> ForTarget:
-    """``mode`` as the planner's ``_Ask``: "auto", "model", "given", "ngram" or "none"."""
+               slowdown: float) -> ForTarget:
+    """``mode`` as the planner's ``Ask``: "auto", "model", "given", "ngram" or "none"."""
     if mode == "given":
         p = catalog.find_pair(target, draft_kw)
         return ForTarget(draft_kw, p.name if p else None, None, Ranking(None))
     p = catalog.find_pair(target)
     pc = prof.pair_cost(p.name if p else None)
     ranking = Ranking(None)
+    notes: tuple[str, ...] = ()
     if mode in ("auto", "model"):
         ranking = rank(target, prof, budget=budget, headroom=headroom, c=(pc.verify or prof.verify).cost,
                        slowdown=slowdown, pair_alpha=(p.draft, pc.alpha.value) if p and pc.alpha else None)
-        notes.extend(ranking.lines())
+        notes = tuple(ranking.lines())
     best = ranking.best
     if best is not None and not (mode == "model" and p is not None):
-        return ForTarget(best.name, p.name if p is not None and best.catalog == p.draft else None, best, ranking)
+        return ForTarget(best.name, p.name if p is not None and best.catalog == p.draft else None, best, ranking,
+                         notes)
     if p is not None:
-        return ForTarget(p.draft, p.name, None, ranking)
+        return ForTarget(p.draft, p.name, None, ranking, notes)
     same = catalog.drafts_for(target)
     if same:
-        return ForTarget(same[0].name, None, None, ranking)
+        return ForTarget(same[0].name, None, None, ranking, notes)
     if mode in ("auto", "model"):
-        notes.append(f"no known draft model for {target}; pass --draft PATH to use one")
-    return ForTarget(None, None, None, ranking)
+        notes += (f"no known draft model for {target}; pass --draft PATH to use one",)
+    return ForTarget(None, None, None, ranking, notes)
 
 
 def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[catalog.LocalModel, Candidate]]]:

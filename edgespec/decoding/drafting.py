@@ -1,0 +1,169 @@
+"""An engine's drafting state, in one object: the drafter, its policy, k and the learned costs.
+
+``Drafting`` is what an ``Engine`` holds to draft: the options it was given (one frozen
+``costmodel.drafting.DraftingOptions``), which drafter runs ("none", "ngram" or "model"),
+prompt lookup's index of the engine's own context, the draft model's drafter when one
+is loaded, the memory of earlier answers (``decoding.memory``), and what was learned
+about the machine: c(n) (``OnlineCost``, refined by every round), the batch cost C(n)
+(refined by every batch) and a drafting policy per drafter (``decoding.policy``: its γ
+learned as it drafts), kept across generations.
+
+Per generation it hands out a drafter built with the request's memory and the policy to
+run it (``for_request``); per batch sequence, a fresh drafter and policy of its own
+(``new_drafter``, ``new_policy``). The one γ formula is the cost model's
+(``costmodel.adaptive.draft_cost_ratio``), from the models' sizes when no γ is given.
+
+It knows llama.cpp only through the draft model's ``ModelDrafter``, which the engine
+loads and hands over (``use_model``); it knows nothing of prompts, text or batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from ..costmodel.adaptive import DEFAULT_DECODE_GBS, DEFAULT_OVERHEAD_MS, VerifyCost, draft_cost_ratio
+from ..costmodel.costs import BATCH_COST_SIZES, OnlineCost
+from ..costmodel.drafting import DraftingOptions
+from ..errors import InputError
+from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from .memory import MemoryDrafter
+from .policy import DraftPolicy, FixedPolicy
+from .suffix import SuffixIndex
+
+DEFAULT_K = 4  # a fixed k when asked for one without a number (``adaptive_k = False``)
+# The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
+# GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
+DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
+KINDS = ("none", "ngram", "model")
+
+
+class Drafting:
+    """The drafting state of one engine. ``verify_cost`` is the c(n) prior (the options'
+    when they have one), ``batch_cost`` the C(n) prior; ``max_k``: the most drafts one
+    verify batch holds (the target context's ``n_batch`` less the last committed token);
+    ``is_break``: the target's sentence breaks, for prompt lookup."""
+
+    def __init__(self, options: DraftingOptions, *, verify_cost: VerifyCost, batch_cost: VerifyCost, max_k: int,
+                 is_break: Callable[[int], bool] | None = None) -> None:
+        self.options = options
+        self.cost = OnlineCost(options.verify_cost or verify_cost)
+        self._batch_prior = options.batch_cost or batch_cost
+        self._batch: OnlineCost | None = None
+        self.max_k = max_k
+        self.is_break = is_break
+        self.memory: SuffixIndex | None = SuffixIndex(options.memory_cap) if options.memory else None
+        self.kind = "none"
+        self.model: ModelDrafter | None = None
+        self._gamma_sizes: tuple[int, int] | None = None  # (draft, target) bytes, for γ from sizes
+        self._lookup = NgramDrafter(min_match=options.ngram_min_match, is_break=is_break)
+        self._policies: dict[str, DraftPolicy] = {}
+
+    # -- what runs --------------------------------------------------------------------
+    def use(self, kind: str) -> None:
+        """Draft with ``kind``: "none", "ngram" or "model" (the draft model handed over)."""
+        if kind not in KINDS:
+            raise InputError(f"unknown drafter {kind!r}; use one of {', '.join(KINDS)}")
+        if kind == "model" and self.model is None:
+            raise InputError("no draft model is loaded; pass a draft model path instead")
+        self.kind = kind
+
+    def use_model(self, drafter: ModelDrafter, *, target_bytes: int) -> None:
+        """Draft with a newly loaded draft model (the previous one is closed); its γ
+        starts from the options' or, failing that, from the two models' sizes."""
+        if self.model is not None:
+            self.close_model()
+        self.model = drafter
+        self._gamma_sizes = (drafter.model.size_bytes, target_bytes)
+        self._policies.pop("model", None)  # a new draft model has its own cost
+        self.kind = "model"
+
+    def close_model(self) -> None:
+        """Close the draft model's drafter and its model (plain decoding if it ran)."""
+        if self.model is not None:
+            self.model.close()
+            self.model.model.close()
+        self.model = None
+        if self.kind == "model":
+            self.kind = "none"
+
+    # -- k ----------------------------------------------------------------------------
+    @property
+    def adaptive(self) -> bool:
+        return self.options.adaptive
+
+    @property
+    def k(self) -> int:
+        """The fixed k of every round; under the learned policy, the most a round drafts."""
+        return self.options.k if self.options.k is not None else self.k_max_for(self.kind)
+
+    def set(self, **changes) -> None:
+        """Change options (``k``, ``k_max``, ``p_min``: checked by ``DraftingOptions``); a
+        new ``p_min`` applies to the loaded draft model too."""
+        self.options = replace(self.options, **changes)
+        if self.model is not None:
+            self.model.p_min = self.options.p_min
+
+    def k_max_for(self, kind: str) -> int:
+        """The largest k a round of ``kind`` may draft: the options' bound or the drafter's
+        own, and never more than one verify batch holds."""
+        return min(self.options.k_max or DEFAULT_K_MAX.get(kind, 16), self.max_k)
+
+    # -- costs ------------------------------------------------------------------------
+    def gamma(self) -> float:
+        """The draft model's γ prior: the options', or the cost model's from the sizes."""
+        if self.options.draft_gamma is not None:
+            return self.options.draft_gamma
+        if self._gamma_sizes is None:
+            return 0.0
+        d, t = self._gamma_sizes
+        return draft_cost_ratio(d, t, overhead_ms=DEFAULT_OVERHEAD_MS, gbs=DEFAULT_DECODE_GBS)
+
+    def batch_cost_prior(self) -> VerifyCost:
+        return self._batch_prior
+
+    def batch_cost(self) -> OnlineCost:
+        """C(n) as the engine's batches measured it (one estimate across its batches)."""
+        if self._batch is None:
+            self._batch = OnlineCost(self._batch_prior, n_max=BATCH_COST_SIZES)
+        return self._batch
+
+    # -- per generation ---------------------------------------------------------------
+    def policy(self) -> DraftPolicy | FixedPolicy:
+        """The policy of the running drafter for the next generation on the engine's own
+        context (what it learned about the machine carries over between them)."""
+        kind = self.kind
+        if kind == "none":
+            return FixedPolicy(0)
+        if not self.adaptive:
+            return FixedPolicy(self.k)
+        pol = self._policies.get(kind)
+        if pol is None:
+            pol = self._policies[kind] = DraftPolicy(kind, self.cost, gamma=self.gamma() if kind == "model" else 0.0)
+        pol.l_max = self.k_max_for(kind)
+        return pol
+
+    def for_request(self, memory: SuffixIndex | None) -> tuple[Drafter, DraftPolicy | FixedPolicy]:
+        """The drafter for one generation on the engine's own context, built with the
+        request's ``memory`` (prompt lookup keeps its index of the context between
+        generations), and its policy."""
+        if self.kind == "ngram":
+            drafter: Drafter = MemoryDrafter(self._lookup, memory)
+        elif self.kind == "model":
+            drafter = self.model
+        else:
+            drafter = NoDrafter()
+        return drafter, self.policy()
+
+    def new_drafter(self, kind: str, memory: SuffixIndex | None = None) -> Drafter:
+        """A fresh drafter of ``kind`` that needs no model of its own, for one sequence of
+        a batch: "ngram" (prompt lookup with the options' shortest match and the target's
+        sentence breaks, drafting from ``memory`` too), anything else none."""
+        if kind == "ngram":
+            return MemoryDrafter(NgramDrafter(min_match=self.options.ngram_min_match, is_break=self.is_break),
+                                 memory)
+        return NoDrafter()
+
+    def close(self) -> None:
+        self.close_model()
+        self._lookup.close()
