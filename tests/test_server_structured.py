@@ -49,9 +49,8 @@ TOOLS = [{"type": "function", "function": {"name": "forecast", "description": "T
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, "ngram")
 
 
 @pytest.fixture(scope="module")
@@ -403,12 +402,15 @@ def test_none_keeps_the_tools_in_the_prompt_and_the_mask_forbids_a_call(tool_eng
     assert '"name": "forecast"' in model.detokenize(structure.prompt) and structure.tools is False
     ids = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
     call = '{"name": "forecast", "arguments": {"unit": "c", "days": 2}}'
-    for text in (f"<tool_call>\n{call}\n</tool_call>", call, f"Here: <tool_call>\n{call}"):
+    # tagged, bare, and the near misses Qwen2.5-Coder-1.5B wrote when only the exact ones were refused
+    for text in (f"<tool_call>\n{call}\n</tool_call>", call, f"Here: <tool_call>\n{call}", "{" + call + "}",
+                 '{{"name ": "forecast"}}', "{\"name': 1", "```json\n" + call, " { 'name': 1"):
         tokens = ids(text)
         assert structure.constraint.matcher().validate(tokens) < len(tokens), text
-    answer = ids("It is sunny, {\"a\": 1} <tool> and <tool_call without its end.")
-    matcher = structure.constraint.matcher()
-    assert matcher.validate(answer) == len(answer)
+    for text in ("It is sunny, {\"a\": 1} <tool> and <tool_call without its end.", '{"city": "Paris"} is sunny',
+                 "```python\nx = {'name': 1}\n```", 'The "name" is forecast'):
+        answer = ids(text)
+        assert structure.constraint.matcher().validate(answer) == len(answer), text
 
 
 def test_a_stop_string_inside_a_call_is_not_a_finished_call(tool_client):

@@ -153,12 +153,21 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
     ]) + "\n"
 
 
+# tool_choice none: no opening tag anywhere, and no start like a call's head in any
+# spelling, after a fence or not: {"name", {{"name ", {'name ... (Qwen2.5-Coder-1.5B, told
+# not to call after a tool result, wrote {{"name ": ... when only auto's exact forms were
+# refused, and then the result itself: {{"temperature_c": 21, ...}})
+_NO_CALL = (f'FREE: /(.|\\n)+/ & ~/{_WS}(```[a-z]*{_WS})?\\{{{_WS}\\{{?{_WS}["\']?{_WS}name(.|\\n)*/'
+            ' & ~/(.|\\n)*<tool_call>(.|\\n)*/')
+
+
 def no_call_grammar() -> str:
     """The Lark grammar of an answer that calls no tool (``tool_choice`` none, the tools
-    still described in the prompt): free text only, the same lexeme as ``call_grammar``'s
-    ``free`` text, so it never holds the opening tag nor starts like a call written
-    without its tags, and no special token (the tag, when it is one) can be taken."""
-    return "start: FREE?\n" + _FREE + "\n"
+    still described in the prompt): free text that never holds the opening tag nor starts
+    like a call's head in any spelling (``_NO_CALL``, broader than ``call_grammar``'s free
+    text, which must leave those to the call rules), and no special token (the tag, when
+    it is one) can be taken."""
+    return "start: FREE?\n" + _NO_CALL + "\n"
 
 
 @dataclass(frozen=True)
