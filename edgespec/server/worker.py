@@ -244,7 +244,7 @@ class Worker:
         ones now with ``Failed(QueueFull)`` (a 503, or an error event on a stream), before
         uvicorn would cancel their requests. Call it on the event loop; returns how many
         jobs it ended. The thread itself ends in ``stop``."""
-        ending = QueueFull("the server is shutting down")
+        ending = QueueFull("the request was still open when the shutdown grace ran out")
         with self._lock:
             self._stopping = True
             running = [job for job in (self._current, *self._active) if job is not None and not job.cancelled]
