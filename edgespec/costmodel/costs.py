@@ -52,19 +52,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import priors
 from .adaptive import VerifyCost
 
 # c(n) of Qwen2.5-Coder-1.5B Q4_K_M on llama.cpp's kernels, 2-core AVX2 VM (tune), used
-# as the prior on a CPU when no profile figure is given. Note the dips at 8 and 16.
-CPU_VERIFY_PRIOR = VerifyCost(
-    tuple(range(1, 17)),
-    (1.0, 1.67, 2.2, 2.69, 3.3, 3.85, 4.61, 4.57, 5.3, 5.8, 6.2, 6.49, 7.2, 7.8, 8.31, 6.84),
-)
+# as the prior on a CPU when no profile figure is given. Note the dips at 8 and 16. It is
+# the CPU table's Q4_K_M row (``priors.VERIFY_PRIORS``, with the other weight types).
+CPU_VERIFY_PRIOR = priors.CPU_Q4_K_M
 # The same on the batch-invariant kernels (``exact``): no tiles, so no dips.
-CPU_EXACT_VERIFY_PRIOR = VerifyCost(
-    tuple(range(1, 17)),
-    (1.0, 2.18, 2.65, 3.22, 3.93, 4.54, 5.0, 5.79, 6.13, 6.88, 7.35, 7.86, 8.45, 9.07, 9.73, 10.19),
-)
+CPU_EXACT_VERIFY_PRIOR = priors.CPU_EXACT
 # A memory-bound accelerator: verifying a few more tokens is nearly free.
 GPU_VERIFY_PRIOR = VerifyCost((1, 16), (1.0, 1.45))
 # One decode of n sequences, one new token each (100-token contexts), relative to one:
