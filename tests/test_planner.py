@@ -24,15 +24,15 @@ def user_dir(tmp_path, monkeypatch) -> Path:
     return tmp_path / "config" / "edgespec" / "profiles"
 
 
-def test_m2max_uses_a_7b_pair_with_the_model_drafter_and_says_why():
+def test_m2max_uses_a_7b_pair_and_says_why_the_model_drafter_loses():
+    """Published Metal timings (docs/profiles.md, issue 37): verifying 2 tokens of Q4_K
+    weights costs ~1.6 steps, so a 0.5B drafter cannot pay for itself on the catalog's
+    Q4_K_M pairs; the profile says so and the planner follows."""
     plan = planner.plan("m2max")
     assert plan.backend == "metal" and plan.n_gpu_layers == -1
-    assert plan.drafter == "model"
     assert plan.target == "qwen2.5-coder-7b-instruct-q4_k_m"
-    assert plan.draft == "qwen2.5-coder-0.5b-instruct-q4_k_m"
-    assert plan.k >= 2 and plan.k_max is None and plan.adaptive  # the policy drafts up to the engine's bound
-    assert plan.predicted_speedup > 1.3
-    assert "model drafter wins" in plan.reason
+    assert plan.drafter in ("ngram", "none")
+    assert "model drafter loses" in plan.reason
 
 
 def test_cpu_small_never_picks_the_model_drafter_and_says_why():
@@ -86,8 +86,8 @@ def test_overrides_target_k_and_gpu_layers(tiny_target, tiny_same):
     p = planner.plan("m2max", target=str(tiny_target))
     assert p.drafter in ("ngram", "none")
     assert any("no known draft model" in n for n in p.notes)
-    # a catalog target finds its pair
-    p = planner.plan("m2max", target="qwen2.5-7b")
+    # a catalog target finds its pair (the model drafter asked for: on m2max's Q4_K figures it loses)
+    p = planner.plan("m2max", target="qwen2.5-7b", draft="model")
     assert p.draft == "qwen2.5-0.5b-instruct-q4_k_m" and p.pair == "qwen2.5-7b+0.5b"
     # k=0 means plain decoding
     assert planner.plan("m2max", k=0).drafter == "none"

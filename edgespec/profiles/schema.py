@@ -1,6 +1,13 @@
 """The profile schema as frozen dataclasses: ``Profile``, its ``Match`` rules, and every
 figure with its provenance (``Figure``, ``VerifyFigure``, ``PairCost``).
 
+A profile's verify cost c(n) is one curve for any weights (``cost.verify``) and, where
+the evidence differs by weight type, one curve per weight-type mix
+(``cost.verify_weights.<MIX>``, the classes ``catalog.gguf.weight_mix`` reads from a
+file, listed in ``WEIGHT_MIXES``). A per-mix curve may also say how far drafting pays
+with those weights on this device: ``k_max`` (the longest draft worth verifying) and
+``drafters`` (the drafters whose cost the evidence supports; empty: plain decoding).
+
 Data only: reading and validating TOML is ``validate``/``store``'s, the choice made
 from a profile is ``edgespec.planning.planner``'s.
 """
@@ -19,6 +26,9 @@ BACKENDS = ("metal", "cuda", "cpu")
 DRAFTERS = ("model", "ngram")
 STATUSES = ("measured", "estimated")
 KINDS = ("apple", "nvidia", "jetson", "raspberry-pi", "cpu")
+# weight-type mixes a profile may give its own verify curve for (catalog.gguf.classify_mix)
+WEIGHT_MIXES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
+                "IQ4_XS", "Q8_0", "F16", "BF16", "F32")
 GB = 1_000_000_000
 
 
@@ -45,12 +55,16 @@ class Figure:
 
 @dataclass(frozen=True)
 class VerifyFigure:
-    """c(n) with its provenance."""
+    """c(n) with its provenance. A per-weight-type curve may also carry what the evidence
+    says drafting is worth with those weights: ``k_max`` (None: the profile's) and
+    ``drafters`` (None: the profile's; empty: none pays, decode plainly)."""
 
     cost: adaptive.VerifyCost
     status: str
     source: str
     date: _dt.date | None = None
+    k_max: int | None = None
+    drafters: tuple[str, ...] | None = None
 
     def __call__(self, n: int) -> float:
         return self.cost(n)
@@ -64,6 +78,10 @@ class VerifyFigure:
         }
         if self.date is not None:
             d["date"] = self.date.isoformat()
+        if self.k_max is not None:
+            d["k_max"] = self.k_max
+        if self.drafters is not None:
+            d["drafters"] = list(self.drafters)
         return d
 
 
@@ -121,6 +139,21 @@ class Profile:
     notes: tuple[str, ...] = ()  # e.g. how detection scaled it to this machine
     # C(n): one decode of n sequences (one token each) relative to one; picks --parallel
     batch: VerifyFigure | None = None
+    # c(n) per weight-type mix (WEIGHT_MIXES), where the evidence differs from ``verify``
+    verify_weights: tuple[tuple[str, VerifyFigure], ...] = ()
+
+    def verify_for(self, mix: str | None) -> VerifyFigure:
+        """This profile's c(n) for a target of weight-type mix ``mix``: its own curve for
+        that mix, else the curve for any weights (``verify``)."""
+        for name, fig in self.verify_weights:
+            if name == mix:
+                return fig
+        return self.verify
+
+    def verify_curves(self) -> dict[str, adaptive.VerifyCost]:
+        """Every curve by mix, "default" for any weights: what
+        ``costmodel.priors.choose_verify_prior`` takes as ``profile_verify``."""
+        return {"default": self.verify.cost, **{name: fig.cost for name, fig in self.verify_weights}}
 
     def pair_cost(self, pair: str | None) -> PairCost:
         for name, pc in self.pair_costs:
@@ -142,6 +175,7 @@ class Profile:
             ("cost.gamma_ngram", self.gamma_ngram),
             ("cost.exact_slowdown", self.exact_slowdown),
         ]
+        out += [(f"cost.verify_weights.{name}", fig) for name, fig in self.verify_weights]
         if self.batch is not None:
             out.append(("cost.batch", self.batch))
         if self.rpc_round_trip_ms is not None:
@@ -185,6 +219,8 @@ class Profile:
                 "overhead_ms": self.overhead_ms.to_dict(),
                 "decode_gbs": self.decode_gbs.to_dict(),
                 "verify": self.verify.to_dict(),
+                **({"verify_weights": {name: fig.to_dict() for name, fig in self.verify_weights}}
+                   if self.verify_weights else {}),
                 "alpha_model": self.alpha_model.to_dict(),
                 "alpha_ngram": self.alpha_ngram.to_dict(),
                 "ngram_hit": self.ngram_hit.to_dict(),

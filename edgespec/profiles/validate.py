@@ -16,6 +16,7 @@ from .schema import (
     KINDS,
     SCHEMA_VERSION,
     STATUSES,
+    WEIGHT_MIXES,
     Figure,
     Match,
     PairCost,
@@ -122,10 +123,13 @@ class _Table:
                 pass
         raise self.fail(key, value, "a TOML date (2026-11-29)")
 
-    def verify(self, key: str, required: bool = True) -> VerifyFigure | None:
+    def verify(self, key: str, required: bool = True, per_weights: bool = False) -> VerifyFigure | None:
+        """A c(n) table; ``per_weights``: one of ``cost.verify_weights``, which may also say
+        how far drafting pays with those weights (``k_max``, ``drafters``)."""
         allowed = (
             '{ n = [batch sizes ≥ 2, increasing], c = [costs ≥ 1, one per n], '
-            'status = "measured" | "estimated", source = "..." }'
+            'status = "measured" | "estimated", source = "..."'
+            + (', k_max = <1..64>, drafters = [model | ngram] (both optional)' if per_weights else '') + ' }'
         )
         value = self.get(key, _MISSING if required else None, allowed)
         if value is None:
@@ -140,11 +144,17 @@ class _Table:
         if not (isinstance(c, list) and len(c) == len(n)
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x <= 1000 for x in c)):
             raise t.fail("c", c, f"a list of {len(n)} numbers ≥ 1 (one cost per batch size in n)")
+        extra: dict[str, Any] = {}
+        if per_weights:
+            extra["k_max"] = t.number("k_max", 1, 64, default=None, integer=True) if "k_max" in value else None
+            drafters = t.strings("drafters", DRAFTERS, default=None) if "drafters" in value else None
+            extra["drafters"] = drafters
         fig = VerifyFigure(
             cost=adaptive.VerifyCost(tuple(n), tuple(float(x) for x in c)),
             status=t.string("status", STATUSES),
             source=t.string("source"),
             date=t.date("date"),
+            **extra,
         )
         t.done()
         return fig
@@ -259,12 +269,26 @@ def _cost(cost: _Table) -> dict[str, Any]:
         ngram_hit=cost.figure("ngram_hit", 0, 1),
         gamma_ngram=cost.figure("gamma_ngram", 0, 1),
         exact_slowdown=cost.figure("exact_slowdown", 0.5, 5),
+        verify_weights=_verify_weights(cost.table("verify_weights", required=False)),
         batch=cost.verify("batch", required=False),
         rpc_round_trip_ms=cost.figure("rpc_round_trip_ms", 0, 100_000, required=False),
         pair_costs=_pair_costs(cost.table("pair", required=False)),
     )
     cost.done()
     return out
+
+
+def _verify_weights(table: _Table) -> tuple[tuple[str, VerifyFigure], ...]:
+    """``cost.verify_weights``: one c(n) table per weight-type mix."""
+    out = []
+    for mix in list(table.data):
+        if mix not in WEIGHT_MIXES:
+            raise table.fail(mix, _UNKNOWN, "weight-type mixes: " + ", ".join(WEIGHT_MIXES))
+        fig = table.verify(mix, per_weights=True)
+        if fig is not None:  # always: the key is there
+            out.append((mix, fig))
+    table.done()
+    return tuple(out)
 
 
 def _pair_costs(pair_table: _Table) -> tuple[tuple[str, PairCost], ...]:
