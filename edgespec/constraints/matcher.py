@@ -203,17 +203,17 @@ class Matcher:
         never started)."""
         return self._m.is_accepting() if self.active else None
 
-    def outcome(self, reply: Any) -> dict:
+    def outcome(self, reply: Any, max_tokens: int) -> dict:
         """The structure's fields of a finished reply's ``Done`` (``structured_complete``,
         ``parsed``, ``structure_error``, ``relaxed``). ``reply``: a ``decoding.reply.Reply``
-        (``ids``, ``text``, ``finish_reason``, ``max_tokens``). Judged without the tokens
+        (``ids``, ``text``, ``finish_reason``) of a request of ``max_tokens``. Judged without the tokens
         consumed past its end (its EOG, or the rest of a round cut by max_tokens or a
         stop string), so the matcher is first rolled back to the reply's length."""
         self.rollback(self.consumed - len(reply.ids))
         complete, parsed = self.constraint.outcome(reply.text, self.complete())
         error = None
         if complete is False:
-            error = cut_reason(self.constraint.kind, reply.finish_reason, len(reply.ids), reply.max_tokens)
+            error = cut_reason(self.constraint.kind, reply.finish_reason, len(reply.ids), max_tokens)
         return dict(structured_complete=complete, parsed=parsed, structure_error=error,
                     relaxed=tuple(self.constraint.warnings))
 

@@ -1,8 +1,11 @@
 """One reply as it grows: the committed tokens of each round turned into ``Token`` and
-``Round`` events, ended by end-of-generation, ``max_tokens`` or a stop string.
+``Round`` events, ended by end-of-generation or a stop string.
 
 The engine's single stream and the multi-sequence batch both build their replies here,
-so a sequence ends for the same reasons, at the same token, whoever decodes it.
+so a sequence ends for the same reasons, at the same token, whoever decodes it. How many
+tokens it may have (``max_tokens``, the context) is the sequence's budget
+(``decoding.sequence.DecodeSequence``), which no round exceeds: a reply that has not
+stopped when the budget is spent ends with ``finish_reason`` "length".
 """
 
 from __future__ import annotations
@@ -24,18 +27,16 @@ class Reply:
     until then): one that ends earlier is text like any other, one that starts earlier
     and ends there (it straddles the boundary) ends the reply at its start."""
 
-    def __init__(self, model: Model, stops: Sequence[str], max_tokens: int, min_tokens: int = 0,
-                 logprobs: bool = False) -> None:
+    def __init__(self, model: Model, stops: Sequence[str], min_tokens: int = 0, logprobs: bool = False) -> None:
         self.model = model
-        self.max_tokens = max_tokens
         self.min_tokens = min_tokens
         self.detok = Detokenizer(model)
         self.text_out = TextAssembler(stops)
         self.ids: list[int] = []
         # one per id when asked for (the rounds' RoundResult.logprobs), else None
         self.logprobs: list[TokenLogprob] | None = [] if logprobs else None
-        self.finish_reason = "length"
-        self.done = False
+        self.finish_reason = "length"  # unless it stops: the budget ran out
+        self.done = False  # stopped (end of generation, a stop string)
 
     @property
     def text(self) -> str:
@@ -60,9 +61,6 @@ class Reply:
                                 forced=fd and j < n_forced, logprob=lp))
             if hit:
                 self.finish_reason, self.done = "stop", True
-                break
-            if len(self.ids) >= self.max_tokens:
-                self.done = True
                 break
         rej = res.info.rejected_ids
         events.append(replace(res.info, rejected_text=self.model.detokenize(rej)) if rej else res.info)

@@ -7,7 +7,9 @@ batch's KV pool): its stats, its random generator, its drafter begun on the prom
 drafting policy begun with the request's seed, the round machinery
 (``decoding.speculative.SpeculativeLoop``, with its own grammar matcher under a
 constraint), its reply (``decoding.reply.Reply``) and its budget: ``max_tokens``, within
-the ``n_ctx`` tokens the sequence may hold. ``push`` turns each settled round into its
+the ``n_ctx`` tokens the sequence may hold, the one place either is enforced (every
+round is asked for at most ``remaining`` tokens, and the sequence ends when they are
+spent). ``push`` turns each settled round into its
 events (the reply's held-back tail too, once the sequence has ended); ``events`` runs the
 rounds on a context of its own (``decoding.generation.run``); a batch settles the rounds
 itself, many sequences per decode (``batching.runner``), and pushes them here.
@@ -99,8 +101,10 @@ class DecodeSequence:
             stats=self.stats, n_vocab=model.n_vocab, is_eog=model.is_eog,
             eog_ids=model.eog_ids if params.bans_eog else (),
             matcher=req.constraint.matcher() if req.constraint is not None else None, logprobs=req.logprobs)
-        self.reply = Reply(model, req.stops, req.max_tokens, params.min_tokens, logprobs=req.logprobs is not None)
-        self.budget = min(req.max_tokens, n_ctx - len(ids))  # tokens it may generate
+        self.reply = Reply(model, req.stops, params.min_tokens, logprobs=req.logprobs is not None)
+        # the tokens it may generate: max_tokens, within the context (the one place both are enforced)
+        self.max_tokens = req.max_tokens
+        self.budget = min(req.max_tokens, min(n_ctx, target.n_ctx) - len(ids))
         self.produced = 0  # tokens its rounds committed (the reply may end before them)
 
     @property
@@ -115,8 +119,8 @@ class DecodeSequence:
 
     @property
     def ended(self) -> bool:
-        """Whether the reply has ended (end of generation, a stop string, ``max_tokens``)
-        or the budget is spent."""
+        """Whether the reply has stopped (end of generation, a stop string) or the budget
+        (``max_tokens``, the context) is spent."""
         return self.reply.done or self.produced >= self.budget
 
     def push(self, res: RoundResult) -> list[Event]:
@@ -129,13 +133,11 @@ class DecodeSequence:
         return events
 
     def events(self) -> Iterator[Event]:
-        """Its rounds on a context of its own (its prompt already prefilled), until it ends."""
+        """Its rounds on a context of its own (its prompt already prefilled), each asked for
+        at most the tokens that remain, until it ends (``push`` then adds the reply's tail)."""
         self.t_gen = time.perf_counter()
-        for res in self.loop.run(self.remaining):
-            yield from self.push(res)
-            if self.ended:
-                return
-        yield from self.reply.finish(self.loop.rounds)  # the context filled up first
+        while not self.ended:
+            yield from self.push(self.loop.round(self.remaining))
 
     def finish_stats(self) -> Stats:
         """The stats completed: tokens generated, the wall times, the last round's k bound;
@@ -153,4 +155,4 @@ class DecodeSequence:
         m, reply = self.matcher, self.reply
         return Done(finish_reason=reply.finish_reason, stats=self.stats, text=reply.text,
                     token_ids=tuple(reply.ids), logprobs=reply.logprobs_out(),
-                    **(m.outcome(reply) if m is not None else {}))
+                    **(m.outcome(reply, self.max_tokens) if m is not None else {}))

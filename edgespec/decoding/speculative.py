@@ -53,18 +53,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from . import sampling
 from ..constraints import Matcher, apply_mask
-from .drafters import Drafter, Proposal
 from ..events import Round, Stats, TokenLogprob
 from ..llama import Context
+from . import sampling
+from .drafters import Drafter, Proposal
 from .logprob import token_logprob
-from .policy import DraftPolicy, FixedPolicy
 from .params import SamplingParams
+from .policy import DraftPolicy, FixedPolicy
 
 
 @dataclass
@@ -273,17 +273,6 @@ class SpeculativeLoop:
         if params.ignore_eos or generated < params.min_tokens:
             row = sampling.ban(row, self.eog_ids)
         return row
-
-    def run(self, max_new: int) -> Iterator[RoundResult]:
-        """Rounds until ``max_new`` tokens are committed or the context is full.
-
-        The caller stops early (EOG, stop string) simply by not asking for more.
-        """
-        produced = 0
-        while produced < max_new and len(self.committed) < self.target.n_ctx:
-            res = self.round(max_new - produced)
-            produced += len(res.tokens)
-            yield res
 
 
 @dataclass(frozen=True)
