@@ -14,9 +14,8 @@ from edgespec.batching.runner import BatchRunner
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, exact=False)
 
 
 def test_llama_cpp_s_limit_comes_from_the_build():

@@ -44,9 +44,8 @@ def run(engine: Engine, reqs: list[Request], parallel, chunk: int = 128) -> dict
 
 
 @pytest.fixture(scope="module")
-def exact_engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def exact_engine(tiny_target, engines):
+    return engines(tiny_target)
 
 
 @pytest.fixture(scope="module")

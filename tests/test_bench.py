@@ -19,9 +19,8 @@ from edgespec.events import Round
 from bench_support import TINY_PROMPTS, cli
 
 @pytest.fixture(scope="module")
-def engine(tiny_target, tiny_noisy):
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, n_threads=1) as e:
-        yield e
+def engine(tiny_target, tiny_noisy, engines):
+    return engines(tiny_target, tiny_noisy, exact=False)
 
 
 # -- the prompt set ------------------------------------------------------------------------

@@ -47,9 +47,8 @@ def random_prompts(n_vocab: int, count: int, seed: int, length=(12, 48)) -> list
 
 
 @pytest.fixture(scope="module")
-def plain_engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True) as e:
-        yield e
+def plain_engine(tiny_target, engines):
+    return engines(tiny_target, n_threads=None)
 
 
 @pytest.fixture(scope="module")

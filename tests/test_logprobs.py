@@ -35,9 +35,8 @@ def test_token_logprob_is_the_log_softmax_with_the_likeliest_first():
 
 
 @pytest.fixture(scope="module")
-def plain(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def plain(tiny_target, engines):
+    return engines(tiny_target)
 
 
 def assert_same_logprobs(got, want):

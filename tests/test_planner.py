@@ -8,13 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ISSUE_PROFILES
 from edgespec import catalog
 from edgespec.planning import planner
-
-ISSUE_PROFILES = {
-    "m1", "m2", "m2max", "m3pro", "m3max", "m4pro", "m4max", "rtx3060-laptop",
-    "rtx4070-laptop", "rtx4090", "cpu-laptop", "cpu-small", "raspberry-pi-5", "jetson-orin-nano",
-}
 
 
 @pytest.fixture(autouse=True)

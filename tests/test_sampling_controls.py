@@ -49,9 +49,8 @@ def eos_first(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def plain(eos_first):
-    with Engine(eos_first, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
-        yield e
+def plain(eos_first, engines):
+    return engines(eos_first, n_ctx=256)
 
 
 def test_ignore_eos_and_min_tokens_keep_generating(plain):

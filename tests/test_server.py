@@ -19,7 +19,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import GatedEngine, LiveServer, SlowEngine, sse_events
 
@@ -28,16 +27,8 @@ MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target, tiny_same):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_target):
-    """Plain greedy decoding on a separate engine: what the server's answers must equal."""
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, tiny_same, engines):
+    return engines(tiny_target, tiny_same, k=4)
 
 
 @pytest.fixture()

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import DraftingOptions, Engine, __version__
+from edgespec import Engine, __version__
 from edgespec.llama.chat_template import tokenize_rendered
 from edgespec.server import create_app
 from serve_support import LiveServer, SlowEngine, _Wrapped, sse_events
@@ -26,15 +26,8 @@ PROMPT = "the quick brown fox"
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target, tiny_same):
-    with Engine(tiny_target, draft=tiny_same, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, tiny_same, engines):
+    return engines(tiny_target, tiny_same, k=4)
 
 
 @pytest.fixture(scope="module")

@@ -218,9 +218,8 @@ def generations(url: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def plain_engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
-        yield e
+def plain_engine(tiny_target, engines):
+    return engines(tiny_target, n_ctx=256)
 
 
 @needs_chromium

@@ -12,7 +12,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from edgespec import DraftingOptions, Engine
 from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 
@@ -21,18 +20,10 @@ PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
+def engine(tiny_target, engines):
     # runs of one request are compared, logprobs too: no memory of the last run (its
     # drafts change the verify batch's size, and the tiny F32 model's kernels round by ~1e-6)
-    with Engine(tiny_target, draft="ngram", n_ctx=1024, exact=True, n_threads=1,
-                drafting=DraftingOptions(memory=False)) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=1024, exact=True, n_threads=1) as e:
-        yield e
+    return engines(tiny_target, "ngram", n_ctx=1024, memory=False)
 
 
 @pytest.fixture(scope="module")

@@ -28,15 +28,8 @@ TIMEOUT = 30
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, "ngram")
 
 
 def ask(http: httpx.Client, *, stream: bool = False, max_tokens: int = 8):

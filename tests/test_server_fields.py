@@ -82,9 +82,8 @@ def test_the_request_models_declare_exactly_the_honoured_fields(model, endpoint)
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, "ngram")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import socket
 import httpx
 import pytest
 
-from edgespec import Engine
 from edgespec.errors import InputError
 from edgespec.server import create_app
 from edgespec.server.listen import ListenError, bind, parse_hosts, url_host
@@ -29,9 +28,8 @@ needs_ipv6 = pytest.mark.skipif(not _ipv6_loopback(), reason="this machine canno
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, n_ctx=256)
 
 
 def test_parse_hosts():

@@ -27,10 +27,9 @@ MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
+def engine(tiny_target, engines):
     # a fixed k: every proposal is verified, so what is drafted does not depend on timings
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, drafting=DraftingOptions(k=4)) as e:
-        yield e
+    return engines(tiny_target, "ngram", k=4)
 
 
 def sha(key: str) -> str:

@@ -12,7 +12,6 @@ import socket
 import httpx
 import pytest
 
-from edgespec import Engine
 from edgespec.cli.serve import allowed_origins
 from edgespec.errors import InputError
 from edgespec.server import create_app
@@ -23,9 +22,8 @@ BODY = json.dumps({"messages": [{"role": "user", "content": "hello"}], "max_toke
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=256, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, n_ctx=256)
 
 
 @pytest.fixture(scope="module")

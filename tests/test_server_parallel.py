@@ -10,7 +10,6 @@ import time
 import httpx
 import pytest
 
-from edgespec import Engine
 from edgespec.server import create_app
 from serve_support import LiveServer, sse_events
 
@@ -18,15 +17,8 @@ QUESTIONS = ["the quick brown fox", "hello world, tell me about the dog", "seven
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as e:
-        yield e
+def engine(tiny_target, engines):
+    return engines(tiny_target, "ngram")
 
 
 def ask(http: httpx.Client, content: str, max_tokens: int, out: dict, key) -> None:
