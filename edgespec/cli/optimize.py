@@ -79,7 +79,7 @@ def _render(d: dict) -> None:
         out.print(Text(note, style="yellow"))
     out.print(
         Text(
-            f"timings are medians of a few sweeps on a machine that may be busy; `edgespec tune --target "
+            f"timings are the fastest of 5 sweeps on a machine that may be busy; `edgespec tune --target "
             f"{d['path']}` measures more. `edgespec models list` shows the copy.",
             style="dim",
         )

@@ -15,21 +15,22 @@ c(n) per backend and weight type, where this build has it); ``optimize`` then:
    (``perplexity``), on llama.cpp's own kernels;
 3. writes the copy under a hidden temporary name through llama.cpp's quantize API in a
    child process (``llama.run_quantize``: Ctrl-C stops it at once);
-4. measures the copy's perplexity, then c(1..16) of both files (``tune.time_decodes``), a
-   sweep of each in turn, and renames the copy into place: a copy that exists is a whole,
-   measured one. On any error or Ctrl-C the temporary file is removed;
+4. measures the copy's perplexity, then c(1..16) of both files side by side (each batch
+   size on one file, then the other; the fastest of a few sweeps), and renames the copy
+   into place: a copy that exists is a whole, measured one. On any error or Ctrl-C the
+   temporary file is removed;
 5. records both curves (``catalog.verify_cache``, for the planner) and the copy's source
    (``catalog.optimized``, so ``optimized_copy_for`` finds it).
 
-Timings are medians of a few sweeps on whatever else the machine runs: ``edgespec tune``
-measures more. Nothing here prints; ``phase`` hears what is being done.
+Timings are the fastest of a few sweeps on whatever else the machine runs: ``edgespec
+tune`` measures more. Nothing here prints; ``phase`` hears what is being done.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from ..catalog import optimized, verify_cache
 from ..errors import InputError, OutputError
 from ..llama import Context, Model, check_gguf_file, default_threads
 from .perplexity import BATCH, CHUNK, Perplexity, heldout_text, perplexity
-from .tune import fit_verify_cost, time_decodes
+from .tune import fit_verify_cost
 
 PREFIX_TOKENS = 64  # the KV position c(n) is timed at
 SOURCE = "edgespec models optimize"
@@ -252,31 +253,40 @@ def measure_perplexity(path: Path, text: str, *, threads: int) -> Perplexity:
 
 
 def measure_curves(
-    paths: list[Path], text: str, *, threads: int, n_max: int = 16, repeats: int = 3
+    paths: list[Path], text: str, *, threads: int, n_max: int = 16, repeats: int = 5
 ) -> list[tuple[float, dict[int, float]]]:
-    """(step ms, c(1..n_max)) of each model file, timed in alternation (one sweep of each in
-    turn, ``repeats`` times; medians per n), so that a machine busy with other work tilts
-    none of them more than another."""
+    """(step ms, c(1..n_max)) of each model file, timed side by side: each batch of n tokens
+    is decoded (all rows' logits, as a verify asks) on every file in turn at the same KV
+    position and rolled back, in ``repeats`` sweeps after a warm-up one (alternately n =
+    n_max..1 and 1..n_max), and the fastest time of each is kept. On a machine busy with
+    other work the fastest of a few is the least disturbed, and timing the files back to
+    back gives them the same moments; ``tune`` measures more, with medians."""
     opened: list[tuple[Model, Context]] = []
     try:
         for p in paths:
             opened.append(_open(p, threads, n_max))
-        prefixes = [
-            ([_bos(m)] if _bos(m) is not None else []) + m.tokenize(text, add_special=False)[:PREFIX_TOKENS]
-            for m, _ in opened
-        ]
-        samples: list[dict[int, list[float]]] = [{n: [] for n in range(1, n_max + 1)} for _ in paths]
-        for _ in range(repeats):
-            for (_, ctx), prefix, got in zip(opened, prefixes, samples):
-                for n, ms in time_decodes(ctx, prefix, n_max=n_max, repeats=1).target_ms.items():
-                    got[n].append(ms)
+        prefixes = []
+        for model, ctx in opened:
+            prefix = ([_bos(model)] if _bos(model) is not None else []) + model.tokenize(text, add_special=False)
+            prefixes.append(prefix[:PREFIX_TOKENS])
+            ctx.decode(prefixes[-1], rows=())
+        best = [dict.fromkeys(range(1, n_max + 1), math.inf) for _ in paths]
+        for sweep in range(repeats + 1):
+            for n in range(1, n_max + 1) if sweep % 2 else range(n_max, 0, -1):
+                for (_, ctx), prefix, fastest in zip(opened, prefixes, best):
+                    batch = [prefix[i % len(prefix)] for i in range(n)]
+                    t0 = time.perf_counter()
+                    ctx.decode(batch, rows=range(n))
+                    dt = time.perf_counter() - t0
+                    ctx.rollback(len(prefix))
+                    if sweep:
+                        fastest[n] = min(fastest[n], dt * 1e3)
     finally:
         for model, ctx in opened:
             ctx.close()
             model.close()
     out = []
-    for got in samples:
-        ms = {n: statistics.median(v) for n, v in got.items()}
+    for ms in best:
         curve = fit_verify_cost({n: t / ms[1] for n, t in ms.items()})
         out.append((ms[1], {n: curve(n) for n in range(1, n_max + 1)}))
     return out
@@ -304,7 +314,7 @@ def optimize(
     machine: Any = None,
     text: str | None = None,
     n_max: int = 16,
-    repeats: int = 3,
+    repeats: int = 5,
     phase: Callable[[str], None] | None = None,
 ) -> Optimized:
     """Write and measure the optimized copy of the model file ``path`` (see the module docstring)."""
