@@ -23,8 +23,10 @@ def fail(message: str) -> None:
 
 
 def has_memory_api() -> bool:
-    """Whether Engine takes ``memory=`` (issue 27 item 1: the cross-request suffix memory)."""
-    return "memory" in inspect.signature(Engine.__init__).parameters
+    """Whether Engine takes the memory (issue 27 item 1: the cross-request suffix memory):
+    ``memory=`` before issue 36, ``drafting=DraftingOptions(memory=...)`` since."""
+    params = inspect.signature(Engine.__init__).parameters
+    return "memory" in params or "drafting" in params
 
 
 def require_memory_api(modes: list[str]) -> None:
@@ -53,6 +55,10 @@ def memory_kwargs(on: bool, cap: int | None) -> dict:
     kw: dict = {"memory": on}
     if on and cap is not None:
         kw["memory_cap"] = cap
+    if "drafting" in inspect.signature(Engine.__init__).parameters:  # issue 36: one drafting record
+        from edgespec import DraftingOptions
+
+        return {"drafting": DraftingOptions(**kw)}
     return kw
 
 

@@ -51,6 +51,7 @@ import numpy as np
 import edgespec
 from edgespec import llama
 from edgespec.costmodel import adaptive
+from edgespec.costmodel.drafting import DraftingOptions
 from edgespec.engine import Engine
 from edgespec.events import Done, Round
 from edgespec.measuring import tune
@@ -347,7 +348,7 @@ def _first_diff(a: list[int], b: list[int]) -> int | None:
 
 
 def _engine(path: Path, exact: bool, k: int, args: argparse.Namespace) -> Engine:
-    return Engine(path, draft=path, k=k, k_max=max(k, 1), adaptive_k=False, p_min=0.0, n_ctx=args.n_ctx,
+    return Engine(path, draft=path, drafting=DraftingOptions(k=k, k_max=max(k, 1), p_min=0.0), n_ctx=args.n_ctx,
                   n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, exact=exact)
 
 
