@@ -16,8 +16,13 @@ from serve_support import LiveServer
 from tiny_models import build_vocab, make_tiny_model
 
 N_BASE = build_vocab("base").n_vocab
-SESSION = Session(name="t", filename="a.py", typed="def f(x):\n    return x‸\n\n\ndef g(y):\n‸",
-                  below="\nprint(f(1))", extra=[{"filename": "b.py", "text": "def h():\n    pass\n"}])
+SESSION = Session(
+    name="t",
+    filename="a.py",
+    typed="def f(x):\n    return x‸\n\n\ndef g(y):\n‸",
+    below="\nprint(f(1))",
+    extra=[{"filename": "b.py", "text": "def h():\n    pass\n"}],
+)
 
 
 def test_the_request_is_llama_vims_local_context():
@@ -44,8 +49,9 @@ def test_the_held_out_sessions_are_whole():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    model = make_tiny_model(tmp_path_factory.mktemp("fim") / "fim.gguf", seed=0, n_vocab=N_BASE + 5, fim=True,
-                            name="edgespec-tiny-fim")
+    model = make_tiny_model(
+        tmp_path_factory.mktemp("fim") / "fim.gguf", seed=0, n_vocab=N_BASE + 5, fim=True, name="edgespec-tiny-fim"
+    )
     with Engine(model, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as engine:
         with LiveServer(create_app(engine, max_tokens=24, defaults={"temperature": 0.0})) as live:
             yield live
@@ -56,8 +62,19 @@ def test_two_requests_replayed_give_the_reports_fields(server):
     rows = replay(server.url, reqs, log=None)
     assert [r["request"] for r in rows] == [0, 1]
     for r in rows:
-        assert {"prompt_tokens", "prompt_n", "cache_n", "ttft_s", "t_total_s", "gen_tps", "tokens", "stop_type",
-                "cut", "truncated", "content"} <= set(r)
+        assert {
+            "prompt_tokens",
+            "prompt_n",
+            "cache_n",
+            "ttft_s",
+            "t_total_s",
+            "gen_tps",
+            "tokens",
+            "stop_type",
+            "cut",
+            "truncated",
+            "content",
+        } <= set(r)
         assert r["prompt_n"] + r["cache_n"] == r["prompt_tokens"] > 0
         assert 0 < r["ttft_s"] <= r["t_total_s"] and 0 < r["tokens"] <= 12
         assert r["cut"] is False and r["stop_type"] in ("eos", "word", "limit")
@@ -71,12 +88,16 @@ def test_two_requests_replayed_give_the_reports_fields(server):
     assert s["all"]["t_total_s"] == pytest.approx((rows[0]["t_total_s"] + rows[1]["t_total_s"]) / 2, abs=1e-3)
     c = compare(rows, again)
     assert c["all"]["pairs"] == 2 and c["all"]["same_middle"] == 2 and c["after_first"]["pairs"] == 1
-    assert c["all"]["t_total_median_ratio"] == pytest.approx(s["all"]["t_total_s"] / summarize(again)["all"][
-        "t_total_s"], rel=1e-2)
+    assert c["all"]["t_total_median_ratio"] == pytest.approx(
+        s["all"]["t_total_s"] / summarize(again)["all"]["t_total_s"], rel=1e-2
+    )
 
 
 def test_a_time_limit_cut_is_reported(server):
-    body = {**request_at(SESSION, 0, n_predict=24, t_max_predict_ms=1), "logit_bias": {"15": 10},
-            "ignore_eos": True}  # "\n" is id 15: the tiny model writes lines, the first newline ends it
+    body = {
+        **request_at(SESSION, 0, n_predict=24, t_max_predict_ms=1),
+        "logit_bias": {"15": 10},
+        "ignore_eos": True,
+    }  # "\n" is id 15: the tiny model writes lines, the first newline ends it
     row = replay(server.url, [body], log=None)[0]
     assert row["stop_type"] == "limit" and row["cut"] is True and row["tokens"] < 24

@@ -41,7 +41,7 @@ class Session:
         return self.typed.replace(MARK, "")
 
 
-INVENTORY_MODELS = '''from dataclasses import dataclass, field
+INVENTORY_MODELS = """from dataclasses import dataclass, field
 from datetime import date
 
 
@@ -60,7 +60,7 @@ class Shipment:
     sku: str
     quantity: int
     arrives: date
-'''
+"""
 
 INVENTORY_ERRORS = '''class InventoryError(Exception):
     """Base class of the inventory's errors."""
@@ -136,7 +136,7 @@ class Store:
     def __contains__(self, sku: object) -> bool:
         ‸return sku in self._items
 ''',
-    below='''
+    below="""
 
 def load(path: str) -> Store:
     import json
@@ -144,12 +144,14 @@ def load(path: str) -> Store:
     with open(path) as f:
         rows = json.load(f)
     return Store(Item(**row) for row in rows)
-''',
-    extra=[{"filename": "inventory/models.py", "text": INVENTORY_MODELS},
-           {"filename": "inventory/errors.py", "text": INVENTORY_ERRORS}],
+""",
+    extra=[
+        {"filename": "inventory/models.py", "text": INVENTORY_MODELS},
+        {"filename": "inventory/errors.py", "text": INVENTORY_ERRORS},
+    ],
 )
 
-EVENTS_TEST = '''import { EventBus } from "./bus.js";
+EVENTS_TEST = """import { EventBus } from "./bus.js";
 
 test("a handler gets the payload", () => {
   const bus = new EventBus();
@@ -176,9 +178,9 @@ test("off removes the handler", () => {
   bus.emit("tick");
   expect(handler).not.toHaveBeenCalled();
 });
-'''
+"""
 
-EVENTS_README = '''## EventBus
+EVENTS_README = """## EventBus
 
 - `on(name, handler)` subscribes and returns a function that unsubscribes.
 - `once(name, handler)` subscribes for the next event only.
@@ -187,12 +189,12 @@ EVENTS_README = '''## EventBus
   many were called. A handler that throws does not stop the others; the errors are
   passed to `onError` (by default `console.error`).
 - `clear(name)` removes the handlers of one event, `clear()` of all.
-'''
+"""
 
 EVENT_BUS = Session(
     name="js-event-bus",
     filename="src/bus.js",
-    typed='''// A small publish/subscribe bus for the editor's panels.
+    typed="""// A small publish/subscribe bus for the editor's panels.
 
 export class EventBus {
   constructor({ onError = console.error } = {}) {
@@ -247,15 +249,14 @@ export class EventBus {
     }
   }
 }
-''',
-    below='''
+""",
+    below="""
 export const bus = new EventBus();
-''',
-    extra=[{"filename": "src/bus.test.js", "text": EVENTS_TEST},
-           {"filename": "docs/bus.md", "text": EVENTS_README}],
+""",
+    extra=[{"filename": "src/bus.test.js", "text": EVENTS_TEST}, {"filename": "docs/bus.md", "text": EVENTS_README}],
 )
 
-CONFIG_DEFAULTS = '''[server]
+CONFIG_DEFAULTS = """[server]
 host = "127.0.0.1"
 port = 8080
 workers = 2
@@ -268,9 +269,9 @@ ttl_seconds = 3600
 [retry]
 attempts = 3
 backoff_seconds = 0.5
-'''
+"""
 
-CONFIG_CLI = '''def parse_args(argv=None):
+CONFIG_CLI = """def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="fetcher")
     ap.add_argument("--config", type=Path, default=Path("fetcher.toml"))
     ap.add_argument("--port", type=int, default=None, help="overrides [server] port")
@@ -285,7 +286,7 @@ def main(argv=None) -> int:
     config = apply_overrides(config, args)
     serve(config)
     return 0
-'''
+"""
 
 CONFIG = Session(
     name="py-config",
@@ -355,14 +356,13 @@ def apply_overrides(config: Config, args) -> Config:
         ‸cache = replace(cache, max_entries=0)
     return replace(config, server=server, cache=cache)
 ''',
-    below='''
+    below="""
 
 def describe(config: Config) -> str:
     s = config.server
     return f"{s.host}:{s.port} with {s.workers} workers"
-''',
-    extra=[{"filename": "fetcher.toml", "text": CONFIG_DEFAULTS},
-           {"filename": "fetcher/cli.py", "text": CONFIG_CLI}],
+""",
+    extra=[{"filename": "fetcher.toml", "text": CONFIG_DEFAULTS}, {"filename": "fetcher/cli.py", "text": CONFIG_CLI}],
 )
 
 SESSIONS: dict[str, Session] = {s.name: s for s in (INVENTORY, EVENT_BUS, CONFIG)}
