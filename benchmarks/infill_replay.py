@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.common import free_port, geomean, git_info, http_ok, machine_info, start_server, stop
+from benchmarks.common import free_port, git_info, http_ok, machine_info, start_server, stop
+from benchmarks.infill_report import compare, markdown, summarize
 from benchmarks.prompts.infill_sessions import SESSIONS, Session
 
 N_PREFIX, N_SUFFIX = 256, 64  # llama.vim's defaults (lines)
@@ -184,46 +184,6 @@ def replay(url: str, requests: list[dict], *, label: str = "", log=sys.stderr) -
     return rows
 
 
-def _median(rows: list[dict], key: str) -> float | None:
-    vals = [r[key] for r in rows if r.get(key) is not None]
-    return round(statistics.median(vals), 4) if vals else None
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Medians of one server's rows: all of them, and those after each session's first request."""
-    later = [r for r in rows if r["request"] > 0]
-    out = {"requests": len(rows), "cut": sum(r["cut"] for r in rows), "truncated": sum(r["truncated"] for r in rows)}
-    for name, sel in (("all", rows), ("after_first", later)):
-        out[name] = {k: _median(sel, k) for k in ("prompt_n", "ttft_s", "gen_tps", "t_total_s", "tokens")}
-    return out
-
-
-def _ratio(a: dict, b: dict, key: str) -> float | None:
-    return round(a[key] / b[key], 3) if a[key] and b[key] else None
-
-
-def compare(ours: list[dict], theirs: list[dict]) -> dict:
-    """edgespec / llama-server: the ratios of medians and the paired per-request ratios
-    (rows paired by session, pass and request)."""
-    a, b = summarize(ours), summarize(theirs)
-    key = lambda r: (r.get("session"), r.get("pass"), r["request"])  # noqa: E731
-    peer = {key(r): r for r in theirs}
-    pairs = [(r, peer[key(r)]) for r in ours if key(r) in peer]
-    out: dict = {}
-    for name in ("all", "after_first"):
-        sel = [(x, y) for x, y in pairs if name == "all" or x["request"] > 0]
-        out[name] = {
-            "t_total_median_ratio": _ratio(a[name], b[name], "t_total_s"),
-            "ttft_median_ratio": _ratio(a[name], b[name], "ttft_s"),
-            "gen_tps_median_ratio": _ratio(a[name], b[name], "gen_tps"),
-            "t_total_paired_geomean": geomean((x["t_total_s"] / y["t_total_s"] for x, y in sel), 3),
-            "ttft_paired_geomean": geomean((x["ttft_s"] / y["ttft_s"] for x, y in sel), 3),
-            "same_middle": sum(x["content"] == y["content"] for x, y in sel),
-            "pairs": len(sel),
-        }
-    return out
-
-
 # -- the servers ----------------------------------------------------------------------------------
 
 
@@ -281,14 +241,14 @@ def _peer_bin(given: str | None) -> Path:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def run_passes(args, target: Path, sessions: list[Session], cfg: dict) -> dict:
-    """``args.passes`` passes, both servers fresh each pass; rows by server."""
+def run_passes(args, target: Path, sessions: list[Session], cfg: dict, passes: int) -> dict:
+    """``passes`` passes, both servers fresh each pass; rows by server."""
     from benchmarks.peers.llama_server import LlamaServer
 
     bin_dir = _peer_bin(args.peer_bin)
     rows: dict = {"edgespec": [], "llama-server": []}
     logs = {}
-    for p in range(args.passes):
+    for p in range(passes):
         with (
             EdgespecServer(target, args.threads, args.n_ctx, tuple(args.edgespec_args.split())) as ours,
             LlamaServer(
@@ -328,44 +288,6 @@ def run_exact_check(args, target: Path, sessions: list[Session]) -> dict:
     }
 
 
-def markdown(result: dict) -> str:
-    s, c = result["summary"], result["compare"]
-    lines = [
-        f"# infill replay {result['date']} ({result['git']['commit']})",
-        "",
-        f"{result['settings']['requests']} requests in {len(result['settings']['sessions'])} held-out sessions, "
-        f"{result['settings']['passes']} passes, {result['settings']['target_name']}, "
-        f"t_max_predict_ms {result['settings']['t_max_predict_ms']}, n_predict {result['settings']['n_predict']}.",
-        "",
-        "| server | requests | median prompt tokens processed | median TTFT s | median gen tok/s "
-        "| median time to whole completion s | same, after each session's first | cut by t_max_predict_ms |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, v in s.items():
-        lines.append(
-            f"| {name} | {v['requests']} | {v['all']['prompt_n']} | {v['all']['ttft_s']} | "
-            f"{v['all']['gen_tps']} | {v['all']['t_total_s']} | {v['after_first']['t_total_s']} | "
-            f"{v['cut']} |"
-        )
-    for name in ("all", "after_first"):
-        v = c[name]
-        lines.append(
-            f"\n{name}: edgespec / llama-server median time to whole completion "
-            f"**{v['t_total_median_ratio']}×** "
-            f"(paired geomean {v['t_total_paired_geomean']}×), TTFT {v['ttft_median_ratio']}× "
-            f"(paired {v['ttft_paired_geomean']}×), gen rate {v['gen_tps_median_ratio']}×; "
-            f"same middle {v['same_middle']}/{v['pairs']}."
-        )
-    if "exact_check" in result:
-        e = result["exact_check"]
-        lines.append(
-            f"\n`--exact`, no time cut, n_predict {e['n_predict']}: {e['identical']}/{e['requests']} middles "
-            "identical to `--draft none`."
-        )
-    lines.append(f"\nGoal (median time to whole completion ≤ 0.8×, TTFT no worse): {result['goal']}")
-    return "\n".join(lines) + "\n"
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.infill_replay",
@@ -382,6 +304,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--edgespec-args", default="", help="more options for edgespec serve, space-separated")
     ap.add_argument("--exact-check", action="store_true", help="then compare --exact with --draft none")
     ap.add_argument("--exact-n-predict", type=int, default=32)
+    ap.add_argument(
+        "--uncut",
+        action="store_true",
+        help="then one more pass of both servers with no time cut and --exact-n-predict tokens",
+    )
     ap.add_argument("--peer-bin", default=None, help="llama-server's bin directory (default: build_peer_tools.sh's)")
     ap.add_argument("--out", type=Path, default=None, help="the JSON result (and FILE.md with the summary)")
     return ap.parse_args(argv)
@@ -416,7 +343,7 @@ def main(argv=None) -> None:
             "llama_server": "llama-server -np 1 --cache-reuse 256 (plain decoding)",
         },
     }
-    run = run_passes(args, target, sessions, cfg)
+    run = run_passes(args, target, sessions, cfg, args.passes)
     rows = run["rows"]
     result["edgespec_log_head"] = run["edgespec_log_head"]
     result["summary"] = {name: summarize(r) for name, r in rows.items()}
@@ -436,6 +363,17 @@ def main(argv=None) -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.uncut:
+        uncut = {"n_predict": args.exact_n_predict, "t_max_predict_ms": 0, "t_max_prompt_ms": 500}
+        more = run_passes(args, target, sessions, uncut, 1)["rows"]
+        result["uncut"] = {
+            "settings": uncut,
+            "summary": {name: summarize(r) for name, r in more.items()},
+            "compare": compare(more["edgespec"], more["llama-server"]),
+            "rows": more,
+        }
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
     if args.exact_check:
         result["exact_check"] = run_exact_check(args, target, sessions)
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.infill_replay import compare, replay, request_at, session_requests, summarize
+from benchmarks.infill_replay import replay, request_at, session_requests
+from benchmarks.infill_report import compare, markdown, summarize
 from benchmarks.prompts.infill_sessions import MARK, SESSIONS, Session
 from edgespec import Engine
 from edgespec.server import create_app
@@ -91,6 +92,26 @@ def test_two_requests_replayed_give_the_reports_fields(server):
     assert c["all"]["t_total_median_ratio"] == pytest.approx(
         s["all"]["t_total_s"] / summarize(again)["all"]["t_total_s"], rel=1e-2
     )
+
+    settings = {
+        "requests": 2,
+        "sessions": ["t"],
+        "passes": 1,
+        "target_name": "tiny",
+        "t_max_predict_ms": 0,
+        "n_predict": 12,
+    }
+    md = markdown(
+        {
+            "date": "d",
+            "git": {"commit": "c"},
+            "settings": settings,
+            "goal": "g",
+            "summary": {"edgespec": s, "llama-server": summarize(again)},
+            "compare": c,
+        }
+    )
+    assert f"**{c['all']['t_total_median_ratio']}×**" in md and "| edgespec | 2 |" in md
 
 
 def test_a_time_limit_cut_is_reported(server):
