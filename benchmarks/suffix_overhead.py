@@ -179,7 +179,7 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
             n = 0
             while n < len(p.ids) and n < len(rest) and p.ids[n] == rest[n]:
                 n += 1
-            drafter.accepted(n)
+            drafter.accepted(p, n)
             step = rest[: n + 1]  # the accepted prefix and the target's own next token
             tokens.extend(step)
             rest = rest[len(step):]

@@ -32,7 +32,7 @@ from .decoding.policy import DraftPolicy, FixedPolicy
 from .decoding.sequence import Prepared, check_request
 from .decoding.suffix import SuffixIndex
 from .errors import InputError
-from .events import Done, Event, Result
+from .events import Done, Event, Result, Stats
 from .llama import Context, Model, check_vocab_compatible, default_threads
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,10 +81,12 @@ class Engine:
     their file names.
 
     ``plan``: the planner's ``Plan`` the engine was built from (``edgespec.load`` and the
-    CLI set it); None for an engine built by hand.
+    CLI set it); None for an engine built by hand. ``last_stats``: the ``Stats`` of the
+    last generation, also of one closed early (which has no ``Done``); None before any.
     """
 
     plan: Any = None
+    last_stats: Stats | None = None
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ its 0.5B drafter in the wild) crashed ``llama_decode`` both ways round;
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -352,7 +353,7 @@ class _OneDraft(BaseDrafter):
     def __init__(self, q: np.ndarray, seed: int):
         self.q, self.rng = q, np.random.default_rng(seed)
 
-    def propose(self, tokens, k, keep_drafting=None, guide=None):
+    def propose(self, tokens, k, keep_drafting=None, guide=None, pick=None):
         return Proposal([int(self.rng.choice(len(self.q), p=self.q))], self.q[None, :])
 
 
@@ -442,3 +443,13 @@ def test_the_engine_takes_what_a_model_needs_and_one_drafting_record():
     from edgespec.decoding.suffix import DEFAULT_CAP
 
     assert MEMORY_CAP == DEFAULT_CAP  # the record's default is the index's own
+
+
+def test_a_generation_closed_early_leaves_its_stats_on_the_engine(plain_engine, prompts):
+    events = plain_engine.stream(prompts[0], max_tokens=40)
+    tokens = [ev for ev in itertools.islice(events, 6) if isinstance(ev, Token)]
+    events.close()  # no Done comes: the stats are the engine's declared last_stats (chat records them)
+    stats = plain_engine.last_stats
+    assert stats is not None and stats.generated_tokens == len([t for t in tokens if t.id >= 0]) > 0
+    done = plain_engine.generate(prompts[0], max_tokens=3)
+    assert plain_engine.last_stats is done.stats

@@ -59,7 +59,7 @@ def test_an_answer_is_written_into_the_memory_and_drafts_the_next_answers_first_
     d.begin([6, 6, *header])
     p = d.propose([6, 6, *header], 4)
     assert p.source == "memory" and p.ids == [20, 21] and p.probs == (1.0, 1.0)
-    d.accepted(2)  # the loop credits the source it verified
+    d.accepted(p, 2)  # the loop credits the source it verified
     assert memory.accepted_ids == 2 and memory.hits == 1
 
 
@@ -69,11 +69,9 @@ def test_the_memory_is_credited_with_its_own_kept_ids_not_the_grammars():
     memory = SuffixIndex(1000)
     d = drafter(memory)
     p = with_forced(Proposal([20, 21, 22], source="memory"), [7, 8])  # two forced ids lead it
-    d.picked(p, 3)
-    d.accepted(4)  # both forced ids and two of the memory's three
+    d.accepted(p, 4)  # both forced ids and two of the memory's three
     assert (memory.proposed, memory.accepted_ids) == (3, 2)
-    d.picked(p, 3)
-    d.accepted(1)  # a forced id lost: none of the memory's was kept
+    d.accepted(p, 1)  # a forced id lost: none of the memory's was kept
     assert (memory.proposed, memory.accepted_ids) == (6, 2)
 
 

@@ -284,7 +284,7 @@ class _Proposes(BaseDrafter):
     def __init__(self, ids, after_break=()):
         self.ids, self.after_break = ids, after_break
 
-    def propose(self, tokens, k, keep_drafting=None, guide=None):
+    def propose(self, tokens, k, keep_drafting=None, guide=None, pick=None):
         return Proposal(list(self.ids[:k]), match_len=9, after_break=tuple(self.after_break[:k]))
 
 

@@ -193,7 +193,7 @@ class ChatSession(SlashCommands):
         elif reply.interrupted and reply.text:
             # The engine keeps the stats of a stopped generation too; make sure they are
             # this reply's (a stop during the prompt leaves the previous turn's there).
-            stats = getattr(self.engine, "last_stats", None)
+            stats = self.engine.last_stats
             if stats is not None and stats is not self._last_stats:
                 self._record(stats, "interrupted")
 

@@ -1,14 +1,16 @@
 """Drafters: cheap proposers of the next few tokens. A drafter proposes, the loop decides.
 
-The protocol is small (the idea of transformers' CandidateGenerator, without its config
-copying): ``begin(tokens, params, rng)`` once per generation, then per round
-``propose(tokens, k, keep_drafting) -> Proposal(ids, q, ...)`` (the loop asks
-``candidates``, which for most drafters is that one proposal) where ``tokens`` is
-everything committed so far (prompt + generated), ``k`` the most ids wanted and
-``keep_drafting`` the drafting policy's say, token by token, for drafters that pay per
-token; and ``accepted(n)`` with how many of the proposed ids the target kept; ``end(tokens)``
-when the generation ends, with everything it committed (the memory drafter writes the
-answer's last tokens then, ``decoding.memory``). How many
+The protocol is what the loop needs, four calls (the idea of transformers'
+CandidateGenerator, without its config copying): ``begin(tokens, params, rng)`` once per
+generation, then per round ``propose(tokens, k, keep_drafting, guide, pick) ->
+Proposal(ids, q, ...)`` where ``tokens`` is everything committed so far (prompt +
+generated), ``k`` the most ids wanted, ``keep_drafting`` the drafting policy's say, token
+by token, for drafters that pay per token, and ``pick`` the loop's choice among several
+proposals, for a drafter that has more than one (the memory drafter: prompt lookup's and
+the memory's, ``decoding.memory``); then ``accepted(proposal, n)`` with the proposal as
+verified and how many of its ids the target kept; ``end(tokens)`` when the generation
+ends, with everything it committed (the memory drafter writes the answer's last tokens
+then). How many
 of the proposed ids are verified is the policy's choice (``edgespec.decoding.policy``), from the
 proposal's ``match_len`` or ``confidence``. ``q`` holds the draft's probability rows for the proposed ids when the
 drafter sampled them from a distribution; ``q is None`` means a fixed proposal that the
@@ -59,28 +61,27 @@ class Proposal:
 KeepDrafting = Callable[[int, float], bool]
 
 
+# The loop's choice among a drafter's several proposals, best guess first: each cut to
+# what fits, the one the drafting policy rates highest (DraftPolicy.rank); empty: none fits.
+Pick = Callable[[list[Proposal]], Proposal]
+
+
 class Drafter(Protocol):
     name: str
 
     def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None) -> Proposal: ...
+                guide=None, pick: Pick | None = None) -> Proposal: ...
 
-    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                   guide=None) -> list[Proposal]: ...
-
-    def picked(self, proposal: Proposal, n: int) -> None: ...
-
-    def accepted(self, n: int) -> None: ...
+    def accepted(self, proposal: Proposal, n: int) -> None: ...
 
     def end(self, tokens: Sequence[int]) -> None: ...
 
 
 class BaseDrafter:
     """The protocol's defaults, for a drafter with one proposal a round and nothing to
-    remember: ``candidates`` is its ``propose`` (none when it proposes nothing), and
-    ``picked``, ``accepted``, ``end`` and ``close`` (its owner's, not the loop's) do nothing."""
+    remember: ``accepted``, ``end`` and ``close`` (its owner's, not the loop's) do nothing."""
 
     name = "none"
 
@@ -88,21 +89,12 @@ class BaseDrafter:
         pass
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None) -> Proposal:
+                guide=None, pick: Pick | None = None) -> Proposal:
         return Proposal([])
 
-    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                   guide=None) -> list[Proposal]:
-        """What this drafter offers this round, best guess first: the loop cuts each to
-        what fits and the policy keeps the one it rates highest (``DraftPolicy.rank``)."""
-        p = self.propose(tokens, k, keep_drafting, guide)
-        return [p] if p.ids else []
-
-    def picked(self, proposal: Proposal, n: int) -> None:
-        """The loop verifies ``n`` of ``proposal``'s own ids (the forced ones not counted)."""
-
-    def accepted(self, n: int) -> None:
-        pass
+    def accepted(self, proposal: Proposal, n: int) -> None:
+        """The target kept ``n`` of ``proposal``'s ids (it holds the ids verified, the
+        grammar's forced ones first)."""
 
     def end(self, tokens: Sequence[int]) -> None:
         pass
@@ -238,7 +230,7 @@ class NgramDrafter(BaseDrafter):
         return [], 0
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None) -> Proposal:
+                guide=None, pick: Pick | None = None) -> Proposal:
         ids, m = self.lookup(tokens, k)
         if not ids or self.is_break is None:
             return Proposal(ids, match_len=m, source="prompt")
@@ -321,7 +313,7 @@ class ModelDrafter(BaseDrafter):
         return tokens
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None) -> Proposal:
+                guide=None, pick: Pick | None = None) -> Proposal:
         if k <= 0:
             return Proposal([])
         # Never draft past the context: the draft cache holds len(tokens) + k - 1 tokens.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Iterator, Protocol
 
-from ..events import Event
+from ..events import Event, Stats
 from ..llama import Context, Model, common_prefix_len
 from .drafting import Drafting
 from .sequence import DecodeSequence, Prepared
@@ -29,6 +29,7 @@ class OwnContext(Protocol):
     target_model: Model
     n_ctx: int
     drafting: Drafting
+    last_stats: Stats | None  # set here: the last generation's stats, a stopped one's too
 
 
 def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
@@ -58,4 +59,5 @@ def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
         seq.finish_stats()
         stats.t_verify = target.t_decode - verify_t0
         stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
+        engine.last_stats = stats  # a generation closed early has no Done to carry them
     yield seq.done()

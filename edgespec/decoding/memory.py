@@ -11,9 +11,10 @@ template's assistant header) so that an answer's first ids can be drafted from e
 answers. Sequences of one batch write into the one index at once, so they draft from
 each other.
 
-Each round it offers both indexes' proposals (``candidates``, each with its ``source``:
-"prompt" or "memory"); the drafting policy keeps the one with the most expected tokens
-per unit of cost (``DraftPolicy.rank``), from what it has learned of each source. Ids
+Each round it has both indexes' proposals (``candidates``, each with its ``source``:
+"prompt" or "memory"), and ``propose`` hands them to the loop's ``pick``: the drafting
+policy keeps the one with the most expected tokens per unit of cost (``DraftPolicy.rank``),
+from what it has learned of each source. Ids
 are fixed proposals (``q is None``), verified by match: exact at any temperature, and
 under a grammar the loop keeps each candidate's valid prefix before ranking.
 
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .drafters import BaseDrafter, KeepDrafting, NgramDrafter, Proposal
+from .drafters import BaseDrafter, KeepDrafting, NgramDrafter, Pick, Proposal
 from .suffix import SuffixIndex
 
 TAKE_BACK = 32  # the most uncommitted tokens (grammar drafts) the drafter takes back
@@ -48,8 +49,6 @@ class MemoryDrafter(BaseDrafter):
         self._doc: int | None = None  # this answer's document in ``memory``
         self._seen: list[int] = []  # the text written so far (prompt + answer)
         self._n_prompt = 0
-        self._picked = ""  # the source of the candidate the loop verified last
-        self._forced = 0  # and how many grammar-forced ids led it
 
     # -- the drafter protocol -----------------------------------------------------------
     def begin(self, tokens: Sequence[int], params=None, rng=None) -> None:
@@ -69,28 +68,21 @@ class MemoryDrafter(BaseDrafter):
         return [p for p in out if p.ids]
 
     def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None) -> Proposal:
-        """One proposal, for a caller that does not rank ``candidates``: the one whose
-        match reaches furthest back (prompt lookup's on a tie), counted as verified whole
-        (``picked``), so that ``accepted`` credits its source as with any drafter."""
+                guide=None, pick: Pick | None = None) -> Proposal:
+        """The proposal the loop's ``pick`` keeps among ``candidates``; without one (a
+        caller that does not rank), the one whose match reaches furthest back (prompt
+        lookup's on a tie)."""
         cands = self.candidates(tokens, k)
-        best = max(cands, key=lambda p: p.match_len, default=Proposal([], source="prompt"))
-        self.picked(best)
-        return best
+        if pick is not None:
+            return pick(cands)
+        return max(cands, key=lambda p: p.match_len, default=Proposal([], source="prompt"))
 
-    def picked(self, proposal: Proposal, n: int = -1) -> None:
-        """The loop verifies ``n`` of ``proposal``'s own ids this round (-1: all of them);
-        the memory counts those it drafted, and ``accepted`` credits it with the kept."""
-        self._picked, self._forced = proposal.source, proposal.forced
+    def accepted(self, proposal: Proposal, n: int) -> None:
+        """The target kept ``n`` of the verified ``proposal``'s ids, the grammar's forced
+        ones first: the memory counts the ids it drafted and those kept."""
         if proposal.source == "memory" and self.memory is not None:
-            self.memory.proposed += len(proposal.ids) - proposal.forced if n < 0 else n
-
-    def accepted(self, n: int) -> None:
-        """The target kept ``n`` of the round's drafts, the grammar's forced ones first:
-        the memory is credited with its own."""
-        if self._picked == "memory" and self.memory is not None:
-            self.memory.accepted_ids += max(0, n - self._forced)
-        self._picked, self._forced = "", 0
+            self.memory.proposed += max(0, len(proposal.ids) - proposal.forced)
+            self.memory.accepted_ids += max(0, n - proposal.forced)
 
     def end(self, tokens: Sequence[int]) -> None:
         """The answer ended with ``tokens`` committed: write its last ones, close it."""

@@ -61,7 +61,7 @@ from ..constraints import Matcher, apply_mask
 from ..events import Round, Stats, TokenLogprob
 from ..llama import Context
 from . import sampling
-from .drafters import Drafter, Proposal
+from .drafters import Drafter, Pick, Proposal
 from .logprob import token_logprob
 from .params import SamplingParams
 from .policy import DraftPolicy, FixedPolicy
@@ -131,22 +131,29 @@ class SpeculativeLoop:
                 m.consume(forced)  # the drafter drafts after the forced tokens, masked
             try:
                 context = self.committed + forced if forced else self.committed
-                # each candidate cut to what fits; with several (decoding.memory) the
-                # policy keeps the one it expects the most of per unit of cost
-                options = [self._fit(p, l_max)
-                           for p in self.drafter.candidates(context, l_max, policy.keep_drafting, guide=m)]
-                options = [p for p in options if p.ids]
-                if len(options) > 1:
-                    options.sort(key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source,
-                                                            probs=p.probs))
-                if options:
-                    proposal = options[0]
+                pick = self._picker(l_max)
+                proposal = pick([self.drafter.propose(context, l_max, policy.keep_drafting, guide=m, pick=pick)])
             finally:
                 if m is not None:
                     m.rollback(m.consumed - base)
         draft_seconds = time.perf_counter() - t0
         self.stats.t_draft += draft_seconds
         return (with_forced(proposal, forced) if forced else proposal), draft_seconds
+
+    def _picker(self, l_max: int) -> Pick:
+        """The loop's choice among proposals: each cut to what fits (``_fit``); with several
+        (``decoding.memory``) the policy keeps the one it expects the most of per unit of
+        cost; an empty proposal when none is left."""
+        policy = self.policy
+
+        def pick(proposals: list[Proposal]) -> Proposal:
+            options = [p for p in (self._fit(p, l_max) for p in proposals) if p.ids]
+            if len(options) > 1:
+                options.sort(key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source,
+                                                        probs=p.probs))
+            return options[0] if options else Proposal([])
+
+        return pick
 
     def _fit(self, proposal: Proposal, l_max: int) -> Proposal:
         """``proposal`` cut to ``l_max`` ids and, under a constraint, a fixed proposal cut to
@@ -189,8 +196,7 @@ class SpeculativeLoop:
         decoded; it is still rejected by the rules in ``accept``, as p(d) = 0."""
         ids = list(proposal.ids[:n])
         bad = next((i for i, d in enumerate(ids) if not 0 <= d < self.n_vocab), None)
-        self.drafter.picked(proposal, max(0, len(ids) - proposal.forced))  # the memory counts its own
-        return Drafts(proposal, ids if bad is None else ids[:bad], bad)
+        return Drafts(proposal, ids if bad is None else ids[:bad], bad, len(ids))
 
     def settle(self, drafts: Drafts, rows: np.ndarray, draft_seconds: float = 0.0,
                verify_start: float | None = None, masks: list | None = None) -> RoundResult:
@@ -215,6 +221,7 @@ class SpeculativeLoop:
         # token j was chosen at verify row j (a kept draft, the correction or the bonus)
         lps = None if read is None else [token_logprob(r, t, self.logprobs) for r, t in zip(read, out)]
         self._commit(out, n_acc)
+        self.drafter.accepted(drafts.verified, n_acc)  # (the memory counts its own drafts)
         n_forced = min(proposal.forced, len(drafts.ids))
         self.policy.observe(
             batch=len(drafts.ids) + 1, tested=len(tested), accepted=n_acc,
@@ -233,10 +240,9 @@ class SpeculativeLoop:
 
     def _commit(self, out: list[int], n_acc: int) -> None:
         """Roll back and commit ``out``: the target keeps x_last and the ``n_acc``
-        accepted drafts (positions < L + n_acc), the drafter learns how many it got,
-        and the grammar moves with the KV cache (it consumes exactly what is committed)."""
+        accepted drafts (positions < L + n_acc), and the grammar moves with the KV cache
+        (it consumes exactly what is committed)."""
         self.target.rollback(len(self.committed) + n_acc)
-        self.drafter.accepted(n_acc)
         self.committed.extend(out)
         m = self.matcher
         if m is not None:
@@ -284,6 +290,13 @@ class Drafts:
     proposal: Proposal
     ids: list[int]
     cut: int | None = None
+    chosen: int | None = None  # how many of the proposal's ids the policy chose (None: ``ids``)
+
+    @property
+    def verified(self) -> Proposal:
+        """The proposal as far as it is verified (what the drafter hears back)."""
+        n = len(self.ids) if self.chosen is None else self.chosen
+        return cut_proposal(self.proposal, n) if n < len(self.proposal.ids) else self.proposal
 
 
 Row = Callable[[int, Sequence[int]], np.ndarray]
