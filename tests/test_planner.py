@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ISSUE_PROFILES
 from edgespec import catalog
+from edgespec.planning import costs as plan_costs
 from edgespec.planning import planner
 
 
@@ -145,9 +146,13 @@ def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monk
     assert ex.drafting.verify_cost is None  # the engine's prior for exact kernels
     prof = profiles.load_profile("cpu-small")
     ng = planner.plan("cpu-small", draft="ngram", exact=True)
-    k, s = adaptive.best_k(prof.alpha_ngram.value, prof.verify.cost, prof.gamma_ngram.value, k_min=prof.k_min,
+    # the target's own c(n): its weight type's curve (the embedded Q4_K_M's), not the profile's for any weights
+    c = plan_costs.target_verify(prof, ng.target).cost
+    assert ng.target and c is not prof.verify.cost
+    k, s = adaptive.best_k(prof.alpha_ngram.value, c, prof.gamma_ngram.value, k_min=prof.k_min,
                            k_max=prof.k_max, hit=prof.ngram_hit.value, slowdown=prof.exact_slowdown.value)
-    assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(s))
+    # prompt lookup's policy cannot lose: predicted at least its floor (plain speed on the exact kernels)
+    assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(max(s, 1.0 / prof.exact_slowdown.value)))
     assert "batch-invariant kernels" not in auto.reason
     gpu = planner.plan("m2max", exact=True)
     assert gpu.n_gpu_layers != 0 and "batch-invariant kernels" not in gpu.reason

@@ -157,7 +157,7 @@ VERIFY_PRIORS: dict[str, dict[str, PriorRow]] = {
     },
 }
 
-def _mix_key(weight_mix: str | None) -> str | None:
+def mix_key(weight_mix: str | None) -> str | None:
     """A mix name as the tables spell it (upper case), None for none."""
     return weight_mix.strip().upper() or None if weight_mix else None
 
@@ -175,14 +175,14 @@ def choose_verify_prior(backend: str, weight_mix: str | None = None,
     if table is None:
         raise ProfileError(f"no verify-cost priors for backend {backend!r}; known backends: "
                            + ", ".join(VERIFY_PRIORS))
-    mix = _mix_key(weight_mix)
+    mix = mix_key(weight_mix)
     if measured is not None:
         return PriorChoice(measured, "measured", "measured for this file")
     by_mix: Mapping[str, VerifyCost]
     if isinstance(profile_verify, VerifyCost):
         by_mix = {"default": profile_verify}
     else:
-        by_mix = {(_mix_key(k) if k != "default" else k): v for k, v in (profile_verify or {}).items()}
+        by_mix = {(mix_key(k) if k != "default" else k): v for k, v in (profile_verify or {}).items()}
     if mix and mix in by_mix:
         return PriorChoice(by_mix[mix], f"profile:{mix}", f"the profile's curve for {mix}")
     if mix and mix in table:

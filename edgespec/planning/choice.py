@@ -155,7 +155,7 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
         reason = "plain decoding: --draft none"
         return Drafter(adaptive.Choice("none", 0, 1.0), 0, 1.0, reason, reason)
     if ask.mode == "auto":
-        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
+        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, min_gain=prof.min_gain,
                                  slowdown=slow)
         head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow,
                                costs.label)
@@ -164,7 +164,7 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
         return Drafter(choice, choice.k, choice.speedup, head + ("; " + "; ".join(parts) if parts else ""), head)
     # the drafter was named on the command line: use it, say what it is predicted to do
     opt = costs.options[0]
-    kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=opt.hit,
+    kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, hit=opt.hit,
                             slowdown=slow)
     # without --k the drafting policy picks each round's length (up to the engine's bound),
     # and a drafter whose policy cannot lose (prompt lookup) is predicted at least its floor

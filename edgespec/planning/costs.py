@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import catalog
-from ..costmodel import adaptive
+from ..catalog import gguf, verify_cache
+from ..costmodel import adaptive, priors
 from ..profiles import Profile
 from . import pairing
 
@@ -35,6 +36,55 @@ class Costs:
     label: str = ""  # the draft model's name and where it was found, for the plan line
     suggestion: str = ""  # nothing on this machine drafts for the target: the catalog drafter to get
     notes: tuple[str, ...] = ()  # over RPC: the network's share
+    k_max: int | None = None  # the longest draft the target's weights make worth verifying (None: the profile's)
+    mix: str | None = None  # the target's weight-type mix, read from its header (None: not on this machine)
+
+
+@dataclass(frozen=True)
+class Verify:
+    """The target's c(n) and why it is that one, with what the evidence for its weight
+    type says drafting is worth: ``k_max`` and ``drafters`` (None: the profile's)."""
+
+    cost: adaptive.VerifyCost
+    status: str
+    mix: str | None = None
+    k_max: int | None = None
+    drafters: tuple[str, ...] | None = None
+    note: str = ""  # where the curve came from, for the plan's explanation
+
+
+def target_verify(prof: Profile, tgt: str, *, exact: bool = False) -> Verify:
+    """c(n) for the target file on this profile's device (``costmodel.priors``' order): a
+    curve measured for this very file here (``tune``, ``models optimize``, a first run),
+    else the profile's curve for its weight-type mix, else the backend's table row for the
+    mix, else the profile's curve for any weights. A target not on this machine yet has
+    no header to read: the profile's curve for any weights then."""
+    path = catalog.local_path(tgt)
+    mix = measured = None
+    if path is not None:
+        try:
+            mix = gguf.weight_mix(path)
+        except Exception:  # noqa: BLE001 - an unreadable header: the engine's load says why
+            mix = None
+        measured = verify_cache.measured_curve(path, exact=exact)
+    # the plan weighs c(n) on llama.cpp's kernels times the exact kernels' slowdown
+    # (``exact_slowdown``); the engine under --exact starts from its own exact prior
+    backend = prof.backend if prof.n_gpu_layers != 0 and prof.backend in priors.VERIFY_PRIORS else "cpu"
+    choice = priors.choose_verify_prior(backend, mix, prof.verify_curves(), measured=measured)
+    fig = prof.verify_for(mix)
+    if choice.origin == "measured":
+        status = "measured for this file"
+    elif choice.origin.startswith("profile:"):
+        status = f"{fig.status} for {mix}"
+    elif choice.origin == "profile":
+        status = prof.verify.status
+    else:  # the backend's table
+        table = priors.VERIFY_PRIORS[backend]
+        row = table.get(priors.mix_key(mix) or "default", table["default"])
+        status = row.status if choice.origin == f"table:{backend}/default" else f"{row.status} for {mix}"
+    note = f"c(n) for {mix or 'the target'}: {status} ({choice.source})"
+    per_mix = fig is not prof.verify
+    return Verify(choice.cost, status, mix, fig.k_max if per_mix else None, fig.drafters if per_mix else None, note)
 
 
 def exact_slowdown(prof: Profile, exact: bool) -> float:
@@ -51,12 +101,13 @@ def costs_for(prof: Profile, pair_name: str | None, draft_model: str | None, tgt
     catalog drafter to get."""
     local = given.chosen if given is not None else None
     pc = prof.pair_cost(pair_name)
-    c_fig = pc.verify or prof.verify
+    v = Verify(pc.verify.cost, pc.verify.status) if pc.verify else target_verify(prof, tgt, exact=exact)
+    drafters = prof.drafters if v.drafters is None else v.drafters
     options: list[adaptive.DrafterOption] = []
     gamma_status = ""
     gamma = None
     label = f"{local.name} ({local.source})" if local is not None else ""
-    if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in prof.drafters)):
+    if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in drafters)):
         alpha = (pc.alpha or prof.alpha_model).value
         if local is not None:
             alpha, gamma, gamma_status = local.alpha, local.gamma, local.gamma_status
@@ -65,12 +116,12 @@ def costs_for(prof: Profile, pair_name: str | None, draft_model: str | None, tgt
         else:
             gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
         options.append(adaptive.DrafterOption("model", alpha, gamma))
-    if mode == "ngram" or (mode == "auto" and "ngram" in prof.drafters):
+    if mode == "ngram" or (mode == "auto" and "ngram" in drafters):
         # the learned policy drafts only where a draft pays: prompt lookup cannot lose
         options.append(adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value,
                                               prof.ngram_hit.value, floor=1.0))
-    costs = Costs(options, c_fig.cost, c_fig.status, gamma_status, exact_slowdown(prof, exact), gamma, label,
-                  given.ranking.suggestion if given is not None else "")
+    costs = Costs(options, v.cost, v.status, gamma_status, exact_slowdown(prof, exact), gamma, label,
+                  given.ranking.suggestion if given is not None else "", (v.note,) if v.note else (), v.k_max, v.mix)
     return _over_network(costs, prof, pair_name, tgt) if rpc else costs
 
 

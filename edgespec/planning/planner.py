@@ -85,6 +85,8 @@ def _drafting(prof: Profile, drafter: str, k: int | None, costs: Costs, *, exact
     fixed = k if k and drafter != "none" else None
     return DraftingOptions(
         k=fixed,
+        # what the evidence for the target's weight type says is the longest draft worth verifying
+        k_max=costs.k_max if fixed is None else None,
         # the learned policy weighs the draft's confidence itself; a fixed k keeps the
         # profile's fixed cut-off
         p_min=prof.p_min if drafter == "model" and fixed is not None else 0.0,
