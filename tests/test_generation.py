@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import DraftingOptions, Engine
+from edgespec import Engine
 from edgespec.batching.protocol import BatchEngine
 from edgespec.batching.runner import Request
 from edgespec.decoding.drafters import NgramDrafter, NoDrafter
@@ -35,12 +35,10 @@ SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_target):
+def engine(tiny_target, engines):
     # a fixed k: the single stream's draft lengths do not depend on timings
     # runs of one prompt compared: no memory of the last one
-    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=3, memory=False), n_ctx=256, exact=True,
-                n_threads=1) as e:
-        yield e
+    return engines(tiny_target, "ngram", k=3, memory=False, n_ctx=256)
 
 
 def by_hand(engine: Engine, n_ctx: int | None = None, **options) -> list:
