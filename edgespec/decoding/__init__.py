@@ -1,12 +1,15 @@
 """One stream: propose -> verify -> accept -> roll back, and the reply it makes.
 
-``drafters`` (the Drafter protocol: a draft model, prompt lookup, none), ``policy`` (each
-round's draft length, learned online), ``sampling`` (pure numpy: logits -> probabilities,
+``drafting`` (an engine's drafting state in one object: the drafter, its policy, k, the
+learned costs, the memory), ``drafters`` (the Drafter protocol: a draft model, prompt
+lookup, none; ``params``: the sampling options), ``memory`` (prompt lookup plus the memory of earlier answers), ``policy``
+(each round's draft length, learned online), ``sampling`` (pure numpy: logits -> probabilities,
 acceptance, residuals), ``speculative`` (one round, read top to bottom), ``sequence``
 (one decoding sequence, request to ``Done``: what the single stream and every batch
 sequence share), ``generation`` (one generation on the engine's context: prefix reuse,
 prefill, the rounds), ``reply``
-and ``text`` (tokens -> events, end of generation, max_tokens, stop strings),
+and ``text`` (tokens -> events, end of generation, stop strings; ``max_tokens`` is the
+sequence's budget),
 ``logprob`` (a verify row's log-softmax, when asked), ``suffix`` and ``suffix_store``
 (the memory of earlier outputs and its opt-in store on disk: ``suffix_codec`` its format,
 ``store_files`` its files, folder and lock, checked as ssh checks its own).
