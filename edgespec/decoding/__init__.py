@@ -2,9 +2,10 @@
 
 ``drafting`` (an engine's drafting state in one object: the drafter, its policy, k, the
 learned costs, the memory), ``drafters`` (the Drafter protocol: a draft model, prompt
-lookup, none; ``params``: the sampling options), ``memory`` (prompt lookup plus the memory of earlier answers), ``policy``
-(each round's draft length, learned online), ``sampling`` (pure numpy: logits -> probabilities,
-acceptance, residuals), ``speculative`` (one round, read top to bottom), ``sequence``
+lookup, none), ``memory`` (prompt lookup plus the memory of earlier answers), ``policy``
+(each round's draft length, learned online), ``params`` (the sampling options),
+``sampling`` (pure numpy: logits -> probabilities, acceptance, residuals), ``speculative``
+(one round, read top to bottom), ``sequence``
 (one decoding sequence, request to ``Done``: what the single stream and every batch
 sequence share), ``generation`` (one generation on the engine's context: prefix reuse,
 prefill, the rounds), ``reply``
