@@ -69,6 +69,7 @@ def place(tmp_path, monkeypatch, tiny_target):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("EDGESPEC_MODEL_PATH", str(models))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(optimize, "_load_average", lambda: 0.0)  # a quiet machine (see the busy test)
     catalog.forget()
     yield models / "tiny.gguf"
     catalog.forget()
@@ -188,6 +189,10 @@ def test_optimize_writes_measures_and_records_the_copy(place):
     assert {"path", "type", "perplexity_before", "perplexity_after", "c_before", "c_after"} <= set(d)
     assert d["perplexity_before"] > 1 and d["perplexity_after"] > 1 and list(d["c_after"]) == ["1", "2", "3", "4"]
     assert abs(d["perplexity_change_percent"]) < 25  # Q4_0 of random weights: close, not equal
+    assert d["load_average"] is None or d["load_average"] >= 0
+    busy = optimize.Optimized(**{**r.__dict__, "load_average": 3.5})
+    assert any("busy while timing (load average 3.5 for 1 threads)" in n for n in busy.notes)
+    assert not any("busy" in n for n in optimize.Optimized(**{**r.__dict__, "load_average": 0.5}).notes)
     json.dumps(d)
     assert leftovers(place.parent) == ["tiny.edgespec-Q4_0.gguf"]  # no temporary file left
     # the planner's two readers
@@ -203,6 +208,15 @@ def test_optimize_writes_measures_and_records_the_copy(place):
     st = place.stat()
     os.utime(place, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     assert optimized.optimized_copy_for(place) is None and verify_cache.measured_curve(place, machine=CPU) is None
+
+
+def test_curves_timed_on_a_busy_machine_are_not_kept(place, monkeypatch):
+    monkeypatch.setattr(optimize, "_load_average", lambda: 9.0)
+    r = optimize.optimize(place, **FAST)
+    assert r.busy and "load average 9.0 for 1 threads" in r.notes[0] and r.to_dict()["load_average"] == 9.0
+    assert verify_cache.measured_curve(place, machine=CPU) is None
+    assert verify_cache.measured_curve(r.path, machine=CPU) is None
+    assert optimized.optimized_copy_for(place) == r.path  # the copy itself is whole and found
 
 
 def test_an_existing_copy_needs_force(place):

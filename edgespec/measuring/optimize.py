@@ -19,8 +19,9 @@ c(n) per backend and weight type, where this build has it); ``optimize`` then:
    size on one file, then the other; the fastest of a few sweeps), and renames the copy
    into place: a copy that exists is a whole, measured one. On any error or Ctrl-C the
    temporary file is removed;
-5. records both curves (``catalog.verify_cache``, for the planner) and the copy's source
-   (``catalog.optimized``, so ``optimized_copy_for`` finds it).
+5. records both curves (``catalog.verify_cache``, for the planner; not when the load
+   average exceeded the threads while timing: such curves are the load's) and the copy's
+   source (``catalog.optimized``, so ``optimized_copy_for`` finds it).
 
 Timings are the fastest of a few sweeps on whatever else the machine runs: ``edgespec
 tune`` measures more. Nothing here prints; ``phase`` hears what is being done.
@@ -73,6 +74,7 @@ class Optimized:
     after: Assessment
     threads: int
     quantize_seconds: float
+    load_average: float | None = None  # the highest 1-minute load average seen while timing
 
     @property
     def perplexity_change(self) -> float:
@@ -86,10 +88,22 @@ class Optimized:
         return sum(self.before.verify[n] for n in ns) / sum(self.after.verify[n] for n in ns) if ns else 1.0
 
     @property
+    def busy(self) -> bool:
+        """Whether other work competed for the cores while c(n) was timed."""
+        return self.load_average is not None and self.load_average > self.threads
+
+    @property
     def notes(self) -> tuple[str, ...]:
-        if self.verify_gain > 1.0:
-            return ()
-        return ("the copy verifies no cheaper than the original here (mean c(2..8)); keep using the original",)
+        notes = []
+        if self.busy:
+            notes.append(
+                f"the machine was busy while timing (load average {self.load_average:.1f} for "
+                f"{self.threads} threads): c(n) is unreliable and was not kept for the planner; "
+                "run it again (--force) when it is quiet"
+            )
+        if self.verify_gain <= 1.0:
+            notes.append("the copy verifies no cheaper than the original here (mean c(2..8)); keep using the original")
+        return tuple(notes)
 
     def to_dict(self) -> dict[str, Any]:
         b, a = self.before, self.after
@@ -117,6 +131,7 @@ class Optimized:
                 "quantize": round(self.quantize_seconds, 1),
                 "measure_copy_and_curves": round(a.seconds, 1),
             },
+            "load_average": None if self.load_average is None else round(self.load_average, 2),
             "notes": list(self.notes),
         }
 
@@ -292,6 +307,13 @@ def measure_curves(
     return out
 
 
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on this platform
+        return None
+
+
 def _assessment(path: Path, ppl: Perplexity, curve: tuple[float, dict[int, float]], seconds: float) -> Assessment:
     return Assessment(
         path=path,
@@ -360,7 +382,9 @@ def optimize(
         say(f"measuring the {type_name} copy: perplexity, then c(1..{n_max}) of both files in turn")
         t0 = time.perf_counter()
         ppl_after = measure_perplexity(tmp, text, threads=threads)
+        load = _load_average()
         curves = measure_curves([source, tmp], text, threads=threads, n_max=n_max, repeats=repeats)
+        load = max(load, _load_average()) if load is not None else None
         seconds_after = time.perf_counter() - t0
         os.replace(tmp, dest)
     except BaseException:
@@ -378,8 +402,9 @@ def optimize(
         after=after,
         threads=threads,
         quantize_seconds=quantize_seconds,
+        load_average=load,
     )
-    for a in (before, after):
+    for a in (before, after) if not result.busy else ():  # a busy machine's curves would mislead the planner
         verify_cache.record(
             a.path,
             {n: c for n, c in a.verify.items() if n >= 2},
