@@ -453,3 +453,22 @@ def test_a_generation_closed_early_leaves_its_stats_on_the_engine(plain_engine, 
     assert stats is not None and stats.generated_tokens == len([t for t in tokens if t.id >= 0]) > 0
     done = plain_engine.generate(prompts[0], max_tokens=3)
     assert plain_engine.last_stats is done.stats
+
+
+
+def test_the_engine_estimates_gamma_with_the_cost_models_formula(tiny_target, tiny_noisy):
+    from types import SimpleNamespace
+
+    from edgespec.costmodel.adaptive import DEFAULT_DECODE_GBS, DEFAULT_OVERHEAD_MS, draft_cost_ratio
+    from edgespec.costmodel.costs import CPU_BATCH_PRIOR, CPU_VERIFY_PRIOR
+    from edgespec.decoding.drafting import Drafting
+
+    # a 0.4 GB draft for a 1.1 GB target (the Qwen2.5-Coder 0.5B/1.5B pair): the size
+    # formula the engine had of its own said 0.44, the cost model's says 0.40
+    drafting = Drafting(DraftingOptions(), verify_cost=CPU_VERIFY_PRIOR, batch_cost=CPU_BATCH_PRIOR, max_k=15)
+    draft = SimpleNamespace(model=SimpleNamespace(size_bytes=400_000_000))
+    drafting.use_model(draft, target_bytes=1_100_000_000)
+    want = draft_cost_ratio(400_000_000, 1_100_000_000, overhead_ms=DEFAULT_OVERHEAD_MS, gbs=DEFAULT_DECODE_GBS)
+    assert drafting.policy().gamma == pytest.approx(want) and want < 0.42  # one γ formula, the planner's
+    with Engine(tiny_target, tiny_noisy, n_ctx=128, n_threads=1, drafting=DraftingOptions(draft_gamma=0.3)) as e:
+        assert e.draft_policy().gamma == 0.3  # a given γ (the plan's) is the prior
