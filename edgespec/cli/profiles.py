@@ -123,7 +123,7 @@ def profiles_show(
         if name == "auto":
             det = profiles.detect_profile()
             prof = det.profile
-            plan = _with_detection(planner.plan(prof), det)
+            plan = planner.plan(det)
         else:
             prof = profiles.load_profile(name)
             plan = planner.plan(prof)
@@ -156,8 +156,7 @@ def profiles_detect(
     with cli_errors():
         probe = detect.RecordedProbe.load(recording) if recording else None
         det = profiles.detect_profile(probe)
-        plan = planner.plan(det.profile)
-        plan = _with_detection(plan, det)
+        plan = planner.plan(det)
         if as_json:
             _print_json(plan.to_dict() | {"machine": det.machine.to_dict(), "detected_from": det.base})
             return
@@ -172,14 +171,6 @@ def profiles_detect(
         con.print(Text(det.explanation))
         con.print()
         con.print(_plan_table(f"plan (profile {det.profile.name})", plan))
-
-
-def _with_detection(plan: Any, det: Any) -> Any:
-    """The plan with the detection's explanation first among its notes."""
-    from dataclasses import replace
-
-    notes = (det.explanation,) + tuple(n for n in plan.notes if n != det.explanation)
-    return replace(plan, explanation=replace(plan.explanation, notes=notes))
 
 
 # --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from ..costmodel.drafting import MEMORY_CAP, DraftingOptions
 from ..errors import ProfileError
-from ..profiles import Profile, detect_profile, load_profile
+from ..profiles import Detection, Profile, detect_profile, load_profile
 from .choice import Ask, Room, choose_drafter, choose_pair, given_target, with_k
 from .costs import Costs, costs_for, local_step_ms
 from .record import Explanation, Plan
@@ -26,7 +26,7 @@ __all__ = ["Plan", "plan", "local_step_ms"]
 
 
 def plan(
-    profile: str | Profile | None = "auto",
+    profile: str | Profile | Detection | None = "auto",
     *,
     target: str | None = None,
     draft: str | None = None,
@@ -40,7 +40,8 @@ def plan(
     memory: bool = True, memory_cap: int | None = None,
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
-    machine), with the command line's options on top.
+    machine; a ``Detection`` already made: its profile, its explanation the first note),
+    with the command line's options on top.
 
     ``draft`` in the form ``costmodel.adaptive.normalize_draft`` gives: None (choose),
     "none", "ngram", "model" (the pair's draft), a catalog name or a path. ``k`` fixes
@@ -64,7 +65,8 @@ def plan(
     costs = costs_for(prof, pair.name, pair.draft, pair.target, ask.mode, exact, bool(rpc), pair.given)
     chosen = with_k(ask, choose_drafter(prof, ask, costs), costs)
     drafter = chosen.choice.drafter
-    notes = load_notes + room.notes + pair.notes + costs.notes + chosen.notes + tuple(prof.notes)
+    rest = room.notes + pair.notes + costs.notes + chosen.notes + tuple(prof.notes)
+    notes = load_notes + tuple(n for n in rest if n not in load_notes)
     return Plan(
         profile=prof.name, backend=prof.backend, target=pair.target,
         draft=pair.draft if drafter == "model" else None,
@@ -100,11 +102,13 @@ def _drafting(prof: Profile, drafter: str, k: int | None, costs: Costs, *, exact
     )
 
 
-def _load(profile: str | Profile | None, probe: Any) -> tuple[Profile, int | None, tuple[str, ...]]:
+def _load(profile: str | Profile | Detection | None, probe: Any) -> tuple[Profile, int | None, tuple[str, ...]]:
     """The profile asked for, the memory available now when it was detected, and a note
     on where it came from."""
     if isinstance(profile, Profile):
         return profile, None, ()
+    if isinstance(profile, Detection):  # shown beside its plan (profiles show auto, profiles detect)
+        return profile.profile, None, (profile.explanation,)
     if profile in (None, "auto"):
         det = detect_profile(probe)
         return det.profile, det.machine.available_bytes, (det.explanation,)
