@@ -5,8 +5,9 @@ Nine options choose the model pair and how it runs: ``--profile``, ``--target``,
 ``--tensor-split``. Their Typer declarations are the ``Annotated`` aliases below (each
 command gives the defaults in its signature); a command gathers what it was given into
 one frozen ``PlanOptions`` (where each is parsed and normalised, once) and ``make_plan``
-turns that into the profile's plan with those options in it. ``bench`` and ``tune`` take seven of them (their ``--draft``
-names the drafters to measure, and they measure a grid of k).
+turns that into the profile's plan with those options in it. ``bench`` and ``tune``
+take seven of them (their ``--draft`` names the drafters to measure, and they measure a
+grid of k).
 
 Nothing here loads a model: the plan is data, ``common.load_engine`` builds the engine.
 """

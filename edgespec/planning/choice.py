@@ -155,8 +155,8 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
         reason = "plain decoding: --draft none"
         return Drafter(adaptive.Choice("none", 0, 1.0), 0, 1.0, reason, reason)
     if ask.mode == "auto":
-        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, min_gain=prof.min_gain,
-                                 slowdown=slow)
+        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max,
+                                 min_gain=prof.min_gain, slowdown=slow)
         head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow,
                                costs.label)
         if costs.suggestion and choice.drafter != "model":
