@@ -190,7 +190,7 @@ def test_save_without_a_pair_keeps_device_figures(result, tmp_path, monkeypatch)
     assert prof.pair_cost(PAIR).gamma.status == "measured"  # still the shipped pair figure
 
 
-def test_saved_figures_drive_the_choice(tmp_path, monkeypatch):
+def test_saved_figures_drive_the_choice(tmp_path, monkeypatch, tiny_target):
     """A machine where batches are nearly free and the n-gram drafter is right often:
     after saving, the plan for the profile picks ngram; where batches are expensive,
     plain decoding."""
@@ -206,11 +206,14 @@ def test_saved_figures_drive_the_choice(tmp_path, monkeypatch):
                                 "load_average": 0.1})
 
     tune.save(fake(1.1, 0.8, 0.6), "cpu-small", pair=None)
-    assert planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram").predicted_speedup > 1.2
-    assert planner.plan("cpu-small").drafter == "ngram"
+    tgt = str(tiny_target)
+    assert planner.plan("cpu-small", target=tgt, draft="ngram").predicted_speedup > 1.2
+    assert planner.plan("cpu-small", target=tgt).drafter == "ngram"
+    own = planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="ngram")
+    assert own.drafting.verify_cost(5) != pytest.approx(1.1) and own.predicted_speedup < 1.2
     tune.save(fake(4.0, 0.5, 0.3), "cpu-small", pair=None)
     # expensive batches: prompt lookup is predicted no gain, but its policy cannot lose
-    p = planner.plan("cpu-small")
+    p = planner.plan("cpu-small", target=tgt)
     assert p.drafter == "ngram" and p.predicted_speedup == 1.0
     assert planner.plan("cpu-small", exact=True).drafter == "none"
 

@@ -56,7 +56,8 @@ class Verify:
 def target_verify(prof: Profile, tgt: str, *, exact: bool = False) -> Verify:
     """c(n) for the target file on this profile's device (``costmodel.priors``' order): a
     curve measured for this very file here (``tune``, ``models optimize``, a first run),
-    else the profile's curve for its weight-type mix, else the backend's table row for the
+    else a curve ``tune --save`` measured on this machine into the profile, else the
+    profile's curve for its weight-type mix, else the backend's table row for the
     mix, else the profile's curve for any weights. A target not on this machine yet has
     no header to read: the profile's curve for any weights then."""
     path = catalog.local_path(tgt)
@@ -70,8 +71,13 @@ def target_verify(prof: Profile, tgt: str, *, exact: bool = False) -> Verify:
     # the plan weighs c(n) on llama.cpp's kernels times the exact kernels' slowdown
     # (``exact_slowdown``); the engine under --exact starts from its own exact prior
     backend = prof.backend if prof.n_gpu_layers != 0 and prof.backend in priors.VERIFY_PRIORS else "cpu"
-    choice = priors.choose_verify_prior(backend, mix, prof.verify_curves(), measured=measured)
     fig = prof.verify_for(mix)
+    per_mix = fig is not prof.verify
+    if measured is None and not per_mix and prof.verify.status == "measured":
+        # ``tune --save`` measured this machine: that beats a table row from another one
+        note = f"c(n): measured on this machine ({prof.verify.source})"
+        return Verify(prof.verify.cost, "measured", mix, note=note)
+    choice = priors.choose_verify_prior(backend, mix, prof.verify_curves(), measured=measured)
     if choice.origin == "measured":
         status = "measured for this file"
     elif choice.origin.startswith("profile:"):
@@ -83,7 +89,6 @@ def target_verify(prof: Profile, tgt: str, *, exact: bool = False) -> Verify:
         row = table.get(priors.mix_key(mix) or "default", table["default"])
         status = row.status if choice.origin == f"table:{backend}/default" else f"{row.status} for {mix}"
     note = f"c(n) for {mix or 'the target'}: {status} ({choice.source})"
-    per_mix = fig is not prof.verify
     return Verify(choice.cost, status, mix, fig.k_max if per_mix else None, fig.drafters if per_mix else None, note)
 
 
