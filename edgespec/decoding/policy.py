@@ -34,6 +34,11 @@ Under a constraint a proposal may start with ``forced`` tokens, the grammar's ow
 allowed token cannot be rejected), so they enter E(L) at that rate, are not learned from,
 and a fixed-length policy verifies them on top of its k.
 
+A request whose rounds measure slower than plain decoding for a while (its estimates
+were wrong, or the drafter's own look costs more than its drafts bring) stops drafting
+for a pause that doubles at each trip (``decoding.stoploss``, counted in plain steps
+against a plain step it measures itself).
+
 When nothing pays the round drafts nothing. Prompt lookup still learns then: its
 proposal is free, and the round's own token tells whether the first proposed id was
 right (likewise the id after a fully accepted draft), so it sees when the text starts
@@ -54,6 +59,7 @@ import numpy as np
 
 from ..costmodel.costs import OnlineCost
 from .acceptance import FORCED_RATE, ConfidenceAcceptance, MatchAcceptance, MemoryAcceptance
+from .stoploss import StopLoss
 
 
 def best_length(rates: Sequence[float], cost: OnlineCost, gamma: float = 0.0,
@@ -83,6 +89,8 @@ class PolicyStats:
     drafted_rounds: int = 0
     explored_rounds: int = 0  # drafted although the posterior means said not to
     probed_rounds: int = 0  # verified another length to measure its cost again
+    stopped_rounds: int = 0  # did not draft: the request's drafting measured slower than plain (``stoploss``)
+    stop_trips: int = 0  # times the stop-loss paused drafting
 
 
 class DraftPolicy:
@@ -110,6 +118,7 @@ class DraftPolicy:
         self.l_max = max(0, l_max)
         self._seed = seed
         self.stats = PolicyStats()
+        self.stop_loss = StopLoss()
         self.begin()
 
     # -- per generation ------------------------------------------------------------
@@ -127,6 +136,7 @@ class DraftPolicy:
         self._mem_draws: np.ndarray | None = None
         self._conf: list[float] = []
         self._rates: list[float] = []
+        self.stop_loss.begin()
 
     @property
     def bound(self) -> int:
@@ -139,6 +149,10 @@ class DraftPolicy:
         self.stats.rounds += 1
         l_max = min(l_max, self.l_max)
         if l_max <= 0:
+            return 0
+        if not self.stop_loss.allows():  # drafting measured slower than plain, or a plain step is due
+            self.stats.stopped_rounds += 1
+            self._draws = None  # forced tokens only, if a grammar forces any
             return 0
         self._draws = self.acc.beta.draw(self.rng)
         self._mem_draws = None  # drawn when a memory proposal is first judged this round
@@ -262,6 +276,10 @@ class DraftPolicy:
         The drafter spent ``draft_seconds`` drafting ``drafted`` tokens. The first
         ``forced`` tested tokens were the grammar's: acceptance is learned after them."""
         self.cost.observe(batch, verify_seconds)
+        trips = self.stop_loss.trips
+        self.stop_loss.record(seconds=verify_seconds + draft_seconds, committed=accepted + 1, drafted=batch > 1,
+                              plain_step=verify_seconds if batch == 1 else None)
+        self.stats.stop_trips += self.stop_loss.trips - trips
         if forced:
             if accepted < forced:  # a forced token lost: the drafter's were never tested
                 tested = accepted = 0
