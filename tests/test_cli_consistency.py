@@ -198,9 +198,9 @@ def test_every_engine_command_has_the_shared_options():
 
 
 def test_the_plan_options_are_one_frozen_set_that_every_engine_command_takes(tiny_target):
-    # the nine plan options, and the memory's two that cli/memory_options folds in (MemoryOptions.apply)
+    # the ten plan options, and the memory's two that cli/memory_options folds in (MemoryOptions.apply)
     fields = [f.name for f in dataclasses.fields(PlanOptions) if f.name not in ("memory", "memory_cap")]
-    assert len(fields) == 9
+    assert len(fields) == 10
     for command in ("generate", "chat", "serve"):
         assert set(fields) <= set(options_of(command)), command
     for command in ("bench", "tune"):  # their --draft names the drafters to measure; they measure a k grid

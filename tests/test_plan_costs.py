@@ -78,3 +78,23 @@ def test_evidence_that_drafting_does_not_pay_bounds_the_plan(tiny_target, monkey
     _with_mix(monkeypatch, "F16")
     f16 = planner.plan("m2max", target=str(tiny_target))
     assert f16.drafting.k_max == load_profile("m2max").verify_for("F16").k_max == 7
+
+
+def test_the_plan_runs_the_optimized_copy_unless_told_not_to(tiny_target, tmp_path, monkeypatch, config_home):
+    """``models optimize`` records its copy (``catalog.optimized``); the plan for the
+    original then runs the copy, says so in one line, and --no-optimized keeps the original."""
+    import shutil
+
+    from edgespec.catalog import optimized
+    from edgespec.cli.plan_options import PlanOptions, make_plan
+
+    src = tmp_path / "model.gguf"
+    shutil.copy(tiny_target, src)
+    assert make_plan(PlanOptions(profile="cpu-small", target=str(src))).target == str(src)  # no copy yet
+    copy = tmp_path / optimized.copy_name("model", "Q4_0")
+    shutil.copy(tiny_target, copy)
+    optimized.record(copy, src, source_name="model", type_name="Q4_0", figures={})
+    p = make_plan(PlanOptions(profile="cpu-small", target=str(src)))
+    assert p.target == str(copy)
+    assert sum("models optimize" in n for n in p.explanation.notes) == 1
+    assert make_plan(PlanOptions(profile="cpu-small", target=str(src), optimized=False)).target == str(src)

@@ -24,7 +24,7 @@ from edgespec.cli.common import (
     parse_parallel,
 )
 from edgespec.cli.plan_options import (
-    ExactOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    ExactOpt, OptimizedOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions,
 )
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions
@@ -47,6 +47,7 @@ def bench(
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
     exact: ExactOpt = False,
+    optimized: OptimizedOpt = True,
     input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
@@ -78,7 +79,7 @@ def bench(
         n_parallel = parse_parallel(parallel) if parallel is not None else None
         # --draft here: the drafters to compare; the memory each configuration's own, cold (measuring.bench)
         plan_opts = MemoryOptions(memory, memory_cap).apply(PlanOptions(
-            profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
+            profile=profile, target=target, exact=exact, optimized=optimized, n_ctx=n_ctx, threads=threads, rpc=rpc,
             tensor_split=tensor_split))
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
         show_plan(auto_plan, verbose and not quiet)

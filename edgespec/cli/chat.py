@@ -32,7 +32,7 @@ from edgespec.cli.common import (
     out_console,
 )
 from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions, make_plan,
 )
 from edgespec.cli.chat_commands import SlashCommands, shown_names
@@ -287,6 +287,7 @@ def chat(
     draft: DraftOpt = None,
     k: KOpt = None,
     exact: ExactOpt = False,
+    optimized: OptimizedOpt = True,
     system: Annotated[Optional[str], typer.Option("--system", "-s", help="System prompt.")] = None,
     temperature: TemperatureOpt = 0.7,
     top_k: TopKOpt = 0,
@@ -317,6 +318,7 @@ def chat(
     with cli_errors():
         memory_options = MemoryOptions(memory, memory_cap, remember)
         p = make_plan(memory_options.apply(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
+                                                       optimized=optimized,
                                                        n_ctx=n_ctx, threads=threads, rpc=rpc,
                                                        tensor_split=tensor_split)))
         engine = load_engine(p, verbose=verbose)

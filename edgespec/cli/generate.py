@@ -25,7 +25,7 @@ from edgespec.cli.fim import FimPrefixOpt, FimSuffixOpt, fim_request, read_fim
 from edgespec.cli.generate_batch import InputOpt, OnError, OnErrorOpt, OutputOpt, ParallelOpt, generate_batch
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
 from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions, make_plan,
 )
 from edgespec.cli.structured import (GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, bind_option, check_complete,
@@ -45,6 +45,7 @@ def generate(
     draft: DraftOpt = None,
     k: KOpt = None,
     exact: ExactOpt = False,
+    optimized: OptimizedOpt = True,
     temperature: TemperatureOpt = 0.0,
     top_k: TopKOpt = 0,
     top_p: TopPOpt = 1.0,
@@ -90,7 +91,8 @@ def generate(
         seed=seed,
         stop=tuple(stop or ()),
     )
-    plan = PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx, threads=threads,
+    plan = PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
+                       optimized=optimized, n_ctx=n_ctx, threads=threads,
                        rpc=rpc, tensor_split=tensor_split)
     with cli_errors():
         memory_options = MemoryOptions(memory, memory_cap, remember)

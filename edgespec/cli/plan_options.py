@@ -1,8 +1,8 @@
 """The plan options: what a command line asks of the planner, declared once.
 
-Nine options choose the model pair and how it runs: ``--profile``, ``--target``,
-``--draft``, ``--k``, ``--exact``, ``--n-ctx``, ``--threads``, ``--rpc`` and
-``--tensor-split``. Their Typer declarations are the ``Annotated`` aliases below (each
+Ten options choose the model pair and how it runs: ``--profile``, ``--target``,
+``--draft``, ``--k``, ``--exact``, ``--n-ctx``, ``--threads``, ``--rpc``,
+``--tensor-split`` and ``--optimized/--no-optimized``. Their Typer declarations are the ``Annotated`` aliases below (each
 command gives the defaults in its signature); a command gathers what it was given into
 one frozen ``PlanOptions`` (where each is parsed and normalised, once) and ``make_plan``
 turns that into the profile's plan with those options in it. ``bench`` and ``tune``
@@ -34,6 +34,10 @@ KOpt = Annotated[Optional[int], typer.Option(
 ExactOpt = Annotated[bool, typer.Option(
     "--exact", help="Batch-invariant kernels: speculation gives plain greedy decoding's output token for "
                     "token (1.2-1.3x slower per token on CPUs).")]
+OptimizedOpt = Annotated[bool, typer.Option(
+    "--optimized/--no-optimized",
+    help="Run the copy `edgespec models optimize` wrote for the target, where there is one (its weight type verifies "
+         "drafts for less); --no-optimized: the original.")]
 NCtxOpt = Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")]
 ThreadsOpt = Annotated[
     Optional[int],
@@ -63,6 +67,7 @@ class PlanOptions:
     threads: int | None = None
     rpc: str | None = None
     tensor_split: str | None = None
+    optimized: bool = True
     memory: bool = True
     memory_cap: int | None = None
 
@@ -78,7 +83,8 @@ def make_plan(options: PlanOptions) -> Any:
     o = options
     servers, split = parse_rpc(o.rpc, o.tensor_split)
     return plan(o.profile, target=o.target, draft=o.draft, k=o.k, n_ctx=o.n_ctx, n_threads=o.threads,
-                exact=o.exact, rpc=servers, tensor_split=split, memory=o.memory, memory_cap=o.memory_cap)
+                exact=o.exact, rpc=servers, tensor_split=split, memory=o.memory, memory_cap=o.memory_cap,
+                optimized=o.optimized)
 
 
 def parse_rpc(rpc: str | None, tensor_split: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:

@@ -31,7 +31,7 @@ from edgespec.cli.common import (
 )
 from edgespec.cli.memory_options import MemoryOpt
 from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions, make_plan,
 )
 
@@ -72,6 +72,7 @@ def serve(
     rpc: RpcOpt = None,
     tensor_split: TensorSplitOpt = None,
     exact: ExactOpt = False,
+    optimized: OptimizedOpt = True,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only); "
                                                       "several, comma-separated: 127.0.0.1,::1.")]
     = "127.0.0.1",
@@ -117,7 +118,8 @@ def serve(
             err.print(Text(f"warning: listening on {h} without --api-key: anyone who can reach this machine "
                            "can use the model", style="yellow"))
     with cli_errors():
-        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact, n_ctx=n_ctx,
+        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
+                                  optimized=optimized, n_ctx=n_ctx,
                                   threads=threads, rpc=rpc, tensor_split=tensor_split))
         engine = load_engine(p)
     try:

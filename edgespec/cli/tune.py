@@ -22,7 +22,7 @@ from edgespec.cli.common import (
     out_console,
 )
 from edgespec.cli.plan_options import (
-    ExactOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    ExactOpt, OptimizedOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
     PlanOptions,
 )
 from edgespec.costmodel.adaptive import is_no_draft
@@ -47,6 +47,7 @@ def tune(
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
     exact: ExactOpt = False,
+    optimized: OptimizedOpt = True,
     input_file: InputOpt = None,
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
@@ -67,7 +68,8 @@ def tune(
     from edgespec.measuring import tune as lib
 
     with cli_errors():
-        plan_opts = PlanOptions(profile=profile, target=target, exact=exact, n_ctx=n_ctx, threads=threads, rpc=rpc,
+        plan_opts = PlanOptions(profile=profile, target=target, exact=exact,
+                                optimized=optimized, n_ctx=n_ctx, threads=threads, rpc=rpc,
                                 tensor_split=tensor_split)  # --draft here: the draft model to measure
         ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", plan_opts)
         show_plan(base, verbose and not quiet)

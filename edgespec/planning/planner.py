@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
+from .. import catalog
+from ..catalog import optimized as optimized_copies
 from ..costmodel.drafting import MEMORY_CAP, DraftingOptions
 from ..errors import ProfileError
 from ..profiles import Detection, Profile, detect_profile, load_profile
-from .choice import Ask, Room, choose_drafter, choose_pair, given_target, with_k
+from .choice import Ask, Pair, Room, choose_drafter, choose_pair, given_target, with_k
 from .costs import Costs, costs_for, local_step_ms
 from .record import Explanation, Plan
 
@@ -37,7 +39,7 @@ def plan(
     probe: Any = None,
     offline: bool | None = None,
     exact: bool = False, rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
-    memory: bool = True, memory_cap: int | None = None,
+    memory: bool = True, memory_cap: int | None = None, optimized: bool = True,
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine; a ``Detection`` already made: its profile, its explanation the first note),
@@ -50,7 +52,8 @@ def plan(
     then counts. ``probe`` replaces the machine for detection (tests). ``offline``
     (default ``HF_HUB_OFFLINE``) skips pairs not here; ``rpc`` adds network cost.
     ``n_threads`` (None: the profile's), ``memory`` and ``memory_cap`` (None: the
-    default) go to the engine as they are.
+    default) go to the engine as they are. ``optimized``: run the copy of the target that
+    ``edgespec models optimize`` wrote, where there is one (``catalog.optimized``).
     """
     if k is not None and k < 0:
         raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
@@ -60,6 +63,8 @@ def plan(
     ask = Ask.of(draft, k)
     room = Room.of(prof, available, offline)
     pair = given_target(target, prof, ask, room, exact) if target is not None else choose_pair(prof, ask, room)
+    if optimized:
+        pair = _optimized(pair)
     if ask.mode in ("model", "given") and pair.draft is None:
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {pair.target}; pass a path")
     costs = costs_for(prof, pair.name, pair.draft, pair.target, ask.mode, exact, bool(rpc), pair.given)
@@ -100,6 +105,17 @@ def _drafting(prof: Profile, drafter: str, k: int | None, costs: Costs, *, exact
         batch_cost=prof.batch.cost if prof.batch and not exact else None,
         memory=memory, memory_cap=memory_cap or MEMORY_CAP,
     )
+
+
+def _optimized(pair: Pair) -> Pair:
+    """The pair with its target replaced by the copy ``models optimize`` wrote, if there is one."""
+    path = catalog.local_path(pair.target)
+    copy = optimized_copies.optimized_copy_for(path) if path is not None else None
+    if copy is None:
+        return pair
+    note = f"target: {copy.name}, the copy `edgespec models optimize` wrote of {path.name}"
+    note += " (--no-optimized: the original)"
+    return replace(pair, target=str(copy), notes=pair.notes + (note,))
 
 
 def _load(profile: str | Profile | Detection | None, probe: Any) -> tuple[Profile, int | None, tuple[str, ...]]:
