@@ -54,8 +54,7 @@ def child(args: argparse.Namespace) -> None:
 
     prompts = ordered_prompts()
     draft = None if args.draft == "none" else args.draft
-    engine = Engine(resolve_model(args.target), draft=draft, exact=args.exact,
-                    n_threads=args.threads, n_ctx=2048)
+    engine = Engine(resolve_model(args.target), draft=draft, exact=args.exact, n_threads=args.threads, n_ctx=2048)
     engine.generate("warm up", max_tokens=4)  # page the weights in, outside the timing
     outputs: dict[str, list[int]] = {}
     info: dict = {}
@@ -69,31 +68,58 @@ def child(args: argparse.Namespace) -> None:
         info = {"prompt_computed": computed}  # the engine reuses the previous prompt's prefix
     else:
         parallel = args.parallel if args.parallel == "auto" else int(args.parallel)
-        run = engine.generate_many([text for _, _, text in prompts], parallel=parallel,
-                                   max_tokens=args.max_tokens)
+        run = engine.generate_many([text for _, _, text in prompts], parallel=parallel, max_tokens=args.max_tokens)
         for o in run:
             if o.error is not None:
                 raise SystemExit(f"prompt {prompts[o.key][0]} failed: {o.error}")
             outputs[prompts[o.key][0]] = o.result.token_ids
         st = run.stats
-        info = {"n_parallel": run.n_parallel, "reason": run.parallel_reason,
-                "mean_running": round(st.mean_running, 2), "steps": st.steps,
-                "drafted": st.drafted, "accepted": st.accepted, "prompt_computed": st.prompt_tokens,
-                "prompt_shared": st.prompt_shared, "kv_mib": round(run.kv_bytes / 2**20, 1)}
+        info = {
+            "n_parallel": run.n_parallel,
+            "reason": run.parallel_reason,
+            "mean_running": round(st.mean_running, 2),
+            "steps": st.steps,
+            "drafted": st.drafted,
+            "accepted": st.accepted,
+            "prompt_computed": st.prompt_tokens,
+            "prompt_shared": st.prompt_shared,
+            "kv_mib": round(run.kv_bytes / 2**20, 1),
+        }
     seconds = time.perf_counter() - t0
     tokens = sum(len(v) for v in outputs.values())
-    print(json.dumps({
-        "mode": args.child, "tokens": tokens, "seconds": round(seconds, 2),
-        "tok_per_s": round(tokens / seconds, 2),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "outputs": outputs, **info,
-    }))
+    print(
+        json.dumps(
+            {
+                "mode": args.child,
+                "tokens": tokens,
+                "seconds": round(seconds, 2),
+                "tok_per_s": round(tokens / seconds, 2),
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "outputs": outputs,
+                **info,
+            }
+        )
+    )
 
 
 def run_child(mode: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.batch_throughput", "--child", mode, "--target", args.target,
-           "--draft", args.draft, "--max-tokens", str(args.max_tokens), "--threads", str(args.threads),
-           "--parallel", args.parallel]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.batch_throughput",
+        "--child",
+        mode,
+        "--target",
+        args.target,
+        "--draft",
+        args.draft,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--threads",
+        str(args.threads),
+        "--parallel",
+        args.parallel,
+    ]
     if args.exact:
         cmd.append("--exact")
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -108,9 +134,25 @@ def peer(args: argparse.Namespace, n: int) -> dict:
     from edgespec.catalog import resolve_model
 
     bench = tools_dir() / "llama-batched-bench"
-    cmd = [str(bench), "-m", str(resolve_model(args.target)), "-c", str(max(4096, 2 * 256 * n)),
-           "-b", "2048", "-ub", "512", "-npp", "128", "-ntg", str(args.max_tokens),
-           "-npl", f"1,{n}", "-t", str(args.threads)]
+    cmd = [
+        str(bench),
+        "-m",
+        str(resolve_model(args.target)),
+        "-c",
+        str(max(4096, 2 * 256 * n)),
+        "-b",
+        "2048",
+        "-ub",
+        "512",
+        "-npp",
+        "128",
+        "-ntg",
+        str(args.max_tokens),
+        "-npl",
+        f"1,{n}",
+        "-t",
+        str(args.threads),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     rows = {}
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
@@ -120,9 +162,12 @@ def peer(args: argparse.Namespace, n: int) -> dict:
             rows[int(cells[2])] = {"tg_tok_per_s": float(cells[7]), "total_tok_per_s": float(cells[9])}
     if len(rows) < 2:
         return {"error": (out.stderr or out.stdout)[-600:]}
-    return {"cmd": " ".join(cmd[1:]), "by_sequences": rows,
-            "tg_speedup": round(rows[n]["tg_tok_per_s"] / rows[1]["tg_tok_per_s"], 2),
-            "total_speedup": round(rows[n]["total_tok_per_s"] / rows[1]["total_tok_per_s"], 2)}
+    return {
+        "cmd": " ".join(cmd[1:]),
+        "by_sequences": rows,
+        "tg_speedup": round(rows[n]["tg_tok_per_s"] / rows[1]["tg_tok_per_s"], 2),
+        "total_speedup": round(rows[n]["total_tok_per_s"] / rows[1]["total_tok_per_s"], 2),
+    }
 
 
 def main() -> None:
@@ -144,8 +189,12 @@ def main() -> None:
     par = run_child("parallel", args)
     same = sum(seq["outputs"][k] == par["outputs"][k] for k in seq["outputs"])
     report = {
-        "target": args.target, "draft": args.draft, "exact": args.exact, "threads": args.threads,
-        "max_tokens": args.max_tokens, "prompts": len(seq["outputs"]),
+        "target": args.target,
+        "draft": args.draft,
+        "exact": args.exact,
+        "threads": args.threads,
+        "max_tokens": args.max_tokens,
+        "prompts": len(seq["outputs"]),
         "speedup": round(par["tok_per_s"] / seq["tok_per_s"], 2),
         "identical_outputs": same,
         "sequential": {k: v for k, v in seq.items() if k != "outputs"},

@@ -50,15 +50,23 @@ def commit() -> str:
 
 def git_info() -> dict:
     """The commit, the branch and whether tracked files differ from the commit."""
-    return {"commit": commit(), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    return {
+        "commit": commit(),
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def machine_info() -> dict:
     """The CPU count, platform, Python and load average of the machine the run is on."""
-    return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "machine": platform.machine(),
-            "processor": platform.processor(), "python": platform.python_version(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def free_port() -> int:
@@ -77,8 +85,15 @@ def http_ok(url: str) -> bool:
         return False
 
 
-def start_server(cmd: list[str], ready: Callable[[], bool], *, timeout: float = 300.0, log=None,
-                 env: dict[str, str] | None = None, name: str = "the server") -> subprocess.Popen:
+def start_server(
+    cmd: list[str],
+    ready: Callable[[], bool],
+    *,
+    timeout: float = 300.0,
+    log=None,
+    env: dict[str, str] | None = None,
+    name: str = "the server",
+) -> subprocess.Popen:
     """Start ``cmd`` and poll ``ready()`` until it holds. A process that exits first, or is
     not ready in ``timeout`` seconds, raises RuntimeError (the process stopped) naming
     ``name``; ``log`` (an open file) takes its output, which is otherwise discarded."""

@@ -127,8 +127,10 @@ def main() -> int:
     p = auto.plan
     print(f"auto: drafter {p.drafter}, k {p.k} ({p.reason})", flush=True)
     stop, workers = start_hog(args.hog, args.on, args.off, args.hog_procs, args.hog_core)
-    print(f"hog: {args.hog} x{args.hog_procs}" + (f" ({args.on}s on, {args.off}s off)" if args.hog == "bursts" else ""),
-          flush=True)
+    print(
+        f"hog: {args.hog} x{args.hog_procs}" + (f" ({args.on}s on, {args.off}s off)" if args.hog == "bursts" else ""),
+        flush=True,
+    )
     rows = []
     try:
         for eng in (plain, auto):  # warm-up, discarded
@@ -148,8 +150,11 @@ def main() -> int:
                     last[(name, label)] = r
                 pr = runs[name]
                 ratio = (pr["auto"][-1][0] / pr["auto"][-1][1]) / (pr["plain"][-1][0] / pr["plain"][-1][1])
-                print(f"pass {k + 1} {name:10s} plain {pr['plain'][-1][0] / pr['plain'][-1][1]:6.2f} tok/s  "
-                      f"auto {pr['auto'][-1][0] / pr['auto'][-1][1]:6.2f} tok/s  x{ratio:.3f}", flush=True)
+                print(
+                    f"pass {k + 1} {name:10s} plain {pr['plain'][-1][0] / pr['plain'][-1][1]:6.2f} tok/s  "
+                    f"auto {pr['auto'][-1][0] / pr['auto'][-1][1]:6.2f} tok/s  x{ratio:.3f}",
+                    flush=True,
+                )
     finally:
         stop_hog(stop, workers)
 
@@ -158,29 +163,37 @@ def main() -> int:
         tps = {label: [t / s for t, s in pr[label]] for label in pr}
         paired = [a / b for a, b in zip(tps["auto"], tps["plain"])]
         st = last[(name, "auto")].stats
-        rows.append({
-            "prompt": name,
-            "tokens": last[(name, "plain")].stats.generated_tokens,
-            "plain_tps": tps["plain"],
-            "auto_tps": tps["auto"],
-            "ratio_paired": statistics.median(paired),
-            "ratio_of_medians": statistics.median(tps["auto"]) / statistics.median(tps["plain"]),
-            "identical_last_pass": last[(name, "auto")].token_ids == last[(name, "plain")].token_ids,
-            "auto_rounds": st.rounds,
-            "auto_drafted": st.drafted,
-            "auto_accepted": st.accepted,
-        })
+        rows.append(
+            {
+                "prompt": name,
+                "tokens": last[(name, "plain")].stats.generated_tokens,
+                "plain_tps": tps["plain"],
+                "auto_tps": tps["auto"],
+                "ratio_paired": statistics.median(paired),
+                "ratio_of_medians": statistics.median(tps["auto"]) / statistics.median(tps["plain"]),
+                "identical_last_pass": last[(name, "auto")].token_ids == last[(name, "plain")].token_ids,
+                "auto_rounds": st.rounds,
+                "auto_drafted": st.drafted,
+                "auto_accepted": st.accepted,
+            }
+        )
     geo = geomean(r["ratio_paired"] for r in rows)
-    total = {label: sum(t for n in names for t, _ in runs[n][label]) / sum(s for n in names for _, s in runs[n][label])
-             for label in ("plain", "auto")}
+    total = {
+        label: sum(t for n in names for t, _ in runs[n][label]) / sum(s for n in names for _, s in runs[n][label])
+        for label in ("plain", "auto")
+    }
     overall = total["auto"] / total["plain"]
     # what each engine does besides decoding (drafting, choosing, sampling, bookkeeping)
     outside_ms = {label: 1e3 * sum(o for o, _ in v) / max(1, sum(n for _, n in v)) for label, v in besides.items()}
     for r in rows:
-        print(f"{r['prompt']:10s} auto/plain x{r['ratio_paired']:.3f} paired, x{r['ratio_of_medians']:.3f} of medians  "
-              f"(drafted {r['auto_drafted']}, accepted {r['auto_accepted']} in {r['auto_rounds']} rounds)")
-    print(f"overall: x{geo:.3f} geometric mean of paired ratios, x{overall:.3f} all tokens over all time "
-          f"(goal >= 0.97: {'met' if min(geo, overall) >= 0.97 else 'NOT met'})")
+        print(
+            f"{r['prompt']:10s} auto/plain x{r['ratio_paired']:.3f} paired, x{r['ratio_of_medians']:.3f} of medians  "
+            f"(drafted {r['auto_drafted']}, accepted {r['auto_accepted']} in {r['auto_rounds']} rounds)"
+        )
+    print(
+        f"overall: x{geo:.3f} geometric mean of paired ratios, x{overall:.3f} all tokens over all time "
+        f"(goal >= 0.97: {'met' if min(geo, overall) >= 0.97 else 'NOT met'})"
+    )
     print(f"outside llama_decode per round: plain {outside_ms['plain']:.2f} ms, auto {outside_ms['auto']:.2f} ms")
     vc = auto.verify_cost
     result = {

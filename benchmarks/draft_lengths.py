@@ -32,8 +32,9 @@ from edgespec.costmodel.adaptive import batch_draft_lengths
 from edgespec.costmodel.costs import CPU_BATCH_PRIOR, GPU_BATCH_PRIOR, OnlineCost
 
 
-def scan_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
-                       cost: Callable[[int], float]) -> list[int]:
+def scan_draft_lengths(
+    curves: Sequence[Sequence[float] | None], lengths: list[int], cost: Callable[[int], float]
+) -> list[int]:
     """The draft lengths as ``costmodel.adaptive.batch_draft_lengths`` chose them before issue 22:
     each pick scans every sequence's curve once."""
     lengths = list(lengths)
@@ -100,26 +101,43 @@ def main() -> None:
         for n_seq in (int(x) for x in args.sizes.split(",")):
             rng = np.random.default_rng(args.seed + n_seq)
             cases = [batch_curves(rng, n_seq, copying=rng.uniform(0.1, 0.9)) for _ in range(args.cases)]
-            differ = sum(scan_draft_lengths(c, [0] * n_seq, cost) != batch_draft_lengths(c, [0] * n_seq, cost)
-                         for c in cases)
+            differ = sum(
+                scan_draft_lengths(c, [0] * n_seq, cost) != batch_draft_lengths(c, [0] * n_seq, cost) for c in cases
+            )
             old, new = measure(scan_draft_lengths, cases, cost), measure(batch_draft_lengths, cases, cost)
             drafted = statistics.mean(sum(batch_draft_lengths(c, [0] * n_seq, cost)) for c in cases)
-            row = {"prior": prior_name, "sequences": n_seq, "cases": len(cases), "differ": differ,
-                   "mean_rows_drafted": round(drafted, 1),
-                   "old_ms_median": round(statistics.median(old) * 1e3, 4),
-                   "old_ms_p90": round(float(np.percentile(old, 90)) * 1e3, 4),
-                   "new_ms_median": round(statistics.median(new) * 1e3, 4),
-                   "new_ms_p90": round(float(np.percentile(new, 90)) * 1e3, 4)}
+            row = {
+                "prior": prior_name,
+                "sequences": n_seq,
+                "cases": len(cases),
+                "differ": differ,
+                "mean_rows_drafted": round(drafted, 1),
+                "old_ms_median": round(statistics.median(old) * 1e3, 4),
+                "old_ms_p90": round(float(np.percentile(old, 90)) * 1e3, 4),
+                "new_ms_median": round(statistics.median(new) * 1e3, 4),
+                "new_ms_p90": round(float(np.percentile(new, 90)) * 1e3, 4),
+            }
             row["speedup_median"] = round(row["old_ms_median"] / row["new_ms_median"], 1)
             rows.append(row)
-            print(f"{prior_name} {n_seq:3d} sequences: old {row['old_ms_median']:.3f} ms "
-                  f"(p90 {row['old_ms_p90']:.3f}), heap {row['new_ms_median']:.3f} ms "
-                  f"(p90 {row['new_ms_p90']:.3f}), {row['speedup_median']}x; "
-                  f"{row['mean_rows_drafted']} rows drafted on average; {differ} of {len(cases)} differ")
+            print(
+                f"{prior_name} {n_seq:3d} sequences: old {row['old_ms_median']:.3f} ms "
+                f"(p90 {row['old_ms_p90']:.3f}), heap {row['new_ms_median']:.3f} ms "
+                f"(p90 {row['new_ms_p90']:.3f}), {row['speedup_median']}x; "
+                f"{row['mean_rows_drafted']} rows drafted on average; {differ} of {len(cases)} differ"
+            )
     if args.json:
-        args.json.write_text(json.dumps({"commit": commit(), "machine": platform.machine(),
-                                         "python": platform.python_version(),
-                                         "results": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "commit": commit(),
+                    "machine": platform.machine(),
+                    "python": platform.python_version(),
+                    "results": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,27 @@ from pathlib import Path
 from benchmarks.prompts.exact import PROMPTS
 
 
-def generate(target: str, draft: str, prompt: str, max_tokens: int, threads: int,
-             extra: tuple[str, ...] = ()) -> dict:
-    cmd = [sys.executable, "-m", "edgespec", "generate", prompt, "--target", target,
-           "--draft", draft, "--exact", "--temperature", "0", "--max-tokens", str(max_tokens),
-           "--threads", str(threads), "--json", *extra]
+def generate(target: str, draft: str, prompt: str, max_tokens: int, threads: int, extra: tuple[str, ...] = ()) -> dict:
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgespec",
+        "generate",
+        prompt,
+        "--target",
+        target,
+        "--draft",
+        draft,
+        "--exact",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        str(max_tokens),
+        "--threads",
+        str(threads),
+        "--json",
+        *extra,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[3:])} failed ({out.returncode}):\n{out.stderr[-1500:]}")
@@ -46,8 +62,12 @@ def main() -> None:
     for name, prompt in PROMPTS.items():
         plain = generate(args.target, "none", prompt, args.max_tokens, args.threads)
         row = {"prompt": name, "tokens": len(plain["token_ids"])}
-        for label, draft, extra in (("model", args.draft_model, ()), ("model k=4", args.draft_model, ("--k", "4")),
-                                    ("ngram", "ngram", ()), ("ngram k=4", "ngram", ("--k", "4"))):
+        for label, draft, extra in (
+            ("model", args.draft_model, ()),
+            ("model k=4", args.draft_model, ("--k", "4")),
+            ("ngram", "ngram", ()),
+            ("ngram k=4", "ngram", ("--k", "4")),
+        ):
             res = generate(args.target, draft, prompt, args.max_tokens, args.threads, extra)
             st = res.get("stats", {})
             same = res["token_ids"] == plain["token_ids"]
@@ -55,8 +75,13 @@ def main() -> None:
             row[label] = {"identical": same, "drafted": st.get("drafted"), "accepted": st.get("accepted")}
         rows.append(row)
         print(json.dumps(row))
-    report = {"target": args.target, "draft_model": args.draft_model, "max_tokens": args.max_tokens,
-              "rows": rows, "all_identical": not failed}
+    report = {
+        "target": args.target,
+        "draft_model": args.draft_model,
+        "max_tokens": args.max_tokens,
+        "rows": rows,
+        "all_identical": not failed,
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

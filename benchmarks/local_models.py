@@ -26,8 +26,10 @@ from pathlib import Path
 from benchmarks.common import commit
 
 N_TOKENS = 320
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def write_header(path: Path, vocab: str, name: str, n_floats: int) -> None:
@@ -39,12 +41,20 @@ def write_header(path: Path, vocab: str, name: str, n_floats: int) -> None:
 
     tokens = [f"{vocab}{i}" for i in range(N_TOKENS - 3)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     fields: dict[str, object] = {
-        "general.name": name, "general.file_type": int(gguf.LlamaFileType.ALL_F32),
-        "llama.context_length": 2048, "llama.block_count": 1, "llama.embedding_length": 64,
-        "llama.attention.head_count": 2, "llama.attention.head_count_kv": 1,
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2", "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.bos_token_id": N_TOKENS - 3, "tokenizer.ggml.eos_token_id": N_TOKENS - 1,
-        "tokenizer.ggml.add_bos_token": False, "tokenizer.chat_template": CHATML,
+        "general.name": name,
+        "general.file_type": int(gguf.LlamaFileType.ALL_F32),
+        "llama.context_length": 2048,
+        "llama.block_count": 1,
+        "llama.embedding_length": 64,
+        "llama.attention.head_count": 2,
+        "llama.attention.head_count_kv": 1,
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "qwen2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.bos_token_id": N_TOKENS - 3,
+        "tokenizer.ggml.eos_token_id": N_TOKENS - 1,
+        "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.chat_template": CHATML,
     }
     w = gguf.GGUFWriter(str(path), "llama")
     for key, value in fields.items():
@@ -83,11 +93,18 @@ def main() -> None:
         folder = home / "models"
         folder.mkdir(parents=True)
         for i in range(args.models):
-            write_header(folder / f"m{i:03d}.gguf", vocab="base" if i % 2 else "other", name=f"m{i}",
-                         n_floats=64 + 97 * i)
-        env = {**os.environ, "HOME": str(home), "EDGESPEC_MODEL_PATH": str(folder),
-               "EDGESPEC_CACHE": str(home / "cache"), "XDG_CONFIG_HOME": str(home / "config"),
-               "HF_HUB_OFFLINE": "1", "COLUMNS": "160"}
+            write_header(
+                folder / f"m{i:03d}.gguf", vocab="base" if i % 2 else "other", name=f"m{i}", n_floats=64 + 97 * i
+            )
+        env = {
+            **os.environ,
+            "HOME": str(home),
+            "EDGESPEC_MODEL_PATH": str(folder),
+            "EDGESPEC_CACHE": str(home / "cache"),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "HF_HUB_OFFLINE": "1",
+            "COLUMNS": "160",
+        }
         for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "LLAMA_CACHE", "XDG_CACHE_HOME"):
             env.pop(var, None)
         cmd = [sys.executable, "-m", "edgespec", "models", "list"]
@@ -101,13 +118,25 @@ def main() -> None:
         print(f"python -c 'import edgespec.cli' (start-up alone): median {statistics.median(base):.2f} s")
         print(f"models list, cold (every header read): {cold:.2f} s")
         print(f"models list, warm: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s ({args.runs} runs)")
-        print(f"models list --json, warm: median {statistics.median(warm_json):.2f} s, "
-              f"max {max(warm_json):.2f} s")
+        print(f"models list --json, warm: median {statistics.median(warm_json):.2f} s, max {max(warm_json):.2f} s")
         if args.out:
-            args.out.write_text(json.dumps({
-                "date": time.strftime("%Y-%m-%d"), "commit": commit(), "models": args.models, "runs": args.runs,
-                "load_average": round(os.getloadavg()[0], 2), "startup_s": base, "cold_s": cold, "warm_s": warm,
-                "warm_json_s": warm_json}, indent=2) + "\n")
+            args.out.write_text(
+                json.dumps(
+                    {
+                        "date": time.strftime("%Y-%m-%d"),
+                        "commit": commit(),
+                        "models": args.models,
+                        "runs": args.runs,
+                        "load_average": round(os.getloadavg()[0], 2),
+                        "startup_s": base,
+                        "cold_s": cold,
+                        "warm_s": warm,
+                        "warm_json_s": warm_json,
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
 
 
 if __name__ == "__main__":

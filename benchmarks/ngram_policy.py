@@ -122,8 +122,11 @@ def main() -> None:
                 outputs[(name, label)] = r.token_ids
                 if label == "ngram":
                     accept[name] = (r.stats.accepted, r.stats.drafted, r.stats.rounds)
-            print(f"[{rep + 1}/{args.repeat}] {name}: plain {rates[name]['plain'][-1]:.1f} tok/s, "
-                  f"ngram {rates[name]['ngram'][-1]:.1f} tok/s", file=sys.stderr)
+            print(
+                f"[{rep + 1}/{args.repeat}] {name}: plain {rates[name]['plain'][-1]:.1f} tok/s, "
+                f"ngram {rates[name]['ngram'][-1]:.1f} tok/s",
+                file=sys.stderr,
+            )
 
     # the verify cost c(n) on this machine, for the oracle
     ids0 = plain.prompt_tokens(prompts[0][3])
@@ -141,8 +144,9 @@ def main() -> None:
                 for rep in range(args.repeat):
                     labels = list(runs) if rep % 2 == 0 else list(reversed(runs))
                     for label in labels:
-                        runs[label].append(run_cpp(bin_dir, target, pf, n, threads,
-                                                   None if label == "plain" else label))
+                        runs[label].append(
+                            run_cpp(bin_dir, target, pf, n, threads, None if label == "plain" else label)
+                        )
                 cpp[name] = {k: statistics.median(v) for k, v in runs.items()}
                 print(f"C++ {name}: {cpp[name]}", file=sys.stderr)
 
@@ -154,12 +158,18 @@ def main() -> None:
         out_plain = outputs[(name, "plain")]
         acc, drafted, rounds = accept[name]
         row = {
-            "prompt": name, "kind": kind, "grounded": grounded,
-            "plain_tps": round(p, 2), "ngram_tps": round(s, 2), "speedup": round(s / p, 3),
+            "prompt": name,
+            "kind": kind,
+            "grounded": grounded,
+            "plain_tps": round(p, 2),
+            "ngram_tps": round(s, 2),
+            "speedup": round(s / p, 3),
             "passes": [round(x, 3) for x in paired],
             "speedup_paired": round(statistics.median(paired), 3),
             "oracle": round(oracle_speedup(ctx_ids, out_plain, c), 3),
-            "accepted": acc, "drafted": drafted, "rounds": rounds,
+            "accepted": acc,
+            "drafted": drafted,
+            "rounds": rounds,
             "identical": outputs[(name, "ngram")] == out_plain,
         }
         if name in cpp:
@@ -180,18 +190,29 @@ def main() -> None:
             summary[label]["geomean_cpp_ngram_simple"] = geomean([r["cpp_ngram_simple"] for r in sub], 3)
             summary[label]["geomean_cpp_ngram_mod"] = geomean([r["cpp_ngram_mod"] for r in sub], 3)
 
-    hdr = (f"{'prompt':22} {'kind':9} {'plain t/s':>9} {'edgespec':>8} {'oracle':>7} {'C++ simple':>10} "
-           f"{'C++ mod':>8} {'acc':>9} same")
+    hdr = (
+        f"{'prompt':22} {'kind':9} {'plain t/s':>9} {'edgespec':>8} {'oracle':>7} {'C++ simple':>10} "
+        f"{'C++ mod':>8} {'acc':>9} same"
+    )
     print(hdr)
     for r in rows:
-        print(f"{r['prompt']:22} {r['kind']:9} {r['plain_tps']:9.1f} {r['speedup']:7.2f}x {r['oracle']:6.2f}x "
-              f"{r.get('cpp_ngram_simple', float('nan')):9.2f}x {r.get('cpp_ngram_mod', float('nan')):7.2f}x "
-              f"{r['accepted']:4}/{r['drafted']:<4} {'yes' if r['identical'] else 'no'}")
+        print(
+            f"{r['prompt']:22} {r['kind']:9} {r['plain_tps']:9.1f} {r['speedup']:7.2f}x {r['oracle']:6.2f}x "
+            f"{r.get('cpp_ngram_simple', float('nan')):9.2f}x {r.get('cpp_ngram_mod', float('nan')):7.2f}x "
+            f"{r['accepted']:4}/{r['drafted']:<4} {'yes' if r['identical'] else 'no'}"
+        )
     for label, s in summary.items():
         print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in s.items()))
-    result = {"commit": commit(), "target": str(target), "threads": threads, "max_tokens": n, "repeat": args.repeat,
-              "verify_cost": {str(k): round(v, 3) for k, v in sorted(c.items())},
-              "rows": rows, "summary": summary}
+    result = {
+        "commit": commit(),
+        "target": str(target),
+        "threads": threads,
+        "max_tokens": n,
+        "repeat": args.repeat,
+        "verify_cost": {str(k): round(v, 3) for k, v in sorted(c.items())},
+        "rows": rows,
+        "summary": summary,
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 

@@ -39,10 +39,18 @@ def main() -> None:
         r = eng.generate(text, max_tokens=args.max_tokens, temperature=0.0)
         ctx = eng.prompt_tokens(text)
         tm = eng.target_model
-        traces.append({"name": name, "kind": kind, "prompt": ctx, "output": r.token_ids,
-                       "pieces": {str(t): tm.token_to_bytes(t).decode("utf-8", "replace")
-                                  for t in set(ctx) | set(r.token_ids)},
-                       "tps": r.stats.generated_tokens / r.stats.t_generate})
+        traces.append(
+            {
+                "name": name,
+                "kind": kind,
+                "prompt": ctx,
+                "output": r.token_ids,
+                "pieces": {
+                    str(t): tm.token_to_bytes(t).decode("utf-8", "replace") for t in set(ctx) | set(r.token_ids)
+                },
+                "tps": r.stats.generated_tokens / r.stats.t_generate,
+            }
+        )
         print(name, len(ctx), len(r.token_ids), f"{traces[-1]['tps']:.1f} tok/s", file=sys.stderr)
     ids0 = eng.prompt_tokens(prompts[0][2])
     times = time_decodes(eng.ctx, ids0[:-1], n_max=16, repeats=3)

@@ -34,10 +34,12 @@ def require_memory_api(modes: list[str]) -> None:
     if wanted and not has_memory_api():
         import edgespec.engine
 
-        fail(f"mode(s) {', '.join(wanted)} need Engine(..., memory=True|False, memory_cap=N), the cross-request "
-             f"suffix memory of issue 27 item 1; this checkout's Engine ({edgespec.engine.__file__}) has no "
-             f"`memory` parameter. Run on a main that has the wiring, or leave them out: "
-             f"--modes {','.join(m for m in modes if m not in MEMORY_MODES and m != 'batch') or 'plain,lookup'}")
+        fail(
+            f"mode(s) {', '.join(wanted)} need Engine(..., memory=True|False, memory_cap=N), the cross-request "
+            f"suffix memory of issue 27 item 1; this checkout's Engine ({edgespec.engine.__file__}) has no "
+            f"`memory` parameter. Run on a main that has the wiring, or leave them out: "
+            f"--modes {','.join(m for m in modes if m not in MEMORY_MODES and m != 'batch') or 'plain,lookup'}"
+        )
     if "warm" in wanted:
         try:
             from edgespec.decoding import suffix_store  # noqa: F401  (there, or a clear message now)
@@ -68,14 +70,19 @@ def engine_memory(eng: Engine):
 
     mem = getattr(eng, "memory", None)
     if not isinstance(mem, SuffixIndex):
-        fail(f"Engine(memory=True).memory is {type(mem).__name__}, not a SuffixIndex: the memory wiring of "
-             f"issue 27 is incomplete in this checkout")
+        fail(
+            f"Engine(memory=True).memory is {type(mem).__name__}, not a SuffixIndex: the memory wiring of "
+            f"issue 27 is incomplete in this checkout"
+        )
     return mem
 
 
 def index_options(mem) -> dict:
-    return {k: getattr(mem, k) for k in ("key_lens", "max_match", "max_candidates", "alpha", "min_prob", "name")
-            if hasattr(mem, k)}
+    return {
+        k: getattr(mem, k)
+        for k in ("key_lens", "max_match", "max_candidates", "alpha", "min_prob", "name")
+        if hasattr(mem, k)
+    }
 
 
 def fresh_memory(eng: Engine) -> None:
@@ -88,8 +95,15 @@ def fresh_memory(eng: Engine) -> None:
 
 def memory_report(eng: Engine) -> dict:
     mem = engine_memory(eng)
-    return {"tokens": len(mem), "cap": mem.cap, "bytes": mem.nbytes(), "proposals": mem.proposals,
-            "hits": mem.hits, "proposed": mem.proposed, "accepted": mem.accepted_ids}
+    return {
+        "tokens": len(mem),
+        "cap": mem.cap,
+        "bytes": mem.nbytes(),
+        "proposals": mem.proposals,
+        "hits": mem.hits,
+        "proposed": mem.proposed,
+        "accepted": mem.accepted_ids,
+    }
 
 
 def store_identity(target: Path, wl: str) -> str:

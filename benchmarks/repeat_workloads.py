@@ -118,6 +118,7 @@ def make_engine(mode: str, target: Path, args) -> Engine:
 
 # -- prompts ---------------------------------------------------------------------------------
 
+
 def render(eng: Engine, wl: Workload, req: Request) -> tuple[str, list[int]]:
     """The request as the target's chat template renders it (with the workload's tools),
     and its token ids: what every engine is given, and the peer the text of."""
@@ -129,6 +130,7 @@ def render(eng: Engine, wl: Workload, req: Request) -> tuple[str, list[int]]:
 
 
 # -- the runners: one request each, a record ---------------------------------------------------
+
 
 def _by_source(stats, name: str) -> dict | None:
     d = getattr(stats, name, None)
@@ -143,14 +145,23 @@ def run_engine(eng: Engine, wl: Workload, ids: list[int], max_tokens: int) -> di
     r = eng.generate(ids, **opts)
     s = r.stats
     return {
-        "text": r.text, "finish_reason": r.finish_reason, "tokens": s.generated_tokens,
-        "seconds": s.t_generate, "tokens_per_second": s.tokens_per_second, "t_total": s.t_total,
+        "text": r.text,
+        "finish_reason": r.finish_reason,
+        "tokens": s.generated_tokens,
+        "seconds": s.t_generate,
+        "tokens_per_second": s.tokens_per_second,
+        "t_total": s.t_total,
         # the target's samples, the end-of-generation one included (no stop strings here: a
         # "stop" is end-of-generation): what llama-server's predicted_n counts
         "sampled": s.generated_tokens + (r.finish_reason == "stop"),
-        "t_draft": s.t_draft, "rounds": s.rounds, "drafted": s.drafted, "accepted": s.accepted,
-        "forced": s.forced, "drafted_by_source": _by_source(s, "drafted_by_source"),
-        "accepted_by_source": _by_source(s, "accepted_by_source"), "prompt_tokens": s.prompt_tokens,
+        "t_draft": s.t_draft,
+        "rounds": s.rounds,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "forced": s.forced,
+        "drafted_by_source": _by_source(s, "drafted_by_source"),
+        "accepted_by_source": _by_source(s, "accepted_by_source"),
+        "prompt_tokens": s.prompt_tokens,
     }
 
 
@@ -175,8 +186,17 @@ WARMUP_TEXT: list[str] = []  # the warm-up prompt rendered with the target's tem
 
 # -- one sequence, interleaved ---------------------------------------------------------------------
 
-def run_sequence(wl: Workload, reqs: list[Request], first: int, runners: dict, rendered: dict,
-                 max_tokens: int, log_prefix: str = "", after=None) -> dict:
+
+def run_sequence(
+    wl: Workload,
+    reqs: list[Request],
+    first: int,
+    runners: dict,
+    rendered: dict,
+    max_tokens: int,
+    log_prefix: str = "",
+    after=None,
+) -> dict:
     """Every request in every mode (order rotated per request), before the next request.
     ``first``: the 0-based number of ``reqs[0]`` in the workload; ``after(i)`` runs after
     request i (0-based, in the workload) in every mode. Returns {mode: [record, ...]}."""
@@ -193,10 +213,13 @@ def run_sequence(wl: Workload, reqs: list[Request], first: int, runners: dict, r
             out[m].append(rec)
             src = rec.get("accepted_by_source")
             src_s = (" (" + ", ".join(f"{s} {n}" for s, n in src.items() if n) + ")") if src else ""
-            print(f"{log_prefix}[{wl.name} {i + 1:02d}] {m:11} {rec['tokens']:4d} tok "
-                  f"{rec['tokens_per_second']:6.2f} tok/s acc {rec['accepted']}/{rec['drafted']}{src_s} "
-                  f"{rec['finish_reason']}" + ("" if rec["valid"] is None else f" valid={rec['valid']}"),
-                  file=sys.stderr, flush=True)
+            print(
+                f"{log_prefix}[{wl.name} {i + 1:02d}] {m:11} {rec['tokens']:4d} tok "
+                f"{rec['tokens_per_second']:6.2f} tok/s acc {rec['accepted']}/{rec['drafted']}{src_s} "
+                f"{rec['finish_reason']}" + ("" if rec["valid"] is None else f" valid={rec['valid']}"),
+                file=sys.stderr,
+                flush=True,
+            )
         if after is not None:
             after(i)
     return out
@@ -217,6 +240,7 @@ def warm_up(engines: dict) -> None:
 
 # -- the warm pass: a second process --------------------------------------------------------------
 
+
 def worker_main(args) -> None:
     """``--warm-from FILE``: load the saved index into a fresh suffix engine and answer
     requests ``--first``.. of ``--workloads`` (one), interleaved with a plain engine."""
@@ -230,12 +254,23 @@ def worker_main(args) -> None:
     loaded = load_saved(Path(args.warm_from), mem.cap, index_options(mem))
     t_load = time.perf_counter() - t0
     engines["warm"].memory = loaded
-    reqs = wl.requests[args.first:args.requests]
+    reqs = wl.requests[args.first : args.requests]
     rendered = {r.id: render(engines["plain"], wl, r) for r in reqs}
-    runs = run_sequence(wl, reqs, args.first, {m: engine_runner(e) for m, e in engines.items()}, rendered,
-                        args.max_tokens or wl.max_tokens, log_prefix="  warm process ")
-    result = {"loaded_tokens": len(loaded), "t_load": t_load, "runs": runs,
-              "memory_after": memory_report(engines["warm"])}
+    runs = run_sequence(
+        wl,
+        reqs,
+        args.first,
+        {m: engine_runner(e) for m, e in engines.items()},
+        rendered,
+        args.max_tokens or wl.max_tokens,
+        log_prefix="  warm process ",
+    )
+    result = {
+        "loaded_tokens": len(loaded),
+        "t_load": t_load,
+        "runs": runs,
+        "memory_after": memory_report(engines["warm"]),
+    }
     Path(args.worker_out).write_text(json.dumps(result))
     for e in engines.values():
         e.close()
@@ -243,9 +278,29 @@ def worker_main(args) -> None:
 
 def run_warm_process(args, wl: str, index_file: Path, first: int, n: int, max_tokens: int) -> dict:
     out = index_file.with_suffix(".warm.json")
-    cmd = [sys.executable, "-m", "benchmarks.repeat_workloads", "--warm-from", str(index_file), "--workloads", wl,
-           "--first", str(first), "--requests", str(n), "--max-tokens", str(max_tokens), "--target", args.target,
-           "--threads", str(args.threads), "--n-ctx", str(args.n_ctx), "--worker-out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.repeat_workloads",
+        "--warm-from",
+        str(index_file),
+        "--workloads",
+        wl,
+        "--first",
+        str(first),
+        "--requests",
+        str(n),
+        "--max-tokens",
+        str(max_tokens),
+        "--target",
+        args.target,
+        "--threads",
+        str(args.threads),
+        "--n-ctx",
+        str(args.n_ctx),
+        "--worker-out",
+        str(out),
+    ]
     if args.memory_cap is not None:
         cmd += ["--memory-cap", str(args.memory_cap)]
     t0 = time.perf_counter()
@@ -259,25 +314,41 @@ def run_warm_process(args, wl: str, index_file: Path, first: int, n: int, max_to
 
 # -- main -----------------------------------------------------------------------------------------
 
+
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"a subset of {','.join(WORKLOADS)}")
-    ap.add_argument("--requests", type=int, default=None,
-                    help="the first N requests of each workload (default all: 32)")
-    ap.add_argument("--max-tokens", type=int, default=None,
-                    help="for every workload (default per workload: extraction 96, tests 128, edits 128, sql 80)")
+    ap.add_argument(
+        "--requests", type=int, default=None, help="the first N requests of each workload (default all: 32)"
+    )
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="for every workload (default per workload: extraction 96, tests 128, edits 128, sql 80)",
+    )
     ap.add_argument("--modes", default=DEFAULT_MODES, help=f"a subset of {','.join(ALL_MODES)}")
-    ap.add_argument("--memory-cap", type=int, default=None,
-                    help="the suffix index's cap in tokens (default: the engine's)")
-    ap.add_argument("--warm-requests", type=int, default=8,
-                    help="the warm process answers the last K requests (the index is saved before them)")
+    ap.add_argument(
+        "--memory-cap", type=int, default=None, help="the suffix index's cap in tokens (default: the engine's)"
+    )
+    ap.add_argument(
+        "--warm-requests",
+        type=int,
+        default=8,
+        help="the warm process answers the last K requests (the index is saved before them)",
+    )
     ap.add_argument("--parallel", type=int, default=4, help="sequences per decode in the batch pass")
-    ap.add_argument("--batch-passes", type=int, default=3,
-                    help="passes of the batch per engine, their order rotated (the median pass is reported)")
+    ap.add_argument(
+        "--batch-passes",
+        type=int,
+        default=3,
+        help="passes of the batch per engine, their order rotated (the median pass is reported)",
+    )
     ap.add_argument("--peer-bin", default=None, help="llama.cpp's bin directory (default: build_peer_tools.sh's)")
     ap.add_argument("--out", type=Path, default=None, help="the JSON result (and FILE.md with the markdown)")
     # the warm process (internal)
@@ -306,8 +377,10 @@ def main(argv=None) -> None:
     if n < 1:
         fail("--requests must be at least 1")
     if n < 24:
-        print(f"repeat_workloads.py: {n} requests per workload; the issue's goals need >= 24 (not judged)",
-              file=sys.stderr)
+        print(
+            f"repeat_workloads.py: {n} requests per workload; the issue's goals need >= 24 (not judged)",
+            file=sys.stderr,
+        )
     warm_k = min(args.warm_requests, n - 1) if "warm" in modes else 0
     if "warm" in modes and warm_k < 1:
         fail("the warm pass needs at least 2 requests per workload (one before the save, one after)")
@@ -329,17 +402,34 @@ def main(argv=None) -> None:
 
         bin_dir = tools_dir(args.peer_bin)
 
-    settings = {"target": str(target), "target_name": target.name, "threads": args.threads, "n_ctx": args.n_ctx,
-                "modes": modes, "workloads": names, "requests": n, "warm_split": split,
-                "max_tokens": {w: args.max_tokens or all_wl[w].max_tokens for w in names},
-                "memory_api": has_memory_api(), "memory_cap": args.memory_cap, "parallel": args.parallel,
-                "peer": {p: f"llama-server --spec-type {p} (its defaults), -np 1, -t {args.threads}"
-                         for p in peer_modes}}
+    settings = {
+        "target": str(target),
+        "target_name": target.name,
+        "threads": args.threads,
+        "n_ctx": args.n_ctx,
+        "modes": modes,
+        "workloads": names,
+        "requests": n,
+        "warm_split": split,
+        "max_tokens": {w: args.max_tokens or all_wl[w].max_tokens for w in names},
+        "memory_api": has_memory_api(),
+        "memory_cap": args.memory_cap,
+        "parallel": args.parallel,
+        "peer": {p: f"llama-server --spec-type {p} (its defaults), -np 1, -t {args.threads}" for p in peer_modes},
+    }
     import llama_cpp
 
-    result: dict = {"date": time.strftime("%Y-%m-%d"), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "machine": machine_info(), "git": git_info(), "llama_cpp_python": llama_cpp.__version__,
-                    "settings": settings, "summary": {"workloads": {}}, "runs": {}, "prompt_tokens": {}}
+    result: dict = {
+        "date": time.strftime("%Y-%m-%d"),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "machine": machine_info(),
+        "git": git_info(),
+        "llama_cpp_python": llama_cpp.__version__,
+        "settings": settings,
+        "summary": {"workloads": {}},
+        "runs": {},
+        "prompt_tokens": {},
+    }
     index_dir = Path(tempfile.mkdtemp(prefix="repeat-workloads-index-"))
     index_files: dict = {}
     saved_memory: dict = {}
@@ -375,19 +465,29 @@ def main(argv=None) -> None:
                         mem = engine_memory(engines["suffix"])
                         index_files[wname] = suffix_store.save(mem, store_identity(target, wname), index_dir)
                         saved_memory[wname] = memory_report(engines["suffix"])
-                        print(f"[{wname}] saved the suffix index after request {split}: {len(mem)} tokens -> "
-                              f"{index_files[wname]}", file=sys.stderr, flush=True)
+                        print(
+                            f"[{wname}] saved the suffix index after request {split}: {len(mem)} tokens -> "
+                            f"{index_files[wname]}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
 
                 runs = run_sequence(wl, reqs, 0, runners, rendered, max_tokens, after=after)
             finally:
                 for peer in peers.values():
                     peer.close()
             for p in peer_modes:
-                bad = [(r["request"], r["prompt_tokens"], lengths[r["request"]]) for r in runs[p]
-                       if r["prompt_tokens"] and r["prompt_tokens"] != lengths[r["request"]]]
+                bad = [
+                    (r["request"], r["prompt_tokens"], lengths[r["request"]])
+                    for r in runs[p]
+                    if r["prompt_tokens"] and r["prompt_tokens"] != lengths[r["request"]]
+                ]
                 if bad:
-                    print(f"WARNING: llama-server {p} evaluated other prompt token counts than ours "
-                          f"(request, theirs, ours): {bad[:3]}", file=sys.stderr)
+                    print(
+                        f"WARNING: llama-server {p} evaluated other prompt token counts than ours "
+                        f"(request, theirs, ours): {bad[:3]}",
+                        file=sys.stderr,
+                    )
                     result.setdefault("warnings", []).append({"peer": p, "workload": wname, "prompt_tokens": bad})
             result["runs"][wname] = runs
             if "suffix" in engines:
@@ -416,9 +516,14 @@ def main(argv=None) -> None:
                 if recs:
                     t = sum(r["t_total"] for r in recs)
                     seq[m] = round(sum(r["tokens"] for r in recs) / t, 3) if t > 0 else None
-            result["summary"]["batch"] = {"workload": "extraction", "requests": len(reqs), "parallel": args.parallel,
-                                          "passes": args.batch_passes,
-                                          "runs": batch, "one_at_a_time": seq}
+            result["summary"]["batch"] = {
+                "workload": "extraction",
+                "requests": len(reqs),
+                "parallel": args.parallel,
+                "passes": args.batch_passes,
+                "runs": batch,
+                "one_at_a_time": seq,
+            }
             checkpoint()
     finally:
         for e in engines.values():

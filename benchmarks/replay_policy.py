@@ -48,14 +48,19 @@ def replay_one(trace, policy, c_true, rng, overhead=0.0, drafter=None):
         acc = 0
         while acc < n and drafts[acc] == output[produced + acc]:
             acc += 1
-        new = output[produced: produced + acc + 1]
+        new = output[produced : produced + acc + 1]
         c = c_true[n + 1] if n + 1 in c_true else c_true[16] * (n + 1) / 16
         cost += c + overhead
-        policy.observe(batch=n + 1, tested=n, accepted=acc,
-                       verify_seconds=c * T1 * float(rng.lognormal(0.0, 0.05)),
-                       drafted=len(ids), match_len=prop.match_len if prop else 0,
-                       next_ok=(ids[n] == new[-1]) if SHADOW and acc == n and len(ids) > n
-                       and len(new) == n + 1 else None, after_break=brk)
+        policy.observe(
+            batch=n + 1,
+            tested=n,
+            accepted=acc,
+            verify_seconds=c * T1 * float(rng.lognormal(0.0, 0.05)),
+            drafted=len(ids),
+            match_len=prop.match_len if prop else 0,
+            next_ok=(ids[n] == new[-1]) if SHADOW and acc == n and len(ids) > n and len(new) == n + 1 else None,
+            after_break=brk,
+        )
         committed.extend(new)
         produced += len(new)
         drafted += n

@@ -68,10 +68,13 @@ def local_reference(args, prompts) -> dict:
 
 def run_latency(engine, prompts, ks, args, ref) -> dict:
     """Everything measured at one link latency."""
-    same = {p.id: list(engine.generate(p.prompt, max_tokens=args.max_tokens).token_ids) == ref["tokens"][p.id]
-            for p in prompts}
-    times = tune.time_decodes(engine.ctx, engine.prompt_tokens(prompts[0].prompt), repeats=args.repeats,
-                              draft=engine.draft_ctx)
+    same = {
+        p.id: list(engine.generate(p.prompt, max_tokens=args.max_tokens).token_ids) == ref["tokens"][p.id]
+        for p in prompts
+    }
+    times = tune.time_decodes(
+        engine.ctx, engine.prompt_tokens(prompts[0].prompt), repeats=args.repeats, draft=engine.draft_ctx
+    )
     c = tune.fit_verify_cost(times.relative)
     configs = [bench.PLAIN, *bench.grid(("model", "ngram"), ks)]
     runs = bench.measure(engine, configs, prompts, max_tokens=args.max_tokens, warmup=False)
@@ -83,20 +86,29 @@ def run_latency(engine, prompts, ks, args, ref) -> dict:
         alpha, hit = bench.pooled_alpha(rs)
         alpha, hit = alpha or 0.0, hit or 0.0
         drafted = sum(r.drafted for r in rs)
-        gamma = times.gamma if cfg.drafter == "model" else (
-            sum(r.t_draft for r in rs) / drafted / (times.step_ms * 1e-3) if drafted else 0.0)
-        points.append({
-            "drafter": cfg.drafter, "k": cfg.k, "alpha": round(alpha, 4), "hit": round(hit, 4),
-            "acceptance_rate": round(sum(r.accepted for r in rs) / drafted, 4) if drafted else None,
-            "rounds_per_token": round(sum(r.rounds for r in rs) / sum(r.tokens for r in rs), 4),
-            "ms_per_token": round(per_token(rs) * 1e3, 3),
-            "speedup": round(per_token(plain) / per_token(rs), 4),
-            "predicted_speedup": round(adaptive.speedup(alpha, cfg.k, c, gamma, hit), 4),
-            "same_tokens_as_plain": all(r.token_ids == p.token_ids for r, p in zip(rs, plain)),
-        })
+        gamma = (
+            times.gamma
+            if cfg.drafter == "model"
+            else (sum(r.t_draft for r in rs) / drafted / (times.step_ms * 1e-3) if drafted else 0.0)
+        )
+        points.append(
+            {
+                "drafter": cfg.drafter,
+                "k": cfg.k,
+                "alpha": round(alpha, 4),
+                "hit": round(hit, 4),
+                "acceptance_rate": round(sum(r.accepted for r in rs) / drafted, 4) if drafted else None,
+                "rounds_per_token": round(sum(r.rounds for r in rs) / sum(r.tokens for r in rs), 4),
+                "ms_per_token": round(per_token(rs) * 1e3, 3),
+                "speedup": round(per_token(plain) / per_token(rs), 4),
+                "predicted_speedup": round(adaptive.speedup(alpha, cfg.k, c, gamma, hit), 4),
+                "same_tokens_as_plain": all(r.token_ids == p.token_ids for r, p in zip(rs, plain)),
+            }
+        )
     return {
         "same_tokens_as_local": same,
-        "target_step_ms": round(times.step_ms, 3), "draft_step_ms": round(times.draft_ms, 3),
+        "target_step_ms": round(times.step_ms, 3),
+        "draft_step_ms": round(times.draft_ms, 3),
         "draft_cost_ratio": round(times.gamma, 4),
         "verify_ms": {str(n): round(t, 3) for n, t in times.target_ms.items()},
         "verify_cost_measured": {str(n): round(v, 4) for n, v in times.relative.items()},
@@ -115,24 +127,35 @@ def main() -> None:
 
     say("local reference run")
     ref = local_reference(args, prompts)
-    out: dict = {"settings": {**{k: str(v) for k, v in vars(args).items()}, "prompts": [p.id for p in prompts],
-                              "load_average_start": bench.load_average()},
-                 "local": {"step_ms": round(ref["step_ms"], 3),
-                           "c": {str(n): round(c, 4) for n, c in ref["c"].items()}},
-                 "latencies": []}
-    with RpcServer(threads=args.threads) as s1, RpcServer(threads=args.threads) as s2, \
-            LatencyProxy(("127.0.0.1", s1.port)) as p1, LatencyProxy(("127.0.0.1", s2.port)) as p2:
+    out: dict = {
+        "settings": {
+            **{k: str(v) for k, v in vars(args).items()},
+            "prompts": [p.id for p in prompts],
+            "load_average_start": bench.load_average(),
+        },
+        "local": {"step_ms": round(ref["step_ms"], 3), "c": {str(n): round(c, 4) for n, c in ref["c"].items()}},
+        "latencies": [],
+    }
+    with (
+        RpcServer(threads=args.threads) as s1,
+        RpcServer(threads=args.threads) as s2,
+        LatencyProxy(("127.0.0.1", s1.port)) as p1,
+        LatencyProxy(("127.0.0.1", s2.port)) as p2,
+    ):
         eps = f"{p1.endpoint},{p2.endpoint}"
-        with Engine(args.target, draft=args.draft, n_ctx=2048, n_threads=args.threads, exact=True,
-                    rpc=eps) as engine:
+        with Engine(args.target, draft=args.draft, n_ctx=2048, n_threads=args.threads, exact=True, rpc=eps) as engine:
             for lat in latencies:
                 p1.delay_ms = p2.delay_ms = lat
                 say(f"{lat} ms each way")
                 entry = {"latency_ms": lat, **run_latency(engine, prompts, ks, args, ref)}
                 out["latencies"].append(entry)
-                say(f"  step {entry['target_step_ms']:.1f} ms, plain {entry['plain_ms_per_token']:.1f} ms/token, "
-                    + ", ".join(f"{p['drafter']} k={p['k']}: {p['speedup']:.2f}x (predicted "
-                                f"{p['predicted_speedup']:.2f}x)" for p in entry["points"]))
+                say(
+                    f"  step {entry['target_step_ms']:.1f} ms, plain {entry['plain_ms_per_token']:.1f} ms/token, "
+                    + ", ".join(
+                        f"{p['drafter']} k={p['k']}: {p['speedup']:.2f}x (predicted {p['predicted_speedup']:.2f}x)"
+                        for p in entry["points"]
+                    )
+                )
     analyse(out)
     out["settings"]["load_average_end"] = bench.load_average()
     text = json.dumps(out, indent=2)
@@ -149,16 +172,20 @@ def analyse(out: dict) -> None:
     times its target decodes per token. And where the model drafter starts to pay."""
     base = out["latencies"][0]
     t0 = base["target_step_ms"]
-    c0 = adaptive.VerifyCost(tuple(int(n) for n in base["verify_cost_measured"]),
-                             tuple(base["verify_cost_measured"].values()))
+    c0 = adaptive.VerifyCost(
+        tuple(int(n) for n in base["verify_cost_measured"]), tuple(base["verify_cost_measured"].values())
+    )
     for e in out["latencies"]:
         r = e["target_step_ms"] - t0  # what the link added to a decode
         pred, _ = adaptive.over_network(c0, None, step_ms=t0, round_trip_ms=max(r, 0.0))
         errs = [abs(pred(int(n)) / c - 1) for n, c in e["verify_cost_measured"].items() if int(n) > 1]
         added = e["plain_ms_per_token"] - base["plain_ms_per_token"]
-        e["network_model"] = {"added_ms_per_step": round(r, 3), "added_ms_per_plain_token": round(added, 3),
-                              "c_predicted": {str(n): round(pred(n), 4) for n in (2, 4, 8, 16)},
-                              "c_max_rel_error": round(max(errs), 4)}
+        e["network_model"] = {
+            "added_ms_per_step": round(r, 3),
+            "added_ms_per_plain_token": round(added, 3),
+            "c_predicted": {str(n): round(pred(n), 4) for n in (2, 4, 8, 16)},
+            "c_max_rel_error": round(max(errs), 4),
+        }
         for p, p0 in zip(e["points"], base["points"]):
             tau = p0["ms_per_token"] + added * p["rounds_per_token"]
             p["network_predicted_speedup"] = round(e["plain_ms_per_token"] / tau, 4)
@@ -175,13 +202,20 @@ def analyse(out: dict) -> None:
     errs = lambda key: [abs(p[key]) for e in out["latencies"][1:] for p in e["points"]]  # noqa: E731
     out["summary"] = {
         "model_drafter_pays_from_ms_measured": pays[0] if pays else None,
-        "model_drafter_break_even": {"config": f"model k={m0['k']}", "added_ms_per_decode": round(dr, 2),
-                                     "added_ms_per_decode_per_ms_one_way": round(slope, 3),
-                                     "one_way_latency_ms": round(dr / slope, 2) if slope > 0 else None},
-        "best": {str(e["latency_ms"]): {d: {"k": best(e, d)["k"], "speedup": best(e, d)["speedup"]}
-                                        for d in ("model", "ngram")} for e in out["latencies"]},
+        "model_drafter_break_even": {
+            "config": f"model k={m0['k']}",
+            "added_ms_per_decode": round(dr, 2),
+            "added_ms_per_decode_per_ms_one_way": round(slope, 3),
+            "one_way_latency_ms": round(dr / slope, 2) if slope > 0 else None,
+        },
+        "best": {
+            str(e["latency_ms"]): {
+                d: {"k": best(e, d)["k"], "speedup": best(e, d)["speedup"]} for d in ("model", "ngram")
+            }
+            for e in out["latencies"]
+        },
         "network_model_within_10pct": f"{sum(x <= 0.10 for x in errs('network_prediction_error'))}"
-                                      f"/{len(errs('network_prediction_error'))}",
+        f"/{len(errs('network_prediction_error'))}",
         "network_model_max_error": round(max(errs("network_prediction_error")), 4),
         "formula_within_10pct": f"{sum(x <= 0.10 for x in errs('prediction_error'))}/{len(errs('prediction_error'))}",
         "same_tokens_as_local": all(all(e["same_tokens_as_local"].values()) for e in out["latencies"]),
@@ -191,16 +225,26 @@ def analyse(out: dict) -> None:
 
 def report(out: dict) -> None:
     print(f"local: step {out['local']['step_ms']:.1f} ms, c(8) {out['local']['c']['8']:.2f}")
-    print("| link (one way) | step over RPC | c(2) | c(4) | c(8) | c(16) | γ | plain tok/s | model k: speedup "
-          "(network model) | ngram k: speedup (network model) | c(n) model error |")
+    print(
+        "| link (one way) | step over RPC | c(2) | c(4) | c(8) | c(16) | γ | plain tok/s | model k: speedup "
+        "(network model) | ngram k: speedup (network model) | c(n) model error |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
     for e in out["latencies"]:
         c = e["verify_cost_measured"]
-        cells = {d: ", ".join(f"{p['k']}: {p['speedup']:.2f}× ({p['network_predicted_speedup']:.2f}×)"
-                              for p in e["points"] if p["drafter"] == d) for d in ("model", "ngram")}
-        print(f"| {e['latency_ms']:g} ms | {e['target_step_ms']:.1f} ms | {c['2']:.2f} | {c['4']:.2f} | {c['8']:.2f} "
-              f"| {c['16']:.2f} | {e['draft_cost_ratio']:.2f} | {e['plain_tokens_per_second']:.2f} | {cells['model']} "
-              f"| {cells['ngram']} | {e['network_model']['c_max_rel_error']:.1%} |")
+        cells = {
+            d: ", ".join(
+                f"{p['k']}: {p['speedup']:.2f}× ({p['network_predicted_speedup']:.2f}×)"
+                for p in e["points"]
+                if p["drafter"] == d
+            )
+            for d in ("model", "ngram")
+        }
+        print(
+            f"| {e['latency_ms']:g} ms | {e['target_step_ms']:.1f} ms | {c['2']:.2f} | {c['4']:.2f} | {c['8']:.2f} "
+            f"| {c['16']:.2f} | {e['draft_cost_ratio']:.2f} | {e['plain_tokens_per_second']:.2f} | {cells['model']} "
+            f"| {cells['ngram']} | {e['network_model']['c_max_rel_error']:.1%} |"
+        )
     print(json.dumps(out["summary"], indent=2))
 
 

@@ -26,7 +26,10 @@ class RpcServer:
         env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edgespec", "rpc-server", "--port", str(self.port), "--threads", str(threads), "-q"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 60
         while True:

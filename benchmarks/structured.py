@@ -68,8 +68,7 @@ LABELS = {
 
 def json_schema_format(p: StructuredPrompt) -> dict:
     """OpenAI's ``response_format`` for the prompt's schema."""
-    return {"type": "json_schema", "json_schema": {"name": p.id.replace("-", "_"), "schema": p.schema,
-                                                   "strict": True}}
+    return {"type": "json_schema", "json_schema": {"name": p.id.replace("-", "_"), "schema": p.schema, "strict": True}}
 
 
 def validity(text: str, schema: dict) -> tuple[bool, bool]:
@@ -87,6 +86,7 @@ def validity(text: str, schema: dict) -> tuple[bool, bool]:
 
 # -- the runners: one reply each, a record ------------------------------------------------
 
+
 def run_edgespec(eng: Engine, p: StructuredPrompt, config: str, max_tokens: int) -> dict:
     """``a``, ``b`` or ``c`` on the one engine (the drafter switched, the cache cleared)."""
     eng.set_drafter("ngram" if config == "a" else None)
@@ -97,10 +97,17 @@ def run_edgespec(eng: Engine, p: StructuredPrompt, config: str, max_tokens: int)
     r = eng.generate(p.prompt, **options)
     s = r.stats
     return {
-        "text": r.text, "finish_reason": r.finish_reason, "tokens": s.generated_tokens,
-        "seconds": s.t_generate, "tokens_per_second": s.tokens_per_second,
-        "drafted": s.drafted, "accepted": s.accepted, "rounds": s.rounds,
-        "forced": s.forced, "forced_accepted": s.forced_accepted, "t_mask": s.t_mask,
+        "text": r.text,
+        "finish_reason": r.finish_reason,
+        "tokens": s.generated_tokens,
+        "seconds": s.t_generate,
+        "tokens_per_second": s.tokens_per_second,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "rounds": s.rounds,
+        "forced": s.forced,
+        "forced_accepted": s.forced_accepted,
+        "t_mask": s.t_mask,
         "complete": r.structured_complete,
     }
 
@@ -113,6 +120,7 @@ def run_server(server, eng: Engine, p: StructuredPrompt, max_tokens: int) -> dic
 
 # -- the summary ----------------------------------------------------------------------------
 
+
 def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -> dict:
     """Per-prompt rows (medians, ratios, counters, validity) and the goals of issue 20."""
     rows = []
@@ -124,8 +132,10 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
                 "tokens_per_second": round(statistics.median(r["tokens_per_second"] for r in rs), 3),
                 "tokens": rs[-1]["tokens"],
                 "seconds": round(statistics.median(r["seconds"] for r in rs), 3),
-                "valid": sum(r["valid"] for r in rs), "parsed": sum(r["parsed"] for r in rs),
-                "runs": len(rs), "finish_reason": rs[-1]["finish_reason"],
+                "valid": sum(r["valid"] for r in rs),
+                "parsed": sum(r["parsed"] for r in rs),
+                "runs": len(rs),
+                "finish_reason": rs[-1]["finish_reason"],
             }
             row.setdefault("passes", {})[c] = [(r["tokens_per_second"], r["seconds"]) for r in rs]
             for key in ("forced", "drafted", "accepted", "rounds"):
@@ -136,8 +146,11 @@ def summarize(runs: dict, prompts: list[StructuredPrompt], configs: list[str]) -
                 row[c]["mask_share"] = round(sum(r["t_mask"] for r in rs) / t_gen, 4) if t_gen else None
         for num, den in (x.split("/") for x in RATIOS):
             if num in configs and den in configs:
-                row[f"{num}/{den}"] = round(row[num]["tokens_per_second"] / row[den]["tokens_per_second"], 3) \
-                    if row[den]["tokens_per_second"] else None
+                row[f"{num}/{den}"] = (
+                    round(row[num]["tokens_per_second"] / row[den]["tokens_per_second"], 3)
+                    if row[den]["tokens_per_second"]
+                    else None
+                )
         rows.append(row)
 
     return {"rows": rows, **conclude(rows, configs)}
@@ -170,8 +183,10 @@ def conclude(rows: list[dict], configs: list[str]) -> dict:
                 "from": "per-pass ratios" if key.endswith("paired") else "medians",
                 "geomean": geomean([r[key] for r in rows], 3),
                 "min": round(min(r[key] for r in rows), 3),
-                **{f"geomean {kind}": geomean([r[key] for r in rows if r["kind"] == kind], 3)
-                   for kind in sorted({r["kind"] for r in rows})},
+                **{
+                    f"geomean {kind}": geomean([r[key] for r in rows if r["kind"] == kind], 3)
+                    for kind in sorted({r["kind"] for r in rows})
+                },
             }
     goals: dict = {}
     constrained = [c for c in configs if c != "c"]
@@ -192,26 +207,39 @@ def conclude(rows: list[dict], configs: list[str]) -> dict:
         goals["(a)/(b) >= 1.5x geomean on extraction"] = {"value": v, "met": v >= 1.5}
     if "a/d" in summary:
         v = summary["a/d"]["geomean"]
-        goals["(a)/(d) >= 2x"] = {"value": v, "min": summary["a/d"]["min"], "met": v >= 2.0,
-                                 "every prompt": summary["a/d"]["min"] >= 2.0}
+        goals["(a)/(d) >= 2x"] = {
+            "value": v,
+            "min": summary["a/d"]["min"],
+            "met": v >= 2.0,
+            "every prompt": summary["a/d"]["min"] >= 2.0,
+        }
     if "a/e" in summary:
         behind = [r["prompt"] for r in rows if (r.get("a/e paired") or r["a/e"] or 2.0) <= 1.0]
-        goals["(a) ahead of (e) on every prompt"] = {"value": summary["a/e"]["min"], "behind": behind,
-                                                    "met": not behind}
+        goals["(a) ahead of (e) on every prompt"] = {
+            "value": summary["a/e"]["min"],
+            "behind": behind,
+            "met": not behind,
+        }
     return {"summary": summary, "goals": goals}
 
 
 def print_table(result: dict, configs: list[str]) -> None:
     cols = [c for c in configs]
-    print(f"{'prompt':18} {'kind':14} " + " ".join(f"{c + ' tok/s':>8}" for c in cols)
-          + "   a/b   a/d   a/e  forced drafted accepted  mask  valid")
+    print(
+        f"{'prompt':18} {'kind':14} "
+        + " ".join(f"{c + ' tok/s':>8}" for c in cols)
+        + "   a/b   a/d   a/e  forced drafted accepted  mask  valid"
+    )
     for r in result["rows"]:
         a = r.get("a", {})
         ratios = " ".join(f"{r[x]:5.2f}" if r.get(x) else "    -" for x in ("a/b", "a/d", "a/e"))
         valid = " ".join(f"{c}{r[c]['valid']}/{r[c]['runs']}" for c in cols)
-        print(f"{r['prompt']:18} {r['kind']:14} " + " ".join(f"{r[c]['tokens_per_second']:8.2f}" for c in cols)
-              + f" {ratios} {a.get('forced', 0):6} {a.get('drafted', 0):7} {a.get('accepted', 0):8}"
-              + f" {100 * (a.get('mask_share') or 0):4.1f}%  {valid}")
+        print(
+            f"{r['prompt']:18} {r['kind']:14} "
+            + " ".join(f"{r[c]['tokens_per_second']:8.2f}" for c in cols)
+            + f" {ratios} {a.get('forced', 0):6} {a.get('drafted', 0):7} {a.get('accepted', 0):8}"
+            + f" {100 * (a.get('mask_share') or 0):4.1f}%  {valid}"
+        )
     for name, s in result["summary"].items():
         print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in s.items()))
     for name, g in result["goals"].items():
@@ -222,8 +250,7 @@ def markdown(result: dict, configs: list[str]) -> str:
     """The per-prompt table and the goals, as Markdown (for docs/structured-output.md)."""
     head = ["prompt", "kind", *(f"({c}) tok/s" for c in configs)]
     ratios = [r for r in ("a/b", "a/d", "a/e", "a/b time", "a/d time", "a/e time") if r in result["rows"][0]]
-    head += [f"({r[0]}) vs ({r[2]}), answer time" if r.endswith("time") else f"({r[0]})/({r[2]})"
-             for r in ratios]
+    head += [f"({r[0]}) vs ({r[2]}), answer time" if r.endswith("time") else f"({r[0]})/({r[2]})" for r in ratios]
     if "a" in configs:
         head += ["(a) forced / drafted / accepted of tokens", "(a) mask share"]
     head += ["valid"]
@@ -233,14 +260,17 @@ def markdown(result: dict, configs: list[str]) -> str:
         cells += [f"{r.get(x + ' paired') or r[x]:.2f}x" if r.get(x) else "-" for x in ratios]
         if "a" in configs:
             a = r["a"]
-            cells += [f"{a.get('forced', 0)} / {a.get('drafted', 0)} / {a.get('accepted', 0)} of {a['tokens']}",
-                      f"{100 * (a.get('mask_share') or 0):.1f}%"]
+            cells += [
+                f"{a.get('forced', 0)} / {a.get('drafted', 0)} / {a.get('accepted', 0)} of {a['tokens']}",
+                f"{100 * (a.get('mask_share') or 0):.1f}%",
+            ]
         cells += [" ".join(f"{c}:{r[c]['valid']}/{r[c]['runs']}" for c in configs)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for name, s in result["summary"].items():
-        lines.append(f"- {name} ({s.get('from', 'medians')}): "
-                     + ", ".join(f"{k} {v}x" for k, v in s.items() if k != "from"))
+        lines.append(
+            f"- {name} ({s.get('from', 'medians')}): " + ", ".join(f"{k} {v}x" for k, v in s.items() if k != "from")
+        )
     lines.append("")
     for name, g in result["goals"].items():
         extra = f", behind on {', '.join(g['behind'])}" if g.get("behind") else ""
@@ -254,9 +284,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--peer-repeat", type=int, default=None,
-                    help="passes that include the peers d and e (default: all; they run at a "
-                         "fraction of edgespec's speed, so fewer passes keep a run short)")
+    ap.add_argument(
+        "--peer-repeat",
+        type=int,
+        default=None,
+        help="passes that include the peers d and e (default: all; they run at a "
+        "fraction of edgespec's speed, so fewer passes keep a run short)",
+    )
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of a,b,c,d,e")
     ap.add_argument("--prompts", default=None, help="comma-separated prompt ids only")
     ap.add_argument("--limit", type=int, default=None, help="first N prompts only")
@@ -264,17 +298,24 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--markdown", default=None, help="write the table as Markdown here")
-    ap.add_argument("--render", default=None, metavar="JSON",
-                    help="measure nothing: recompute the summary and goals of a saved result "
-                         "(updated in place) and print/write its tables")
+    ap.add_argument(
+        "--render",
+        default=None,
+        metavar="JSON",
+        help="measure nothing: recompute the summary and goals of a saved result "
+        "(updated in place) and print/write its tables",
+    )
     args = ap.parse_args()
 
     if args.render:
         saved = json.loads(Path(args.render).read_text())
         configs = list(saved["settings"]["configs"])
         for r in saved["rows"]:  # each pass's (tokens/s, seconds), from the runs kept
-            r["passes"] = {c: [(x["tokens_per_second"], x["seconds"]) for x in saved["runs"][f"{r['prompt']} {c}"]]
-                           for c in configs if f"{r['prompt']} {c}" in saved.get("runs", {})}
+            r["passes"] = {
+                c: [(x["tokens_per_second"], x["seconds"]) for x in saved["runs"][f"{r['prompt']} {c}"]]
+                for c in configs
+                if f"{r['prompt']} {c}" in saved.get("runs", {})
+            }
         saved.update(conclude(saved["rows"], configs))
         Path(args.render).write_text(json.dumps(saved, indent=2) + "\n")
         print_table(saved, configs)
@@ -301,8 +342,7 @@ def main() -> None:
         from benchmarks.peers.cpp import tools_dir
         from benchmarks.peers.llama_server import LlamaServer
 
-        server = LlamaServer(tools_dir(args.peer_bin), target, args.threads, spec="ngram-simple",
-                             n_ctx=args.n_ctx)
+        server = LlamaServer(tools_dir(args.peer_bin), target, args.threads, spec="ngram-simple", n_ctx=args.n_ctx)
     load_before = os.getloadavg()[0]
 
     def one(config: str, p: StructuredPrompt, max_tokens: int) -> dict:
@@ -328,9 +368,12 @@ def main() -> None:
                 for c in here[k:] + here[:k]:
                     rec = one(c, p, args.max_tokens)
                     runs[(p.id, c)].append(rec)
-                    print(f"[{rep + 1}/{args.repeat}] {p.id:18} {c} {rec['tokens']:4d} tok "
-                          f"{rec['tokens_per_second']:6.2f} tok/s valid={rec['valid']} "
-                          f"{rec['finish_reason']}", file=sys.stderr)
+                    print(
+                        f"[{rep + 1}/{args.repeat}] {p.id:18} {c} {rec['tokens']:4d} tok "
+                        f"{rec['tokens_per_second']:6.2f} tok/s valid={rec['valid']} "
+                        f"{rec['finish_reason']}",
+                        file=sys.stderr,
+                    )
                 slot += 1
     finally:
         if server is not None:
@@ -344,17 +387,41 @@ def main() -> None:
         import llama_cpp
 
         report = {
-            "settings": {"target": str(target), "threads": args.threads, "max_tokens": args.max_tokens,
-                         "repeat": args.repeat, "peer_repeat": args.peer_repeat,
-                         "configs": {c: LABELS[c] for c in configs},
-                         "prompts": [p.id for p in prompts], "llama_cpp_python": llama_cpp.__version__,
-                         "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}},
+            "settings": {
+                "target": str(target),
+                "threads": args.threads,
+                "max_tokens": args.max_tokens,
+                "repeat": args.repeat,
+                "peer_repeat": args.peer_repeat,
+                "configs": {c: LABELS[c] for c in configs},
+                "prompts": [p.id for p in prompts],
+                "llama_cpp_python": llama_cpp.__version__,
+                "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+            },
             **result,
             "outputs": {f"{pid} {c}": rs[-1]["text"] for (pid, c), rs in runs.items()},
-            "runs": {f"{pid} {c}": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
-                                     if k in ("tokens", "tokens_per_second", "seconds", "forced", "drafted",
-                                              "accepted", "rounds", "t_mask", "valid")} for r in rs]
-                     for (pid, c), rs in runs.items()},
+            "runs": {
+                f"{pid} {c}": [
+                    {
+                        k: (round(v, 4) if isinstance(v, float) else v)
+                        for k, v in r.items()
+                        if k
+                        in (
+                            "tokens",
+                            "tokens_per_second",
+                            "seconds",
+                            "forced",
+                            "drafted",
+                            "accepted",
+                            "rounds",
+                            "t_mask",
+                            "valid",
+                        )
+                    }
+                    for r in rs
+                ]
+                for (pid, c), rs in runs.items()
+            },
         }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
 

@@ -55,10 +55,20 @@ def run_one(engine, task: LayoutTask, layout: str, max_tokens: int) -> dict:
     r = engine.generate(task.prompt, max_tokens=max_tokens, response_format=rf)
     s = r.stats
     ok, value = valid(r.text, r.finish_reason, r.structured_complete, task.schema)
-    return {"task": task.id, "layout": layout, "finish": r.finish_reason, "valid": ok,
-            "score": round(score(task, value), 3), "tokens": s.generated_tokens, "rounds": s.rounds,
-            "forced_accepted": s.forced_accepted, "accepted": s.accepted, "t_generate": round(s.t_generate, 4),
-            "t_mask": round(s.t_mask, 4), "text": r.text}
+    return {
+        "task": task.id,
+        "layout": layout,
+        "finish": r.finish_reason,
+        "valid": ok,
+        "score": round(score(task, value), 3),
+        "tokens": s.generated_tokens,
+        "rounds": s.rounds,
+        "forced_accepted": s.forced_accepted,
+        "accepted": s.accepted,
+        "t_generate": round(s.t_generate, 4),
+        "t_mask": round(s.t_mask, 4),
+        "text": r.text,
+    }
 
 
 def summarize(runs: list[dict], layouts: list[str]) -> dict:
@@ -69,18 +79,26 @@ def summarize(runs: list[dict], layouts: list[str]) -> dict:
     for lay in layouts:
         rows = [by[t, lay] for t in tasks]
         t_gen = sum(r["t_generate"] for r in rows)
-        both = [by[t, lay]["t_generate"] / by[t, BASE]["t_generate"] for t in tasks
-                if (t, BASE) in by and by[t, lay]["valid"] and by[t, BASE]["valid"]]
+        both = [
+            by[t, lay]["t_generate"] / by[t, BASE]["t_generate"]
+            for t in tasks
+            if (t, BASE) in by and by[t, lay]["valid"] and by[t, BASE]["valid"]
+        ]
         if not rows:
             continue
-        out[lay] = {"valid": sum(r["valid"] for r in rows), "n": len(rows),
-                    "length": sum(r["finish"] == "length" for r in rows),
-                    "score": round(sum(r["score"] for r in rows) / len(rows), 3),
-                    "tokens": sum(r["tokens"] for r in rows), "rounds": sum(r["rounds"] for r in rows),
-                    "forced_accepted": sum(r["forced_accepted"] for r in rows),
-                    "tok_s": round(sum(r["tokens"] for r in rows) / t_gen, 2) if t_gen else None,
-                    f"time_vs_{BASE}": geomean(both, 3), "time_pairs": len(both),
-                    "mask_share": round(sum(r["t_mask"] for r in rows) / t_gen, 4) if t_gen else None}
+        out[lay] = {
+            "valid": sum(r["valid"] for r in rows),
+            "n": len(rows),
+            "length": sum(r["finish"] == "length" for r in rows),
+            "score": round(sum(r["score"] for r in rows) / len(rows), 3),
+            "tokens": sum(r["tokens"] for r in rows),
+            "rounds": sum(r["rounds"] for r in rows),
+            "forced_accepted": sum(r["forced_accepted"] for r in rows),
+            "tok_s": round(sum(r["tokens"] for r in rows) / t_gen, 2) if t_gen else None,
+            f"time_vs_{BASE}": geomean(both, 3),
+            "time_pairs": len(both),
+            "mask_share": round(sum(r["t_mask"] for r in rows) / t_gen, 4) if t_gen else None,
+        }
     return out
 
 
@@ -96,24 +114,33 @@ def print_model(name: str, runs: list[dict], summary: dict) -> None:
             r = by[t, lay]
             cells.append(f"{r['finish']:>6} {r['tokens']:4d}t {'ok ' if r['valid'] else 'BAD'} {r['score']:.2f}")
         print(f"{t:16} " + " ".join(f"{c:>24}" for c in cells))
-    print(f"{'layout':10} {'valid':>6} {'length':>6} {'score':>6} {'tokens':>6} {'rounds':>6} {'forced':>6} "
-          f"{'tok/s':>6} {'time vs ' + BASE:>15} {'mask':>6}")
+    print(
+        f"{'layout':10} {'valid':>6} {'length':>6} {'score':>6} {'tokens':>6} {'rounds':>6} {'forced':>6} "
+        f"{'tok/s':>6} {'time vs ' + BASE:>15} {'mask':>6}"
+    )
     for lay, s in summary.items():
         ratio = "-" if s[f"time_vs_{BASE}"] is None else f"{s[f'time_vs_{BASE}']:.3f}x ({s['time_pairs']})"
-        print(f"{lay:10} {s['valid']:3d}/{s['n']:<2} {s['length']:6d} {s['score']:6.3f} {s['tokens']:6d} "
-              f"{s['rounds']:6d} {s['forced_accepted']:6d} {s['tok_s']:6.2f} {ratio:>15} "
-              f"{100 * s['mask_share']:5.2f}%")
+        print(
+            f"{lay:10} {s['valid']:3d}/{s['n']:<2} {s['length']:6d} {s['score']:6.3f} {s['tokens']:6d} "
+            f"{s['rounds']:6d} {s['forced_accepted']:6d} {s['tok_s']:6.2f} {ratio:>15} "
+            f"{100 * s['mask_share']:5.2f}%"
+        )
 
 
 def markdown(report: dict) -> str:
     """The summary of a saved run as a Markdown table (for docs/structured-output.md)."""
-    lines = ["| model | layout | valid | ended on length | score | tokens | rounds | tok/s | "
-             f"time to the answer vs {BASE} |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | layout | valid | ended on length | score | tokens | rounds | tok/s | "
+        f"time to the answer vs {BASE} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in report["models"].items():
         for lay, s in m["summary"].items():
             ratio = "-" if s[f"time_vs_{BASE}"] is None else f"{s[f'time_vs_{BASE}']:.2f}x ({s['time_pairs']} tasks)"
-            lines.append(f"| {name} | {lay} | {s['valid']}/{s['n']} | {s['length']} | {s['score']:.2f} | "
-                         f"{s['tokens']} | {s['rounds']} | {s['tok_s']:.2f} | {ratio} |")
+            lines.append(
+                f"| {name} | {lay} | {s['valid']}/{s['n']} | {s['length']} | {s['score']:.2f} | "
+                f"{s['tokens']} | {s['rounds']} | {s['tok_s']:.2f} | {ratio} |"
+            )
     return "\n".join(lines)
 
 
@@ -134,24 +161,35 @@ def main() -> None:
 
     layouts = args.layouts.split(",")
     tasks = [t for t in TASKS if args.tasks is None or t.id in args.tasks.split(",")]
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit(), "max_tokens": args.max_tokens, "threads": args.threads, "layouts": layouts,
-              "tasks": [t.id for t in tasks], "models": {}}
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": commit(),
+        "max_tokens": args.max_tokens,
+        "threads": args.threads,
+        "layouts": layouts,
+        "tasks": [t.id for t in tasks],
+        "models": {},
+    }
     names = args.targets.split(",")
     runs: dict[str, list[dict]] = {name: [] for name in names}
     with ExitStack() as stack:
-        engines = {name: stack.enter_context(Engine(resolve_model(name), draft="ngram", n_ctx=2048,
-                                                    n_threads=args.threads)) for name in names}
+        engines = {
+            name: stack.enter_context(Engine(resolve_model(name), draft="ngram", n_ctx=2048, n_threads=args.threads))
+            for name in names
+        }
         # task by task, every model and layout, so that a run cut short has measured all
         # of them on the same tasks; the layouts' order rotates per task
         for i, task in enumerate(tasks):
-            order = layouts[i % len(layouts):] + layouts[:i % len(layouts)]
+            order = layouts[i % len(layouts) :] + layouts[: i % len(layouts)]
             for name, e in engines.items():
                 for lay in order:
                     r = run_one(e, task, lay, args.max_tokens)
                     runs[name].append(r)
-                    print(f"[{name}] {task.id} {lay}: {r['finish']} {r['tokens']} tokens in {r['t_generate']:.1f} s "
-                          f"{'valid' if r['valid'] else 'INVALID'} score {r['score']}", flush=True)
+                    print(
+                        f"[{name}] {task.id} {lay}: {r['finish']} {r['tokens']} tokens in {r['t_generate']:.1f} s "
+                        f"{'valid' if r['valid'] else 'INVALID'} score {r['score']}",
+                        flush=True,
+                    )
                     if args.json:  # after every run, so a cut run keeps what it measured
                         save(args.json, report, runs, layouts)
     for name in names:
@@ -163,6 +201,7 @@ def main() -> None:
 def save(path: str, report: dict, runs: dict, layouts: list[str]) -> None:
     report["models"] = {name: {"summary": summarize(rs, layouts), "runs": rs} for name, rs in runs.items() if rs}
     Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+
 
 if __name__ == "__main__":
     main()

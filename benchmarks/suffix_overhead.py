@@ -79,7 +79,7 @@ def load_model():
 def model_ids(model, text: str) -> list[int]:
     out: list[int] = []
     for i in range(0, len(text), 20000):  # in pieces: a tokenizer call per ~20k chars
-        out.extend(model.tokenize(text[i:i + 20000], add_special=False, parse_special=False))
+        out.extend(model.tokenize(text[i : i + 20000], add_special=False, parse_special=False))
     return out
 
 
@@ -91,8 +91,7 @@ def step_ms(model, n: int = 48) -> dict[str, float]:
     ctx = Context(model, n_ctx=512, n_threads=2)
     ctx.decode(model.tokenize("def fibonacci(n):\n", add_special=False))
     times = []
-    for t in model.tokenize(" return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 4,
-                            add_special=False)[:n]:
+    for t in model.tokenize(" return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n" * 4, add_special=False)[:n]:
         t0 = time.perf_counter()
         ctx.decode([t])
         times.append(time.perf_counter() - t0)
@@ -104,7 +103,7 @@ def documents(ids: list[int], rng: random.Random) -> list[list[int]]:
     docs, i = [], 0
     while i < len(ids):
         n = rng.randint(200, 400)
-        docs.append(ids[i:i + n])
+        docs.append(ids[i : i + n])
         i += n
     return docs
 
@@ -127,9 +126,14 @@ def bench_append(docs: list[list[int]], cap: int) -> tuple[SuffixIndex, dict]:
             filling, t_fill, c_fill = filling + len(toks), t_fill + dt, c_fill + dc
         else:
             at_cap, t_cap, c_cap = at_cap + len(toks), t_cap + dt, c_cap + dc
-    return ix, {"tokens_filling": filling, "append_cpu_us_filling": us(c_fill, filling),
-                "append_wall_us_filling": us(t_fill, filling), "tokens_at_cap": at_cap,
-                "append_cpu_us_at_cap": us(c_cap, at_cap), "append_wall_us_at_cap": us(t_cap, at_cap)}
+    return ix, {
+        "tokens_filling": filling,
+        "append_cpu_us_filling": us(c_fill, filling),
+        "append_wall_us_filling": us(t_fill, filling),
+        "tokens_at_cap": at_cap,
+        "append_cpu_us_at_cap": us(c_cap, at_cap),
+        "append_wall_us_at_cap": us(t_cap, at_cap),
+    }
 
 
 def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random, n: int = 3000) -> dict:
@@ -152,13 +156,16 @@ def bench_propose(ix: SuffixIndex, held_out: list[list[int]], rng: random.Random
             expected.append(sum(p.probs))
     times.sort()
     cpu.sort()
-    return {"propose_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
-            "propose_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
-            "propose_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
-            "propose_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
-            "propose_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
-            "hit_rate": round(hits / n, 3), "draft_len_mean": round(statistics.fmean(lengths or [0]), 2),
-            "expected_accepted_mean": round(statistics.fmean(expected or [0]), 2)}
+    return {
+        "propose_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
+        "propose_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
+        "propose_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
+        "propose_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
+        "propose_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
+        "hit_rate": round(hits / n, 3),
+        "draft_len_mean": round(statistics.fmean(lengths or [0]), 2),
+        "expected_accepted_mean": round(statistics.fmean(expected or [0]), 2),
+    }
 
 
 def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) -> dict:
@@ -182,7 +189,7 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
             drafter.accepted(p, n)
             step = rest[: n + 1]  # the accepted prefix and the target's own next token
             tokens.extend(step)
-            rest = rest[len(step):]
+            rest = rest[len(step) :]
             rounds += 1
             committed += len(step)
             accepted += n
@@ -191,15 +198,18 @@ def bench_rounds(memory: SuffixIndex, held_out: list[list[int]], k: int = 16) ->
         drafter.end(tokens)
     times.sort()
     cpu.sort()
-    return {"rounds": rounds, "begin_wall_us_mean": round(1e6 * statistics.fmean(begins), 3),
-            "round_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
-            "round_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
-            "round_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
-            "round_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
-            "round_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
-            "tokens_per_round": round(committed / rounds, 3),
-            "accepted_of_drafted": round(accepted / max(drafted, 1), 3),
-            "expected_of_drafted": round(expected / max(drafted, 1), 3)}
+    return {
+        "rounds": rounds,
+        "begin_wall_us_mean": round(1e6 * statistics.fmean(begins), 3),
+        "round_cpu_us_mean": round(1e6 * statistics.fmean(cpu), 3),
+        "round_cpu_us_p99": round(1e6 * cpu[int(len(cpu) * 0.99)], 3),
+        "round_wall_us_mean": round(1e6 * statistics.fmean(times), 3),
+        "round_wall_us_p50": round(1e6 * times[len(times) // 2], 3),
+        "round_wall_us_p99": round(1e6 * times[int(len(times) * 0.99)], 3),
+        "tokens_per_round": round(committed / rounds, 3),
+        "accepted_of_drafted": round(accepted / max(drafted, 1), 3),
+        "expected_of_drafted": round(expected / max(drafted, 1), 3),
+    }
 
 
 def memory_at_cap(docs: list[list[int]], cap: int) -> dict:
@@ -214,9 +224,13 @@ def memory_at_cap(docs: list[list[int]], cap: int) -> dict:
             break
     current, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return {"tokens": len(ix), "nbytes_per_token": round(ix.nbytes() / len(ix), 1),
-            "traced_bytes_per_token": round(current / len(ix), 1), "traced_mib": round(current / 2**20, 1),
-            "chain_heads": ix.chain_heads()}
+    return {
+        "tokens": len(ix),
+        "nbytes_per_token": round(ix.nbytes() / len(ix), 1),
+        "traced_bytes_per_token": round(current / len(ix), 1),
+        "traced_mib": round(current / 2**20, 1),
+        "chain_heads": ix.chain_heads(),
+    }
 
 
 def timed(fn, repeat: int = 3) -> tuple[object, float, float]:
@@ -246,7 +260,8 @@ def bench_store(ix: SuffixIndex) -> dict:
         back, out["load_cpu_ms"], out["load_wall_ms"] = timed(lambda: suffix_store.load("bench", directory=Path(d)))
         assert len(back) == len(ix) and back.chain_heads() == ix.chain_heads()
         _, out["replay_load_cpu_ms"], out["replay_load_wall_ms"] = timed(
-            lambda: suffix_store.load("bench", cap=ix.cap + 1, directory=Path(d)), repeat=1)
+            lambda: suffix_store.load("bench", cap=ix.cap + 1, directory=Path(d)), repeat=1
+        )
         return out
 
 
@@ -302,8 +317,13 @@ def bench_trie_speed(docs: list[list[int]], n_tokens: int) -> float:
 
 
 def update_store(path: Path | None, store: dict, source: str) -> None:
-    store = {**store, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(),
-             "stream": source, "load_average": [round(x, 2) for x in os.getloadavg()]}
+    store = {
+        **store,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit(),
+        "stream": source,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
     print(json.dumps(store, indent=2))
     if path is not None:
         data = json.loads(path.read_text()) if path.exists() else {}
@@ -315,14 +335,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cap", type=int, default=DEFAULT_CAP)
     ap.add_argument("--source", choices=["auto", "model", "words"], default="auto")
-    ap.add_argument("--step-ms", type=float, default=20.0,
-                    help="the 0.5B's decode step on a quiet 2-core machine, ms (the issue's 20-40 ms: "
-                         "its low end, so the overhead is not flattered)")
+    ap.add_argument(
+        "--step-ms",
+        type=float,
+        default=20.0,
+        help="the 0.5B's decode step on a quiet 2-core machine, ms (the issue's 20-40 ms: "
+        "its low end, so the overhead is not flattered)",
+    )
     ap.add_argument("--trie-tokens", type=int, default=60000)
     ap.add_argument("--held-out", type=int, default=60, help="held-out documents to generate")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--store-only", action="store_true",
-                    help="measure the store alone and update the --json file's store_at_cap entry")
+    ap.add_argument(
+        "--store-only",
+        action="store_true",
+        help="measure the store alone and update the --json file's store_at_cap entry",
+    )
     args = ap.parse_args()
     rng = random.Random(27)
     text = repo_text()
@@ -343,7 +370,7 @@ def main() -> None:
         ids = word_ids(text)
     docs = documents(ids, rng)
     rng.shuffle(docs)
-    held_out, train = docs[: args.held_out], docs[args.held_out:]
+    held_out, train = docs[: args.held_out], docs[args.held_out :]
     print(f"{len(ids)} tokens ({source}), {len(train)} documents to index, cap {args.cap}", file=sys.stderr)
 
     ix, append = bench_append(train, args.cap)
@@ -362,9 +389,15 @@ def main() -> None:
         "commit": commit(),
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
         "stream": {"source": source, "tokens": len(ids), "documents": len(docs), "held_out": len(held_out)},
-        "cap": args.cap, "append": append, "propose_at_cap": propose, "drafter_round": rounds,
-        "memory_at_cap": memory, "store_at_cap": store, "trie_depth16": trie,
-        "decode_step_ms": {k: round(v, 2) for k, v in step.items()}, "decode_step_source": step_source,
+        "cap": args.cap,
+        "append": append,
+        "propose_at_cap": propose,
+        "drafter_round": rounds,
+        "memory_at_cap": memory,
+        "store_at_cap": store,
+        "trie_depth16": trie,
+        "decode_step_ms": {k: round(v, 2) for k, v in step.items()},
+        "decode_step_source": step_source,
         "overhead_pct_of_quiet_step": round(100 * round_ms / args.step_ms, 3),
         "overhead_pct_of_measured_min_step": round(100 * round_ms / step["min"], 3),
         "load_average": [round(x, 2) for x in os.getloadavg()],

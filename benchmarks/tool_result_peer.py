@@ -33,14 +33,22 @@ from edgespec.catalog import resolve_model
 ASK = {"role": "user", "content": "Find me an early train from Zurich to Milan on 2027-03-06, two people with bikes."}
 CASES = {
     # the search's result came back: an answer (or a reservation) is expected, not the search again
-    "after one search, tools auto": dict(messages=[
-        ASK,
-        {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
-        CONVERSATION[2]], tools=TOOLS, tool_choice="auto"),
-    "after one search, no tools": dict(messages=[
-        ASK,
-        {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
-        CONVERSATION[2]]),
+    "after one search, tools auto": dict(
+        messages=[
+            ASK,
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
+            CONVERSATION[2],
+        ],
+        tools=TOOLS,
+        tool_choice="auto",
+    ),
+    "after one search, no tools": dict(
+        messages=[
+            ASK,
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
+            CONVERSATION[2],
+        ]
+    ),
     "after the reservation, tools auto": dict(messages=CONVERSATION, tools=TOOLS, tool_choice="auto"),
 }
 
@@ -51,9 +59,14 @@ def ask(url: str, case: dict, max_tokens: int) -> dict:
     r.raise_for_status()
     choice = r.json()["choices"][0]
     msg = choice["message"]
-    return {"finish_reason": choice["finish_reason"], "content": msg.get("content"),
-            "tool_calls": [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                           for c in msg.get("tool_calls") or []]}
+    return {
+        "finish_reason": choice["finish_reason"],
+        "content": msg.get("content"),
+        "tool_calls": [
+            {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+            for c in msg.get("tool_calls") or []
+        ],
+    }
 
 
 def ask_all(results: dict, name: str, url: str, max_tokens: int) -> None:
@@ -78,9 +91,26 @@ def main() -> None:
         ask_all(results, "llama-server --jinja", peer.url, args.max_tokens)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    ours = start_server([sys.executable, "-m", "edgespec", "serve", "--target", str(model), "--draft", "none",
-                         "--port", str(port), "--threads", str(args.threads)], lambda: http_ok(f"{url}/health"),
-                        timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}, name="edgespec serve")
+    ours = start_server(
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "serve",
+            "--target",
+            str(model),
+            "--draft",
+            "none",
+            "--port",
+            str(port),
+            "--threads",
+            str(args.threads),
+        ],
+        lambda: http_ok(f"{url}/health"),
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        name="edgespec serve",
+    )
     try:
         ask_all(results, "edgespec serve", url, args.max_tokens)
     finally:

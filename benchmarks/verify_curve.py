@@ -31,8 +31,10 @@ from edgespec.llama.model import Model
 from edgespec.measuring.tune import time_decodes
 
 FTYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "IQ4_NL": 25}
-PROMPT = ("def merge_intervals(intervals):\n    \"\"\"Merge overlapping intervals and return them sorted.\"\"\"\n"
-          "    intervals = sorted(intervals)\n    out = []\n    for start, end in intervals:\n")
+PROMPT = (
+    'def merge_intervals(intervals):\n    """Merge overlapping intervals and return them sorted."""\n'
+    "    intervals = sorted(intervals)\n    out = []\n    for start, end in intervals:\n"
+)
 
 
 def quantize(src: Path, kind: str, out: Path, threads: int) -> Path:
@@ -83,7 +85,6 @@ def main() -> None:
         print(f"{kind:7} mix {r['mix']:7} step {r['step_ms']:.1f} ms  c(1..{args.n_max}): {cs}", flush=True)
     summary = {k: {"mix": r["mix"], "step_ms": r["step_ms"], "c": r["c"]} for k, r in results.items()}
     (args.out / "verify_curve.json").write_text(json.dumps(summary, indent=1))
-
 
 
 if __name__ == "__main__":

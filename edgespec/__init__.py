@@ -1,10 +1,10 @@
 """edgespec: speculative decoding for local LLMs on the machines people own.
 
-    from edgespec import Engine
-    with Engine("target.gguf", draft="ngram") as engine:
-        print(engine.generate("Write a haiku about caches", max_tokens=64).text)
+from edgespec import Engine
+with Engine("target.gguf", draft="ngram") as engine:
+    print(engine.generate("Write a haiku about caches", max_tokens=64).text)
 
-    engine = edgespec.load("ollama:qwen2.5-coder:7b")   # any model name; the drafter chosen
+engine = edgespec.load("ollama:qwen2.5-coder:7b")   # any model name; the drafter chosen
 """
 
 from .costmodel.drafting import DraftingOptions
@@ -40,6 +40,23 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'edgespec' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "DraftingOptions", "Result", "load", "engine_for", "plan", "Request", "resolve_model",
-           "on_server_lost", "EdgespecError", "SuffixIndex", "load_memory", "save_memory", "Token", "Round", "Done",
-           "Stats", "__version__"]
+__all__ = [
+    "Engine",
+    "DraftingOptions",
+    "Result",
+    "load",
+    "engine_for",
+    "plan",
+    "Request",
+    "resolve_model",
+    "on_server_lost",
+    "EdgespecError",
+    "SuffixIndex",
+    "load_memory",
+    "save_memory",
+    "Token",
+    "Round",
+    "Done",
+    "Stats",
+    "__version__",
+]

@@ -269,9 +269,18 @@ def read_machine(probe: Probe | None = None) -> Machine:
     logical = logical or physical or 1
     physical = physical or logical
     return Machine(
-        system=system, arch=arch, cpu=cpu, physical_cores=physical, logical_cores=logical,
-        total_bytes=total, available_bytes=available, chip=chip, board=board, gpus=gpus,
-        gpu_offload=probe.gpu_offload(), rpc=probe.rpc() if hasattr(probe, "rpc") else None,
+        system=system,
+        arch=arch,
+        cpu=cpu,
+        physical_cores=physical,
+        logical_cores=logical,
+        total_bytes=total,
+        available_bytes=available,
+        chip=chip,
+        board=board,
+        gpus=gpus,
+        gpu_offload=probe.gpu_offload(),
+        rpc=probe.rpc() if hasattr(probe, "rpc") else None,
     )
 
 
@@ -284,13 +293,18 @@ def machine_facts(machine: Machine) -> dict[str, Any]:
         "memory": (
             f"{machine.total_bytes / GIB:.1f} GiB total"
             + (f", {machine.available_bytes / GIB:.1f} GiB available" if machine.available_bytes else "")
-            if machine.total_bytes else "?"
+            if machine.total_bytes
+            else "?"
         ),
         "board": machine.board or "-",
         "gpus": ", ".join(
             f"{g.name} ({g.memory_bytes / GIB:.1f} GiB)" if g.memory_bytes else g.name for g in machine.gpus
-        ) or "-",
+        )
+        or "-",
         "gpu offload in llama.cpp": {True: "yes", False: "no", None: "unknown"}[machine.gpu_offload],
-        "RPC backend in llama.cpp": {True: "yes (--rpc, edgespec rpc-server)", None: "unknown",
-                                     False: 'no (rebuild with CMAKE_ARGS="-DGGML_RPC=on", see docs/scale-out.md)'}[machine.rpc],
+        "RPC backend in llama.cpp": {
+            True: "yes (--rpc, edgespec rpc-server)",
+            None: "unknown",
+            False: 'no (rebuild with CMAKE_ARGS="-DGGML_RPC=on", see docs/scale-out.md)',
+        }[machine.rpc],
     }

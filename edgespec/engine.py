@@ -20,9 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from .constraints import Constraint, compile_constraint, tokenizer_for
-from .costmodel.costs import (CPU_BATCH_PRIOR, CPU_EXACT_VERIFY_PRIOR, CPU_VERIFY_PRIOR, GPU_BATCH_PRIOR,
-                              GPU_VERIFY_PRIOR, OnlineCost, VerifyCost)
 from .costmodel.adaptive import NO_DRAFT_ALIASES
+from .costmodel.costs import (
+    CPU_BATCH_PRIOR,
+    CPU_EXACT_VERIFY_PRIOR,
+    CPU_VERIFY_PRIOR,
+    GPU_BATCH_PRIOR,
+    GPU_VERIFY_PRIOR,
+    OnlineCost,
+    VerifyCost,
+)
 from .costmodel.drafting import DraftingOptions
 from .decoding import generation
 from .decoding.drafters import Drafter, ModelDrafter, sentence_breaks
@@ -118,8 +125,12 @@ class Engine:
         self.target_model.label = names[0] or self.target_model.label
         on_gpu = self._on_gpu()
         self.drafting = Drafting(
-            options, verify_cost=self._default_verify_cost(), batch_cost=GPU_BATCH_PRIOR if on_gpu else CPU_BATCH_PRIOR,
-            max_k=self.ctx.n_batch - 1, is_break=self.is_break)
+            options,
+            verify_cost=self._default_verify_cost(),
+            batch_cost=GPU_BATCH_PRIOR if on_gpu else CPU_BATCH_PRIOR,
+            max_k=self.ctx.n_batch - 1,
+            is_break=self.is_break,
+        )
         try:
             self.set_drafter(draft, name=names[1])
         except BaseException:
@@ -239,8 +250,7 @@ class Engine:
         than slots, plain steps at the end) give the next one its plain-step level."""
         return self.drafting.batch_cost()
 
-    def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto",
-                      **options) -> PreparedBatch:
+    def generate_many(self, prompts: Iterable[PromptLike], *, parallel: int | str = "auto", **options) -> PreparedBatch:
         """Generate every prompt, ``parallel`` sequences per decode (continuous batching,
         see ``edgespec.batching.runner``); iterate the answer for ``Outcome(key, result, error)``
         in the order they finish, ``key`` being the prompt's index. ``options`` are
@@ -248,8 +258,7 @@ class Engine:
         for the batch; a draft model is not used inside batches."""
         from .batching.runner import Request
 
-        return self.run_many([Request(i, p, dict(options)) for i, p in enumerate(prompts)],
-                             parallel=parallel)
+        return self.run_many([Request(i, p, dict(options)) for i, p in enumerate(prompts)], parallel=parallel)
 
     def run_many(self, requests: Iterable[Request], *, parallel: int | str = "auto") -> PreparedBatch:
         """``generate_many`` for ``batching.runner.Request``s, each with its own key and options."""
@@ -286,8 +295,9 @@ class Engine:
             model.label = name or model.label
             try:
                 check_vocab_compatible(self.target_model, model)
-                drafter = ModelDrafter(model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads,
-                                       p_min=self.p_min)
+                drafter = ModelDrafter(
+                    model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads, p_min=self.p_min
+                )
             except BaseException:
                 model.close()
                 raise
@@ -383,10 +393,20 @@ class Engine:
         """
         return generation.run(self, self.prepare(prompt, **options))
 
-    def prepare(self, prompt: PromptLike, *, max_tokens: int = 256, stop: Sequence[str] | str = (),
-                raw: bool = False, response_format: dict | None = None, constraint: Constraint | None = None,
-                logprobs: int | None = None, lenient_schema: bool = False, memory: bool | SuffixIndex = True,
-                **sampling_options) -> Prepared:
+    def prepare(
+        self,
+        prompt: PromptLike,
+        *,
+        max_tokens: int = 256,
+        stop: Sequence[str] | str = (),
+        raw: bool = False,
+        response_format: dict | None = None,
+        constraint: Constraint | None = None,
+        logprobs: int | None = None,
+        lenient_schema: bool = False,
+        memory: bool | SuffixIndex = True,
+        **sampling_options,
+    ) -> Prepared:
         """A generation request checked and tokenized (``decoding.sequence.Prepared``).
         ``sampling_options`` are ``SamplingParams``' fields (``decoding.params.params_from``).
         Raises on anything invalid (``ConstraintError`` for a response_format that does
@@ -403,9 +423,17 @@ class Engine:
         if not isinstance(memory, (bool, SuffixIndex)):
             raise InputError("memory must be True, False or a SuffixIndex")
         index = (self.memory if memory else None) if isinstance(memory, bool) else memory
-        return check_request(self.target_model, self.n_ctx, self.prompt_tokens(prompt, raw=raw),
-                             params_from(sampling_options), max_tokens=max_tokens, stop=stop,
-                             constraint=constraint, logprobs=logprobs, memory=index)
+        return check_request(
+            self.target_model,
+            self.n_ctx,
+            self.prompt_tokens(prompt, raw=raw),
+            params_from(sampling_options),
+            max_tokens=max_tokens,
+            stop=stop,
+            constraint=constraint,
+            logprobs=logprobs,
+            memory=index,
+        )
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:
         """Run ``stream`` to the end and return the text, token ids, reason and stats."""

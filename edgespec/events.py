@@ -73,17 +73,17 @@ class Stats:
     """Counters and timings of one generation (mutable while it runs)."""
 
     drafter: str = "none"
-    prompt_tokens: int = 0          # tokens in the prompt
+    prompt_tokens: int = 0  # tokens in the prompt
     prompt_tokens_processed: int = 0  # of those, decoded now (the rest reused from cache)
     generated_tokens: int = 0
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     rejected: int = 0
-    from_draft_tokens: int = 0      # committed tokens that came from accepted drafts
-    forced: int = 0                 # drafted by the grammar (in ``drafted`` too): its forced
-                                    # tokens and the likely tokens of the text it forces
-    forced_accepted: int = 0        # of those, accepted (in ``accepted`` too)
+    from_draft_tokens: int = 0  # committed tokens that came from accepted drafts
+    forced: int = 0  # drafted by the grammar (in ``drafted`` too): its forced
+    # tokens and the likely tokens of the text it forces
+    forced_accepted: int = 0  # of those, accepted (in ``accepted`` too)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     # drafted and accepted tokens by where they came from: "prompt" (prompt lookup),
@@ -91,13 +91,13 @@ class Stats:
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     k_final: int = 0
-    t_prompt: float = 0.0           # seconds prefilling the prompt (both models)
-    t_draft: float = 0.0            # seconds inside the drafter's propose()
-    t_verify: float = 0.0           # seconds inside the target's llama_decode
-    t_decode_draft: float = 0.0     # seconds inside the draft model's llama_decode
-    t_generate: float = 0.0         # wall seconds from first round to the end
-    t_total: float = 0.0            # wall seconds including the prompt
-    t_mask: float = 0.0             # seconds computing grammar masks and forced tokens
+    t_prompt: float = 0.0  # seconds prefilling the prompt (both models)
+    t_draft: float = 0.0  # seconds inside the drafter's propose()
+    t_verify: float = 0.0  # seconds inside the target's llama_decode
+    t_decode_draft: float = 0.0  # seconds inside the draft model's llama_decode
+    t_generate: float = 0.0  # wall seconds from first round to the end
+    t_total: float = 0.0  # wall seconds including the prompt
+    t_mask: float = 0.0  # seconds computing grammar masks and forced tokens
     # A sequence of a parallel batch shares each decode with others: its t_prompt and
     # t_verify are its share of the steps (in proportion to its rows), and t_batch its
     # share of the steps it generated in (decode and the Python around it); 0 alone.
@@ -148,10 +148,7 @@ class Stats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        return [
-            a / d if d else 0.0
-            for a, d in zip(self.accepted_by_position, self.drafted_by_position)
-        ]
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -222,8 +219,17 @@ class Result:
 
     @classmethod
     def from_done(cls, done: Done) -> "Result":
-        return cls(done.text, list(done.token_ids), done.finish_reason, done.stats, done.structured_complete,
-                   done.parsed, done.logprobs, done.structure_error, tuple(done.relaxed))
+        return cls(
+            done.text,
+            list(done.token_ids),
+            done.finish_reason,
+            done.stats,
+            done.structured_complete,
+            done.parsed,
+            done.logprobs,
+            done.structure_error,
+            tuple(done.relaxed),
+        )
 
     def structure_dict(self) -> dict:
         """The structure's keys of ``to_dict`` (empty without a constraint):
@@ -246,6 +252,13 @@ class Result:
             "finish_reason": self.finish_reason,
             "stats": self.stats.to_dict(),
             **self.structure_dict(),
-            **({} if self.logprobs is None else {"logprobs": [
-                {"id": lp.id, "logprob": lp.logprob, "top": [list(t) for t in lp.top]} for lp in self.logprobs]}),
+            **(
+                {}
+                if self.logprobs is None
+                else {
+                    "logprobs": [
+                        {"id": lp.id, "logprob": lp.logprob, "top": [list(t) for t in lp.top]} for lp in self.logprobs
+                    ]
+                }
+            ),
         }

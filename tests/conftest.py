@@ -81,16 +81,12 @@ def tiny_noisy(tiny_models_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_other_vocab(tiny_models_dir) -> Path:
-    return make_tiny_model(
-        tiny_models_dir / "other_vocab.gguf", vocab="other", seed=2, name="edgespec-tiny-other"
-    )
+    return make_tiny_model(tiny_models_dir / "other_vocab.gguf", vocab="other", seed=2, name="edgespec-tiny-other")
 
 
 @pytest.fixture(scope="session")
 def tiny_small_vocab(tiny_models_dir) -> Path:
-    return make_tiny_model(
-        tiny_models_dir / "small_vocab.gguf", vocab="small", seed=3, name="edgespec-tiny-small"
-    )
+    return make_tiny_model(tiny_models_dir / "small_vocab.gguf", vocab="small", seed=3, name="edgespec-tiny-small")
 
 
 @pytest.fixture(scope="session")
@@ -103,14 +99,37 @@ def tiny_not_gguf(tiny_models_dir) -> Path:
     return write_random_bytes(tiny_models_dir / "not_gguf.gguf", 4096, seed=0)
 
 
-ISSUE_PROFILES = frozenset({
-    "m1", "m2", "m2max", "m3pro", "m3max", "m4pro", "m4max", "rtx3060-laptop",
-    "rtx4070-laptop", "rtx4090", "cpu-laptop", "cpu-small", "raspberry-pi-5", "jetson-orin-nano",
-})
+ISSUE_PROFILES = frozenset(
+    {
+        "m1",
+        "m2",
+        "m2max",
+        "m3pro",
+        "m3max",
+        "m4pro",
+        "m4max",
+        "rtx3060-laptop",
+        "rtx4070-laptop",
+        "rtx4090",
+        "cpu-laptop",
+        "cpu-small",
+        "raspberry-pi-5",
+        "jetson-orin-nano",
+    }
+)
 
 
-def open_engine(model, draft=None, *, k: int | None = None, memory: bool = True, n_ctx: int = 512,
-                exact: bool = True, n_threads: int | None = 1, **options):
+def open_engine(
+    model,
+    draft=None,
+    *,
+    k: int | None = None,
+    memory: bool = True,
+    n_ctx: int = 512,
+    exact: bool = True,
+    n_threads: int | None = 1,
+    **options,
+):
     """An ``edgespec.Engine`` on ``model`` with the tests' defaults: batch-invariant kernels
     (speculation equals plain greedy decoding token for token), one thread, a 512-token
     context. ``k``: draft exactly k tokens every round (None: the learned policy);

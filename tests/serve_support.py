@@ -42,14 +42,14 @@ class LiveServer:
 
     def __init__(self, app: Any, hosts: list[str] | None = None) -> None:
         import uvicorn
+
         from edgespec.server.listen import bind, url_host
         from edgespec.server.stopping import Server
 
         self.sockets = bind(hosts, 0) if hosts else None
         self.port = self.sockets[0].getsockname()[1] if self.sockets else free_port()
         self.url = f"http://{url_host(hosts[0]) if hosts else '127.0.0.1'}:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=2)
         self.server = Server(config)  # as serve's: open requests end with an error at shutdown
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": self.sockets}, daemon=True)
 
@@ -76,9 +76,13 @@ def serve_process(args: list[str], *, start_timeout: float = 180) -> Iterator[st
     import httpx
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "edgespec", "serve", *args, "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "serve", *args, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + start_timeout
     while True:
@@ -109,7 +113,7 @@ def sse_events(lines: Iterable[str]) -> Iterator[Any]:
         if not line.startswith("data: "):
             assert line == "" or line.startswith(":"), f"unexpected SSE line {line!r}"
             continue
-        data = line[len("data: "):]
+        data = line[len("data: ") :]
         yield data if data == "[DONE]" else json.loads(data)
 
 
@@ -168,6 +172,7 @@ class SlowEngine(_Wrapped):
 
 # -- the load test ------------------------------------------------------------------------
 
+
 @dataclass
 class LoadReport:
     """What the load test saw, per request and in total."""
@@ -184,21 +189,35 @@ class LoadReport:
     def summary(self) -> str:
         q = sorted(self.queue_ms)
         p = (lambda f: q[min(len(q) - 1, int(f * len(q)))]) if q else (lambda f: 0.0)
-        return (f"{self.completed} requests answered completely, {self.hung_up} hung up, "
-                f"statuses {sorted(set(self.statuses))}; queue wait median {statistics.median(q) if q else 0:.0f} ms, "
-                f"p90 {p(0.9):.0f} ms, max {max(q) if q else 0:.0f} ms; {self.tokens} tokens in {self.wall_s:.2f} s "
-                f"= {self.tokens / self.wall_s if self.wall_s else 0:.1f} tok/s through the server")
+        return (
+            f"{self.completed} requests answered completely, {self.hung_up} hung up, "
+            f"statuses {sorted(set(self.statuses))}; queue wait median {statistics.median(q) if q else 0:.0f} ms, "
+            f"p90 {p(0.9):.0f} ms, max {max(q) if q else 0:.0f} ms; {self.tokens} tokens in {self.wall_s:.2f} s "
+            f"= {self.tokens / self.wall_s if self.wall_s else 0:.1f} tok/s through the server"
+        )
 
 
-async def _client(http: Any, url: str, index: int, requests: int, hang_up: bool, max_tokens: int,
-                  hang_up_max_tokens: int, report: LoadReport) -> None:
+async def _client(
+    http: Any,
+    url: str,
+    index: int,
+    requests: int,
+    hang_up: bool,
+    max_tokens: int,
+    hang_up_max_tokens: int,
+    report: LoadReport,
+) -> None:
     for r in range(requests):
         leave = hang_up and r == 0
         # a request that will be abandoned asks for a long reply, so that it is still
         # generating when its client goes
-        body = {"messages": [{"role": "user", "content": f"client {index} request {r}: tell me about the fox"}],
-                "max_tokens": hang_up_max_tokens if leave else max_tokens, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "messages": [{"role": "user", "content": f"client {index} request {r}: tell me about the fox"}],
+            "max_tokens": hang_up_max_tokens if leave else max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
             report.statuses.append(resp.status_code)
             if resp.status_code != 200:
@@ -226,8 +245,10 @@ async def _client(http: Any, url: str, index: int, requests: int, hang_up: bool,
                 report.hung_up += 1
                 continue
             if not (done and finish and usage and timings):
-                report.errors.append(f"client {index} request {r}: incomplete stream "
-                                     f"(done={done}, finish={finish}, usage={usage is not None})")
+                report.errors.append(
+                    f"client {index} request {r}: incomplete stream "
+                    f"(done={done}, finish={finish}, usage={usage is not None})"
+                )
                 continue
             report.completed += 1
             report.tokens += usage["completion_tokens"]
@@ -235,18 +256,28 @@ async def _client(http: Any, url: str, index: int, requests: int, hang_up: bool,
             report.texts.append(text)
 
 
-async def run_load_async(url: str, *, clients: int = 16, requests: int = 2, hang_ups: int = 4,
-                         max_tokens: int = 24, hang_up_max_tokens: int = 512,
-                         timeout: float = 120.0) -> LoadReport:
+async def run_load_async(
+    url: str,
+    *,
+    clients: int = 16,
+    requests: int = 2,
+    hang_ups: int = 4,
+    max_tokens: int = 24,
+    hang_up_max_tokens: int = 512,
+    timeout: float = 120.0,
+) -> LoadReport:
     import httpx
 
     report = LoadReport()
     limits = httpx.Limits(max_connections=clients * 2, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
         t0 = time.perf_counter()
-        await asyncio.gather(*(
-            _client(http, url, i, requests, i < hang_ups, max_tokens, hang_up_max_tokens, report) for i in range(clients)
-        ))
+        await asyncio.gather(
+            *(
+                _client(http, url, i, requests, i < hang_ups, max_tokens, hang_up_max_tokens, report)
+                for i in range(clients)
+            )
+        )
         report.wall_s = time.perf_counter() - t0
     return report
 
@@ -256,8 +287,10 @@ def run_load(url: str, **kwargs: Any) -> LoadReport:
 
 
 if __name__ == "__main__":
-    rep = run_load(sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8080",
-                   max_tokens=int(sys.argv[2]) if len(sys.argv) > 2 else 24)
+    rep = run_load(
+        sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8080",
+        max_tokens=int(sys.argv[2]) if len(sys.argv) > 2 else 24,
+    )
     print(rep.summary())
     for e in rep.errors:
         print("error:", e)

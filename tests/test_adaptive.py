@@ -139,7 +139,7 @@ def test_a_drafter_that_cannot_lose_is_chosen_over_plain_decoding():
 
 def test_batch_draft_lengths_follow_the_cost_of_the_whole_batch():
     sure = [1.0 + 0.95 * j for j in range(16)]  # a copying sequence: drafts nearly always accepted
-    never = [1.0] * 16                           # drafts never accepted
+    never = [1.0] * 16  # drafts never accepted
     # a memory-bound device: rows are nearly free, so the copying sequence drafts long
     flat = adaptive.batch_draft_lengths([sure, never, None], [0, 0, 3], lambda t: 1.0 + 0.01 * t)
     assert flat[0] == 15 and flat[1] == 0 and flat[2] == 3  # a fixed length stays as given
@@ -148,7 +148,7 @@ def test_batch_draft_lengths_follow_the_cost_of_the_whole_batch():
     # a CPU-like line: a lone sequence's decode is mostly fixed cost, so it drafts; in a
     # crowded batch a row costs more than a typical draft returns, so it drafts less
     line = lambda t: 0.75 + 0.25 * t  # noqa: E731
-    decaying = [sum(0.7 ** j for j in range(n + 1)) for n in range(16)]
+    decaying = [sum(0.7**j for j in range(n + 1)) for n in range(16)]
     alone = adaptive.batch_draft_lengths([decaying], [0], line)[0]
     crowded = adaptive.batch_draft_lengths([decaying] * 8, [0] * 8, line)
     assert alone == 2 and crowded == [0] * 8
@@ -170,8 +170,14 @@ _curve = st.one_of(st.none(), _steps.map(lambda xs: [1.0 + sum(xs[:n]) for n in 
 
 
 @settings(max_examples=400, deadline=None)
-@given(curves=st.lists(_curve, min_size=1, max_size=12), fixed=st.lists(st.integers(0, 6), min_size=12, max_size=12),
-       base=st.integers(16, 128), slope=st.integers(0, 16), dip=st.integers(0, 15), every=st.integers(2, 16))
+@given(
+    curves=st.lists(_curve, min_size=1, max_size=12),
+    fixed=st.lists(st.integers(0, 6), min_size=12, max_size=12),
+    base=st.integers(16, 128),
+    slope=st.integers(0, 16),
+    dip=st.integers(0, 15),
+    every=st.integers(2, 16),
+)
 def test_batch_draft_lengths_pick_what_the_old_scan_picks(curves, fixed, base, slope, dip, every):
     # a CPU-like cost: a fixed part, a part per row, and cheaper tiles every few rows
     def cost(t: int) -> float:

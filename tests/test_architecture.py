@@ -66,7 +66,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if colour.get(m) == GREY:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if colour.get(m) == WHITE:
                 found = visit(m)
                 if found:
@@ -110,8 +110,12 @@ def test_detection_knows_nothing_of_profiles_and_the_layers_point_down():
         return False
 
     assert not any(m.startswith("edgespec.profiles") for m in graph["edgespec.detect"])
-    for low, high in [("edgespec.profiles", "edgespec.planning.planner"), ("edgespec.catalog", "edgespec.profiles"),
-                      ("edgespec.engine", "edgespec.cli"), ("edgespec.llama", "edgespec.engine")]:
+    for low, high in [
+        ("edgespec.profiles", "edgespec.planning.planner"),
+        ("edgespec.catalog", "edgespec.profiles"),
+        ("edgespec.engine", "edgespec.cli"),
+        ("edgespec.llama", "edgespec.engine"),
+    ]:
         assert not reaches(low, high), f"{low} imports {high}, a layer above it"
 
 
@@ -119,8 +123,11 @@ def test_llama_cpp_is_imported_only_behind_the_llama_door():
     where = []
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            )
             if any(n == "llama_cpp" or n.startswith("llama_cpp.") for n in names):
                 where.append(name)
     assert where == ["edgespec.llama.backend"]
@@ -130,8 +137,11 @@ def test_llguidance_is_imported_only_behind_the_constraints_door():
     where = set()
     for name, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            )
             if any(n == "llguidance" or n.startswith("llguidance.") for n in names):
                 where.add(name)
     assert where and all(n.startswith("edgespec.constraints.") for n in where), where
@@ -156,8 +166,9 @@ def test_no_function_in_the_planner_or_the_profiles_is_over_60_lines():
 
 
 def test_every_module_opens_with_a_docstring():
-    missing = [name for name, path in modules().items()
-               if not ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))]
+    missing = [
+        name for name, path in modules().items() if not ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    ]
     assert missing == []
 
 
@@ -175,20 +186,41 @@ NEVER_REACHES: dict[str, set[str]] = {
     "errors": {"*"},
     "events": {"*"},
     "profile_data": {"*"},
-    "costmodel": {"*"},                                 # pure arithmetic (errors allowed)
-    "llama": {"costmodel", "detect", "constraints", "decoding", "batching", "catalog", "profiles",
-              "planning", "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
-    "detect": {"costmodel", "constraints", "decoding", "batching", "catalog", "profiles", "planning",
-               "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
-    "constraints": {"decoding", "batching", "catalog", "profiles", "planning", "measuring", "server",
-                    "cli"} | NOBODY_BUT_THE_FACE,
-    "decoding": {"batching", "catalog", "profiles", "planning", "measuring", "server", "cli"}
+    "costmodel": {"*"},  # pure arithmetic (errors allowed)
+    "llama": {
+        "costmodel",
+        "detect",
+        "constraints",
+        "decoding",
+        "batching",
+        "catalog",
+        "profiles",
+        "planning",
+        "measuring",
+        "server",
+        "cli",
+    }
     | NOBODY_BUT_THE_FACE,
+    "detect": {
+        "costmodel",
+        "constraints",
+        "decoding",
+        "batching",
+        "catalog",
+        "profiles",
+        "planning",
+        "measuring",
+        "server",
+        "cli",
+    }
+    | NOBODY_BUT_THE_FACE,
+    "constraints": {"decoding", "batching", "catalog", "profiles", "planning", "measuring", "server", "cli"}
+    | NOBODY_BUT_THE_FACE,
+    "decoding": {"batching", "catalog", "profiles", "planning", "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
     "batching": {"catalog", "profiles", "planning", "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
-    "catalog": {"constraints", "decoding", "batching", "profiles", "planning", "measuring", "server",
-                "cli"} | NOBODY_BUT_THE_FACE,
-    "profiles": {"constraints", "decoding", "batching", "planning", "measuring", "server", "cli"}
+    "catalog": {"constraints", "decoding", "batching", "profiles", "planning", "measuring", "server", "cli"}
     | NOBODY_BUT_THE_FACE,
+    "profiles": {"constraints", "decoding", "batching", "planning", "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
     "planning": {"constraints", "decoding", "batching", "measuring", "server", "cli"} | NOBODY_BUT_THE_FACE,
     "measuring": {"planning", "server", "cli"} | NOBODY_BUT_THE_FACE,
     "engine": {"catalog", "profiles", "planning", "measuring", "loading", "edgespec", "server", "cli"},
@@ -256,8 +288,11 @@ def test_no_wing_reaches_a_room_it_must_never_import():
 
 
 def test_the_wing_rules_catch_an_import_running_back_up():
-    graph = {"edgespec.decoding.policy": {"edgespec.costmodel.costs"},
-             "edgespec.costmodel.costs": {"edgespec.batching.runner"}, "edgespec.batching.runner": set()}
+    graph = {
+        "edgespec.decoding.policy": {"edgespec.costmodel.costs"},
+        "edgespec.costmodel.costs": {"edgespec.batching.runner"},
+        "edgespec.batching.runner": set(),
+    }
     found = chain_to(graph, "edgespec.decoding.policy", lambda m: room(m) in NEVER_REACHES["decoding"])
     assert found == ["edgespec.decoding.policy", "edgespec.costmodel.costs", "edgespec.batching.runner"]
     assert chain_to(graph, "edgespec.batching.runner", lambda m: True) is None

@@ -57,20 +57,23 @@ def test_bad_lines_are_reported_with_their_line_number(line, message):
 
 
 def test_read_jobs_keeps_good_lines_and_lists_every_bad_one(tmp_path):
-    path = write_lines(tmp_path / "in.jsonl", [
-        '{"id": "a", "prompt": "one"}',
-        "",
-        '{"id": "b", "prompt": 5}',
-        '{"id": "a", "prompt": "again"}',
-        '{"id": 1, "prompt": "int id"}',
-        '{"id": "1", "prompt": "string id"}',
-        "oops",
-    ])
+    path = write_lines(
+        tmp_path / "in.jsonl",
+        [
+            '{"id": "a", "prompt": "one"}',
+            "",
+            '{"id": "b", "prompt": 5}',
+            '{"id": "a", "prompt": "again"}',
+            '{"id": 1, "prompt": "int id"}',
+            '{"id": "1", "prompt": "string id"}',
+            "oops",
+        ],
+    )
     inp = read_jobs(path)
     assert [j.id for j in inp.jobs] == ["a", 1, "1"]
     assert [j.line for j in inp.jobs] == [1, 5, 6]
     assert [e.line for e in inp.errors] == [3, 4, 7]
-    assert "duplicate id \"a\" (first on line 1)" in str(inp.errors[1])
+    assert 'duplicate id "a" (first on line 1)' in str(inp.errors[1])
 
 
 def test_missing_input_file_is_a_clear_error(tmp_path):
@@ -93,8 +96,7 @@ def test_missing_input_file_is_a_clear_error(tmp_path):
 def test_read_jobs_refuses_what_the_engine_refuses(tmp_path, key, value, needle):
     path = tmp_path / "in.jsonl"
     path.write_text(
-        json.dumps({"id": "ok", "prompt": "fine"}) + "\n"
-        + json.dumps({"id": "bad", "prompt": "x", key: value}) + "\n"
+        json.dumps({"id": "ok", "prompt": "fine"}) + "\n" + json.dumps({"id": "bad", "prompt": "x", key: value}) + "\n"
     )
     inp = read_jobs(path)
     assert [j.id for j in inp.jobs] == ["ok"]

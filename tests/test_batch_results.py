@@ -76,10 +76,19 @@ def test_a_structured_line_torn_anywhere_is_dropped_and_a_foreign_tail_is_not():
     every prefix of it still reads as a torn result; other keys after stats do not."""
     from edgespec.batching.writer import _torn_result
 
-    line = json.dumps({"id": 7, "text": '{"a":', "finish_reason": "length", "stats": {"rounds": 2},
-                       "structured_complete": False, "parsed": None,
-                       "structure_error": "max_tokens (4) ran out before the JSON was complete",
-                       "relaxed": ["Unimplemented keys: uniqueItems"]}, separators=(",", ":"))
+    line = json.dumps(
+        {
+            "id": 7,
+            "text": '{"a":',
+            "finish_reason": "length",
+            "stats": {"rounds": 2},
+            "structured_complete": False,
+            "parsed": None,
+            "structure_error": "max_tokens (4) ran out before the JSON was complete",
+            "relaxed": ["Unimplemented keys: uniqueItems"],
+        },
+        separators=(",", ":"),
+    )
     for cut in range(1, len(line)):
         assert _torn_result(line[:cut].encode()), line[:cut]
     assert not _torn_result(line[:-1].replace('"parsed"', '"mine"').encode())
@@ -126,11 +135,14 @@ class FakeEngine:
 
 
 def test_run_batch_skips_done_ids_and_merges_settings(tmp_path):
-    inp = write_lines(tmp_path / "in.jsonl", [
-        '{"id": "a", "prompt": "A"}',
-        '{"id": "b", "prompt": "B", "max_tokens": 5}',
-        '{"id": "c", "messages": [{"role": "user", "content": "C"}]}',
-    ])
+    inp = write_lines(
+        tmp_path / "in.jsonl",
+        [
+            '{"id": "a", "prompt": "A"}',
+            '{"id": "b", "prompt": "B", "max_tokens": 5}',
+            '{"id": "c", "messages": [{"role": "user", "content": "C"}]}',
+        ],
+    )
     out = tmp_path / "out.jsonl"
     out.write_text(json.dumps({"id": "a", "text": "old", "finish_reason": "stop", "stats": {}}) + "\n")
     engine = FakeEngine()
@@ -141,14 +153,23 @@ def test_run_batch_skips_done_ids_and_merges_settings(tmp_path):
     assert engine.calls[1][1] == {"max_tokens": 9}  # raw is for text prompts only
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in records] == ["a", "b", "c"]
-    assert records[1] == {"id": "b", "text": "<B>", "finish_reason": "stop", "stats": Stats(
-        drafter="ngram", generated_tokens=3).to_dict()}
+    assert records[1] == {
+        "id": "b",
+        "text": "<B>",
+        "finish_reason": "stop",
+        "stats": Stats(drafter="ngram", generated_tokens=3).to_dict(),
+    }
 
 
 def test_run_batch_on_error_skip_and_stop(tmp_path):
-    inp = write_lines(tmp_path / "in.jsonl", [
-        '{"id": "a", "prompt": "A"}', '{"id": "b", "prompt": "LONG"}', '{"id": "c", "prompt": "C"}',
-    ])
+    inp = write_lines(
+        tmp_path / "in.jsonl",
+        [
+            '{"id": "a", "prompt": "A"}',
+            '{"id": "b", "prompt": "LONG"}',
+            '{"id": "c", "prompt": "C"}',
+        ],
+    )
     jobs = read_jobs(inp).jobs
     failed = []
 
@@ -191,15 +212,29 @@ def check_output(path: Path) -> list[str]:
 @pytest.mark.parametrize("parallel", ["1", "4"])
 def test_kill_9_mid_batch_then_resume_gives_every_id_exactly_once(tmp_path, tiny_target, parallel):
     n = 60
-    inp = write_lines(tmp_path / "prompts.jsonl", [
-        json.dumps({"id": f"p{i}", "prompt": f"the quick brown fox {i} jumps over the lazy dog {i}",
-                    "seed": i})
-        for i in range(n)
-    ])
+    inp = write_lines(
+        tmp_path / "prompts.jsonl",
+        [
+            json.dumps({"id": f"p{i}", "prompt": f"the quick brown fox {i} jumps over the lazy dog {i}", "seed": i})
+            for i in range(n)
+        ],
+    )
     out = tmp_path / "results.jsonl"
     cmd = cli_command() + [
-        "generate", "--target", str(tiny_target), "--draft", "ngram", "--max-tokens", "24",
-        "--raw", "--input", str(inp), "--output", str(out), "--parallel", parallel,
+        "generate",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "ngram",
+        "--max-tokens",
+        "24",
+        "--raw",
+        "--input",
+        str(inp),
+        "--output",
+        str(out),
+        "--parallel",
+        parallel,
     ]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -364,16 +399,24 @@ def test_cli_refuses_notes_and_its_own_input_as_output(run_cli, tmp_path, tiny_t
 
 def test_on_error_stop_does_not_halt_halfway_over_a_sampling_value(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps(obj) + "\n" for obj in [
-        {"id": 1, "prompt": "one"}, {"id": 2, "prompt": "two", "top_p": 0}, {"id": 3, "prompt": "three"},
-    ]))
+    path.write_text(
+        "".join(
+            json.dumps(obj) + "\n"
+            for obj in [
+                {"id": 1, "prompt": "one"},
+                {"id": 2, "prompt": "two", "top_p": 0},
+                {"id": 3, "prompt": "three"},
+            ]
+        )
+    )
     inp = read_jobs(path)
     assert [j.id for j in inp.jobs] == [1, 3]  # the bad line is known before any work
 
     class Checking:
         def generate(self, prompt, **options):
-            SamplingParams(**{k: v for k, v in options.items()
-                              if k in ("temperature", "top_k", "top_p", "min_p", "seed")}).validate()
+            SamplingParams(
+                **{k: v for k, v in options.items() if k in ("temperature", "top_k", "top_p", "min_p", "seed")}
+            ).validate()
             return SimpleNamespace(text=prompt, finish_reason="stop", stats=Stats(drafter="none"))
 
     with ResultWriter(tmp_path / "out.jsonl") as w:

@@ -7,10 +7,10 @@ import pytest
 
 from edgespec import Engine
 from edgespec.batching.run import check_parallel, kv_room
+from edgespec.batching.runner import BatchRunner
 from edgespec.detect import LocalProbe
 from edgespec.errors import InputError
 from edgespec.llama import LLAMA_MAX_SEQ, max_parallel_sequences
-from edgespec.batching.runner import BatchRunner
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,15 @@ class _Offloaded:
 
     def __init__(self, engine, share: float, free: int | None):
         model = engine.target_model
-        self.target_model = type("M", (), {"kv_bytes_per_token": model.kv_bytes_per_token,
-                                           "kv_device_share": share, "device_free_bytes": lambda s: free})()
+        self.target_model = type(
+            "M",
+            (),
+            {
+                "kv_bytes_per_token": model.kv_bytes_per_token,
+                "kv_device_share": share,
+                "device_free_bytes": lambda s: free,
+            },
+        )()
 
 
 def test_the_kv_memory_rule_applies_where_the_kv_cache_lives(engine, monkeypatch):

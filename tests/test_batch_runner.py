@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec import DraftingOptions, Engine
+from edgespec.batching.run import PreparedBatch
+from edgespec.batching.runner import Request
 from edgespec.costmodel.adaptive import VerifyCost, choose_parallel
 from edgespec.errors import ContextOverflowError, InputError
 from edgespec.llama import Model, MultiContext
-from edgespec.batching.run import PreparedBatch
-from edgespec.batching.runner import Request
 from tiny_models import make_tiny_model
 
 WORDS = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex".split()
@@ -56,8 +56,7 @@ def eos_model(tmp_path_factory):
 
 def test_sequences_joining_and_leaving_equal_their_solo_runs(exact_engine):
     # 9 requests through 3 slots: every slot is refilled several times mid-batch
-    reqs = [Request(i, prompt(i, 3 + 5 * (i % 4)), {"max_tokens": 4 + 7 * (i % 3), "raw": True})
-            for i in range(9)]
+    reqs = [Request(i, prompt(i, 3 + 5 * (i % 4)), {"max_tokens": 4 + 7 * (i % 3), "raw": True}) for i in range(9)]
     out = run(exact_engine, reqs, parallel=3)
     for r in reqs:
         want = solo(exact_engine, r)
@@ -67,9 +66,11 @@ def test_sequences_joining_and_leaving_equal_their_solo_runs(exact_engine):
 
 
 def test_prompts_longer_than_the_chunk_are_prefilled_beside_running_sequences(exact_engine):
-    reqs = [Request("short", prompt(0, 2), {"max_tokens": 30, "raw": True}),
-            Request("long", prompt(1, 60), {"max_tokens": 10, "raw": True}),
-            Request("long2", prompt(2, 45), {"max_tokens": 12, "raw": True})]
+    reqs = [
+        Request("short", prompt(0, 2), {"max_tokens": 30, "raw": True}),
+        Request("long", prompt(1, 60), {"max_tokens": 10, "raw": True}),
+        Request("long2", prompt(2, 45), {"max_tokens": 12, "raw": True}),
+    ]
     batch = PreparedBatch(exact_engine, reqs, parallel=3, chunk=8)
     out = {o.key: o for o in batch}
     assert len(exact_engine.prompt_tokens(reqs[1].prompt, raw=True)) > 8 * 5
@@ -85,7 +86,7 @@ def test_stop_strings_and_max_tokens_end_sequences_at_different_steps(exact_engi
     reqs = []
     for i, (r, text) in enumerate(zip(base, texts)):
         cut = 2 + 4 * i
-        stop = text[cut:cut + 2]
+        stop = text[cut : cut + 2]
         opts = dict(r.options, stop=[stop]) if stop.strip() else dict(r.options, max_tokens=3 + i)
         reqs.append(Request(i, r.prompt, opts))
     out = run(exact_engine, reqs, parallel=4)
@@ -100,8 +101,10 @@ def test_stop_strings_and_max_tokens_end_sequences_at_different_steps(exact_engi
 
 def test_eog_ends_sampled_sequences_at_different_steps(eos_model):
     with Engine(eos_model, n_ctx=512, exact=True, n_threads=1) as e:
-        reqs = [Request(i, prompt(i, 4), {"max_tokens": 40, "temperature": 1.0, "seed": 100 + i, "raw": True})
-                for i in range(8)]
+        reqs = [
+            Request(i, prompt(i, 4), {"max_tokens": 40, "temperature": 1.0, "seed": 100 + i, "raw": True})
+            for i in range(8)
+        ]
         out = run(e, reqs, parallel=4)
         ends = []
         for r in reqs:
@@ -114,11 +117,15 @@ def test_eog_ends_sampled_sequences_at_different_steps(eos_model):
 
 
 def test_prompt_lookup_inside_a_batch_keeps_every_sequence_exact(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e, \
-            Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain:
+    with (
+        Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e,
+        Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain,
+    ):
         # prompts that repeat themselves: the continuation copies, so lookup has matches
-        reqs = [Request(i, prompt(i, 5) + " " + prompt(i, 5) + " " + prompt(i, 3), {"max_tokens": 30, "raw": True})
-                for i in range(6)]
+        reqs = [
+            Request(i, prompt(i, 5) + " " + prompt(i, 5) + " " + prompt(i, 3), {"max_tokens": 30, "raw": True})
+            for i in range(6)
+        ]
         batch = PreparedBatch(e, reqs, parallel=3)
         out = {o.key: o for o in batch}
         for r in reqs:
@@ -169,8 +176,7 @@ def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
     rng = random.Random(0)
     text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz     ") for _ in range(400))
     reqs = [Request(i, text + text, {"max_tokens": 400, "raw": True}) for i in range(2)]
-    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=600), n_ctx=2048, exact=True,
-                n_threads=1) as e:
+    with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=600), n_ctx=2048, exact=True, n_threads=1) as e:
         batch = PreparedBatch(e, reqs, parallel=2)
         sizes = []
         real = MultiContext.decode
@@ -195,8 +201,10 @@ def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
 
 def test_each_sequence_gets_its_share_of_every_step(tiny_target):
     # issue 22 item 8: per-result times were t_prompt 0, t_verify 0, overhead 1.0
-    reqs = [Request(i, prompt(i, 4 + 20 * i) + " " + prompt(i, 6), {"max_tokens": 12 + 6 * i, "raw": True})
-            for i in range(3)]
+    reqs = [
+        Request(i, prompt(i, 4 + 20 * i) + " " + prompt(i, 6), {"max_tokens": 12 + 6 * i, "raw": True})
+        for i in range(3)
+    ]
     with Engine(tiny_target, draft="ngram", drafting=DraftingOptions(k=4), n_ctx=512, n_threads=1) as e:
         batch = PreparedBatch(e, reqs, parallel=3, chunk=16)
         results = [o.result for o in batch]
@@ -213,10 +221,12 @@ def test_each_sequence_gets_its_share_of_every_step(tiny_target):
 
 
 def test_a_request_that_cannot_run_comes_back_as_its_error(exact_engine):
-    reqs = [Request("ok", prompt(0, 4), {"max_tokens": 5, "raw": True}),
-            Request("long", prompt(0, 400), {"max_tokens": 5, "raw": True}),
-            Request("bad", prompt(0, 4), {"max_tokens": 0}),
-            Request("oov", [1, 5, 10 ** 6], {})]
+    reqs = [
+        Request("ok", prompt(0, 4), {"max_tokens": 5, "raw": True}),
+        Request("long", prompt(0, 400), {"max_tokens": 5, "raw": True}),
+        Request("bad", prompt(0, 4), {"max_tokens": 0}),
+        Request("oov", [1, 5, 10**6], {}),
+    ]
     out = run(exact_engine, reqs, parallel=2)
     assert out["ok"].result is not None and out["ok"].error is None
     assert isinstance(out["long"].error, ContextOverflowError)
@@ -337,29 +347,37 @@ def test_a_batch_computes_a_common_prompt_prefix_once(tiny_target, exact_engine)
 
 
 def test_auto_parallel_follows_the_batch_cost_and_the_caps():
-    flat = VerifyCost((1, 64), (1.0, 1.5))       # a GPU: more is nearly free
-    linear = VerifyCost((1, 64), (1.0, 64.0))    # no batching gain at all
+    flat = VerifyCost((1, 64), (1.0, 1.5))  # a GPU: more is nearly free
+    linear = VerifyCost((1, 64), (1.0, 64.0))  # no batching gain at all
     assert choose_parallel(flat, 100, 1000) >= 24
     assert choose_parallel(linear, 100, 1000) == 1
-    assert choose_parallel(flat, 3, 1000) == 3        # never more than the requests
-    assert choose_parallel(flat, 100, 5) == 5         # nor than memory holds
+    assert choose_parallel(flat, 3, 1000) == 3  # never more than the requests
+    assert choose_parallel(flat, 100, 5) == 5  # nor than memory holds
     cpu = VerifyCost((1, 4, 8, 16, 32), (1.0, 2.67, 4.54, 5.27, 9.13))
-    assert choose_parallel(cpu, 64, 1000) == 32      # two full waves, not 24 + 24 + 16
+    assert choose_parallel(cpu, 64, 1000) == 32  # two full waves, not 24 + 24 + 16
     assert choose_parallel(cpu, 100, 1000) in range(20, 26)  # 4-5 even waves, not 32 × 3 + 4
 
 
-@settings(max_examples=12, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
-    jobs=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 16), st.integers(0, 9),
-                            st.sampled_from([0.0, 0.8])), min_size=1, max_size=7),
+    jobs=st.lists(
+        st.tuples(st.integers(1, 30), st.integers(1, 16), st.integers(0, 9), st.sampled_from([0.0, 0.8])),
+        min_size=1,
+        max_size=7,
+    ),
     parallel=st.integers(1, 4),
     chunk=st.integers(1, 24),
 )
 def test_any_batch_composition_gives_each_sequence_its_solo_output(exact_engine, jobs, parallel, chunk):
-    reqs = [Request(i, prompt(seed, n_words), {"max_tokens": max_tokens, "temperature": temp,
-                                               "seed": seed, "raw": True})
-            for i, (n_words, max_tokens, seed, temp) in enumerate(jobs)]
+    reqs = [
+        Request(i, prompt(seed, n_words), {"max_tokens": max_tokens, "temperature": temp, "seed": seed, "raw": True})
+        for i, (n_words, max_tokens, seed, temp) in enumerate(jobs)
+    ]
     out = run(exact_engine, reqs, parallel=parallel, chunk=chunk)
     for r in reqs:
         assert out[r.key].result.token_ids == solo(exact_engine, r).token_ids

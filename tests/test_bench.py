@@ -10,13 +10,13 @@ import json
 
 import pytest
 
+from bench_support import TINY_PROMPTS, cli
 from edgespec import Engine
-from edgespec.measuring import bench
-from edgespec.measuring.prompts import CALIBRATION, HELD_OUT, KINDS, prompt_set
 from edgespec.cli.bench import bench as bench_cmd
 from edgespec.events import Round
+from edgespec.measuring import bench
+from edgespec.measuring.prompts import CALIBRATION, HELD_OUT, KINDS, prompt_set
 
-from bench_support import TINY_PROMPTS, cli
 
 @pytest.fixture(scope="module")
 def engine(tiny_target, tiny_noisy, engines):
@@ -68,8 +68,14 @@ def test_configure_fixed_k_above_default_bound(engine, tiny_noisy):
 def test_measure_interleaves_after_a_warmup(engine):
     configs = [bench.PLAIN, bench.Config("ngram", 2), bench.Config("model", 2)]
     seen = []
-    runs = bench.measure(engine, configs, TINY_PROMPTS, max_tokens=8, repeat=2,
-                         progress=lambda done, total, c, p: seen.append((done, total, c, p)))
+    runs = bench.measure(
+        engine,
+        configs,
+        TINY_PROMPTS,
+        max_tokens=8,
+        repeat=2,
+        progress=lambda done, total, c, p: seen.append((done, total, c, p)),
+    )
     names = [c.name for c in configs]
     total = len(configs) * (len(TINY_PROMPTS) * 2 + 1)
     assert [s[0] for s in seen] == list(range(1, total + 1)) and {s[1] for s in seen} == {total}
@@ -78,7 +84,7 @@ def test_measure_interleaves_after_a_warmup(engine):
     measured = seen[3:]
     for i in range(0, len(measured), 3):
         block = measured[i : i + 3]
-        assert len({p for *_, p in block}) == 1          # one prompt at a time ...
+        assert len({p for *_, p in block}) == 1  # one prompt at a time ...
         assert sorted(c for _, _, c, _ in block) == sorted(names)  # ... every config on it
     firsts = [measured[i][2] for i in range(0, len(measured), 3)]
     assert len(set(firsts)) == len(configs)  # the order rotates
@@ -107,8 +113,9 @@ def test_summarize_arithmetic():
     plain = [_run("plain", "a", "edit", [1] * 10, 1.0), _run("plain", "b", "chat", [2] * 10, 1.0)]
     cfg = bench.Config("ngram", 4)
     runs = [
-        _run(cfg.name, "a", "edit", [1] * 10, 0.5, rounds=4, drafted=8, accepted=6, rounds_drafting=3,
-             rounds_rejected=2),
+        _run(
+            cfg.name, "a", "edit", [1] * 10, 0.5, rounds=4, drafted=8, accepted=6, rounds_drafting=3, rounds_rejected=2
+        ),
         _run(cfg.name, "b", "chat", [2] * 9 + [3], 1.0, rounds=10, drafted=0, accepted=0),
     ]
     s = bench.summarize(cfg, runs, plain, greedy=True)
@@ -117,9 +124,9 @@ def test_summarize_arithmetic():
     assert s.by_kind == {"chat": pytest.approx(1.0), "edit": pytest.approx(2.0)}
     assert s.acceptance_rate == pytest.approx(6 / 8)
     assert s.mean_accepted_length == pytest.approx(6 / 14)
-    assert s.alpha == pytest.approx(6 / (6 + 2))   # adaptive.estimate_alpha
+    assert s.alpha == pytest.approx(6 / (6 + 2))  # adaptive.estimate_alpha
     assert s.hit == pytest.approx(3 / 14)
-    assert s.identical is False                    # prompt b differs in its last token
+    assert s.identical is False  # prompt b differs in its last token
     assert bench.summarize(cfg, runs[:1], plain, greedy=True).identical is True
     assert bench.summarize(cfg, runs, plain, greedy=False).identical is None
     p = bench.summarize(bench.PLAIN, plain, plain, greedy=True)
@@ -128,8 +135,9 @@ def test_summarize_arithmetic():
 
 def test_bench_report_greedy_is_identical_and_auto_plain_is_plain(engine):
     cands = bench.grid(["ngram", "model"], [1, 3])
-    rep = bench.bench_report(engine, cands, bench.Config("none"), TINY_PROMPTS, max_tokens=12,
-                             auto_plan={"drafter": "none", "k": 0})
+    rep = bench.bench_report(
+        engine, cands, bench.Config("none"), TINY_PROMPTS, max_tokens=12, auto_plan={"drafter": "none", "k": 0}
+    )
     d = rep.to_dict()
     assert d["plain"]["speedup"] == 1.0
     assert [r["config"] for r in d["results"]] == [c.name for c in cands]
@@ -148,16 +156,24 @@ def test_bench_report_greedy_is_identical_and_auto_plain_is_plain(engine):
 
 
 def test_bench_report_runs_a_drafting_auto_choice(engine):
-    rep = bench.bench_report(engine, [], bench.Config("ngram", 2, adaptive_k=True, k_max=6), TINY_PROMPTS,
-                             max_tokens=12)
+    rep = bench.bench_report(
+        engine, [], bench.Config("ngram", 2, adaptive_k=True, k_max=6), TINY_PROMPTS, max_tokens=12
+    )
     assert rep.auto.config.name == "auto: ngram k=2 adaptive"
     assert rep.auto.identical is True and len(rep.auto.runs) == len(TINY_PROMPTS)
     assert rep.results == ()
 
 
 def test_sampling_runs_report_no_identity(engine):
-    rep = bench.bench_report(engine, bench.grid(["model"], [2]), bench.Config("none"), TINY_PROMPTS[:1],
-                             max_tokens=8, temperature=0.8, seed=3)
+    rep = bench.bench_report(
+        engine,
+        bench.grid(["model"], [2]),
+        bench.Config("none"),
+        TINY_PROMPTS[:1],
+        max_tokens=8,
+        temperature=0.8,
+        seed=3,
+    )
     assert rep.plain.identical is None and rep.results[0].identical is None
 
 
@@ -171,9 +187,29 @@ def run(tmp_path, monkeypatch):
 
 def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
     out_csv = tmp_path / "bench.csv"
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft-candidates", f"{tiny_noisy},ngram",
-            "--k-grid", "1,2", "--input", prompt_file, "--limit", 2, "--max-tokens", 8, "--threads", 1,
-            "--json", "--csv", out_csv, "--quiet", "--exact")
+    r = run(
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "--draft-candidates",
+        f"{tiny_noisy},ngram",
+        "--k-grid",
+        "1,2",
+        "--input",
+        prompt_file,
+        "--limit",
+        2,
+        "--max-tokens",
+        8,
+        "--threads",
+        1,
+        "--json",
+        "--csv",
+        out_csv,
+        "--quiet",
+        "--exact",
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert {"plain", "results", "auto"} <= set(d)
@@ -181,8 +217,13 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
     # with --exact on a CPU, plain decoding runs on llama.cpp's kernels (the baseline) and
     # on the exact kernels (the reference every speculative configuration reproduces)
     assert d["settings"]["plain_kernels"] == "llama.cpp"
-    assert [x["config"] for x in d["results"]] == ["plain, exact kernels", "model k=1", "model k=2",
-                                                   "ngram k=1", "ngram k=2"]
+    assert [x["config"] for x in d["results"]] == [
+        "plain, exact kernels",
+        "model k=1",
+        "model k=2",
+        "ngram k=1",
+        "ngram k=2",
+    ]
     assert d["plain"]["identical"] is None and d["plain"]["speedup"] == 1.0
     for x in d["results"]:
         assert {"config", "tokens_per_second", "speedup", "acceptance_rate", "identical"} <= set(x)
@@ -195,8 +236,22 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
 
 
 def test_cli_bench_table(run, tiny_target, prompt_file):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", "2",
-            "--input", prompt_file, "--max-tokens", 6, "--threads", 1)
+    r = run(
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "-d",
+        "ngram",
+        "--k-grid",
+        "2",
+        "--input",
+        prompt_file,
+        "--max-tokens",
+        6,
+        "--threads",
+        1,
+    )
     assert r.exit_code == 0, r.output
     assert "ngram k=2" in r.stdout and "automatic choice" in r.stdout and "speedup" in r.stdout
 
@@ -236,7 +291,8 @@ def test_real_model_bench_is_lossless():
         pytest.skip(f"Qwen2.5-Coder-0.5B not available: {e}")
     prompts = [p for p in HELD_OUT if p.kind in ("edit", "qa")][:2]
     with Engine(path, draft="ngram", n_ctx=2048, n_threads=1) as e:
-        rep = bench.bench_report(e, bench.grid(["ngram"], [3]), bench.Config("ngram", 2, adaptive_k=True),
-                                 prompts, max_tokens=16)
+        rep = bench.bench_report(
+            e, bench.grid(["ngram"], [3]), bench.Config("ngram", 2, adaptive_k=True), prompts, max_tokens=16
+        )
     assert rep.results[0].identical is True and rep.auto.identical is True
     assert rep.results[0].acceptance_rate is not None and rep.results[0].tokens > 0

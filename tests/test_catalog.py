@@ -122,8 +122,14 @@ def chunk_site(tmp_path, monkeypatch):
 
 def _pypi_model(name: str, packages: tuple[str, ...], data: bytes, *, sha: str | None = None) -> catalog.CatalogModel:
     return catalog.CatalogModel(
-        name=name, title=name, vocab="test", params_b=0.01, quant="F32", filename=f"{name}.gguf",
-        size_bytes=len(data), shape=catalog.Shape(2, 1, 8, 8),
+        name=name,
+        title=name,
+        vocab="test",
+        params_b=0.01,
+        quant="F32",
+        filename=f"{name}.gguf",
+        size_bytes=len(data),
+        shape=catalog.Shape(2, 1, 8, 8),
         sha256=sha or hashlib.sha256(data).hexdigest(),
         pypi=catalog.PyPISource(packages, "1.0.0", "models"),
     )
@@ -301,8 +307,15 @@ class FakeHub:
 
 def _hf_model(name: str, repo: str, files: tuple[str, ...]) -> catalog.CatalogModel:
     return catalog.CatalogModel(
-        name=name, title=name, vocab="test", params_b=0.01, quant="F32", filename=files[0],
-        size_bytes=1, shape=catalog.Shape(2, 1, 8, 8), hf=catalog.HFSource(repo, files),
+        name=name,
+        title=name,
+        vocab="test",
+        params_b=0.01,
+        quant="F32",
+        filename=files[0],
+        size_bytes=1,
+        shape=catalog.Shape(2, 1, 8, 8),
+        hf=catalog.HFSource(repo, files),
     )
 
 
@@ -422,7 +435,10 @@ def test_kv_cache_arithmetic_matches_llama_cpp_for_qwen_1_5b():
 
 def test_fit_counts_weights_kv_and_headroom():
     fit = catalog.check_fit(
-        catalog.DEFAULT_TARGET, catalog.DEFAULT_DRAFT, n_ctx=4096, available_bytes=8 * catalog.GB,
+        catalog.DEFAULT_TARGET,
+        catalog.DEFAULT_DRAFT,
+        n_ctx=4096,
+        available_bytes=8 * catalog.GB,
         headroom_bytes=500_000_000,
     )
     assert fit.weights_bytes == 1_117_320_768 + 491_400_064

@@ -52,8 +52,9 @@ def test_real_model_two_turns_reuse_the_cache_and_ctrl_c_keeps_the_session(tmp_p
     from edgespec.catalog import resolve_model
 
     model = resolve_model("qwen2.5-coder-0.5b")
-    child = spawn_chat(tmp_path, "--target", model, "--draft", "ngram", "--temperature", "0",
-                       "--max-tokens", "80", timeout=300)
+    child = spawn_chat(
+        tmp_path, "--target", model, "--draft", "ngram", "--temperature", "0", "--max-tokens", "80", timeout=300
+    )
     try:
         new1, total1, _ = say(child, "What is the capital of France? Answer in one short sentence.")
         assert new1 == total1  # a fresh conversation decodes its whole prompt
@@ -83,8 +84,9 @@ def test_real_model_two_turns_reuse_the_cache_and_ctrl_c_keeps_the_session(tmp_p
 
 
 def test_slash_commands(tmp_path, tiny_target):
-    child = spawn_chat(tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0",
-                       "--max-tokens", "12")
+    child = spawn_chat(
+        tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0", "--max-tokens", "12"
+    )
     try:
         child.sendline("/help")
         child.expect_exact("/draft off|ngram|model|PATH")
@@ -156,8 +158,7 @@ def test_multi_line_message(tmp_path, tiny_target):
 
 
 def test_full_context_drops_old_turns_and_a_message_too_long_is_refused(tmp_path, tiny_target):
-    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "16",
-                       "--n-ctx", "128")
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "16", "--n-ctx", "128")
     try:
         dropped = False
         for i in range(8):
@@ -210,9 +211,13 @@ def test_ctrl_c_at_the_prompt_clears_the_line_and_ctrl_d_or_quit_leaves(tmp_path
 def test_a_message_that_is_not_utf8_is_an_error_and_the_session_goes_on(tmp_path, tiny_target):
     # piped: a terminal's readline does not pass undecodable bytes through as they are
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
-    r = subprocess.run(cli_command() + ["chat", "--target", str(tiny_target), "--max-tokens", "4"],
-                       input="café au lait\n/stats\n".encode("latin-1"), capture_output=True, env=env,
-                       timeout=120)
+    r = subprocess.run(
+        cli_command() + ["chat", "--target", str(tiny_target), "--max-tokens", "4"],
+        input="café au lait\n/stats\n".encode("latin-1"),
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     err, out = r.stderr.decode("utf-8", "replace"), r.stdout.decode("utf-8", "replace")
     assert r.returncode == 0, err
     assert "error: the message is not UTF-8 text (byte 0xe9 at character 3)" in err
@@ -222,8 +227,7 @@ def test_a_message_that_is_not_utf8_is_an_error_and_the_session_goes_on(tmp_path
 def test_the_banner_and_stats_show_the_policy_s_bound_not_a_fixed_k(tmp_path, tiny_target):
     # issue 22 item 11: prompt lookup under the learned policy showed "k 1" (the plan's
     # fixed k, unused) while rounds could draft up to 15
-    child = spawn_chat(tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0",
-                       "--max-tokens", "8")
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--draft", "ngram", "--temperature", "0", "--max-tokens", "8")
     try:
         assert "drafter ngram · k auto (≤15)" in child.before
         child.sendline("/k 4")
@@ -253,15 +257,16 @@ def _message_of(tiny_target, n_ctx, low, high, system=None):
 def test_a_system_prompt_too_long_is_refused_and_the_conversation_is_kept(tmp_path, tiny_target):
     """Before: /system took a prompt longer than the context; the next turn dropped the
     whole conversation and then failed anyway, blaming the user's message."""
-    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "20",
-                       "--n-ctx", "256")
+    child = spawn_chat(tmp_path, "--target", tiny_target, "--temperature", "0", "--max-tokens", "20", "--n-ctx", "256")
     saved = tmp_path / "conv.json"
     try:
         say(child, "hello world")
         say(child, "the quick brown fox")
         child.sendline("/system " + "word " * 400)
-        child.expect(r"error: the system prompt is [\d,]+ tokens: with 20 kept for a reply it does not fit the "
-                     r"context of 256 tokens")
+        child.expect(
+            r"error: the system prompt is [\d,]+ tokens: with 20 kept for a reply it does not fit the "
+            r"context of 256 tokens"
+        )
         child.expect_exact("there is still no system prompt")
         child.expect_exact(PROMPT)
         i = child.expect([SUMMARY, "dropped the"], timeout=60) if child.sendline("and the lazy dog") else None
@@ -304,9 +309,14 @@ def test_a_system_prompt_too_long_is_refused_and_the_conversation_is_kept(tmp_pa
 
 def test_a_system_prompt_too_long_at_start_is_an_error(tmp_path, tiny_target):
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
-    r = subprocess.run(cli_command() + ["chat", "--target", str(tiny_target), "--n-ctx", "256", "-n", "20",
-                                        "--system", "word " * 400],
-                       input="hello\n", capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        cli_command() + ["chat", "--target", str(tiny_target), "--n-ctx", "256", "-n", "20", "--system", "word " * 400],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 5 and "Traceback" not in r.stderr, r.stderr
     assert "error: the system prompt is" in r.stderr and "does not fit the context of 256 tokens" in r.stderr
 

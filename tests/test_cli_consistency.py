@@ -15,9 +15,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from edgespec.planning import planner
 from edgespec.cli import app as edgespec_app
 from edgespec.cli.plan_options import PlanOptions, make_plan
+from edgespec.planning import planner
 
 DATA = Path(__file__).parent / "data" / "detect"
 
@@ -57,8 +57,19 @@ def test_the_automatic_choice_is_one_line_and_the_full_reason_is_behind_v(run, t
 
 
 def test_an_explicit_choice_is_already_one_line(run, tiny_target):
-    r = run("generate", "--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram",
-            "--max-tokens", "4", "--raw", "hi")
+    r = run(
+        "generate",
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "--draft",
+        "ngram",
+        "--max-tokens",
+        "4",
+        "--raw",
+        "hi",
+    )
     lines = plan_lines(r.stderr)
     assert len(lines) == 1 and lines[0].startswith("edgespec: ngram drafter as asked") and "-v" not in lines[0]
 
@@ -113,8 +124,17 @@ def test_non_utf8_prompt_file_and_argument_are_exit_2(tiny_target, tmp_path):
 
 
 def test_utf8_stdin_still_works(tiny_target):
-    r = edgespec("generate", "--target", tiny_target, "--raw", "--max-tokens", "2", "--json",
-                 stdin="café au lait".encode("utf-8"), locale="C")
+    r = edgespec(
+        "generate",
+        "--target",
+        tiny_target,
+        "--raw",
+        "--max-tokens",
+        "2",
+        "--json",
+        stdin="café au lait".encode("utf-8"),
+        locale="C",
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["stats"]["prompt_tokens"] > 0
 
@@ -122,11 +142,25 @@ def test_utf8_stdin_still_works(tiny_target):
 # -- --prompt-file is text, --input is JSONL --------------------------------------------------
 
 
-def test_bench_reads_a_text_prompt_file_and_jsonl_through_input(run, tiny_target, prompt_file, tmp_path,
-                                                                 monkeypatch):
+def test_bench_reads_a_text_prompt_file_and_jsonl_through_input(run, tiny_target, prompt_file, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    base = ("bench", "--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", "2",
-            "--max-tokens", 4, "--threads", 1, "--json", "--quiet")
+    base = (
+        "bench",
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "-d",
+        "ngram",
+        "--k-grid",
+        "2",
+        "--max-tokens",
+        4,
+        "--threads",
+        1,
+        "--json",
+        "--quiet",
+    )
     text = tmp_path / "edit.txt"
     text.write_text("def f(x): return x + 1\ndef f(x): return x + 1\ndef f(", encoding="utf-8")
     r = run(*base, "--prompt-file", text)
@@ -144,8 +178,9 @@ def test_jsonl_through_prompt_file_is_a_clear_error(run, tiny_target, prompt_fil
     assert r.stderr.strip() == (
         f"error: --prompt-file reads one text prompt; JSONL prompts go through --input {prompt_file}"
     )
-    r = run(command, "--profile", "cpu-small", "--target", tiny_target, "--prompt-file", prompt_file,
-            "--input", prompt_file)
+    r = run(
+        command, "--profile", "cpu-small", "--target", tiny_target, "--prompt-file", prompt_file, "--input", prompt_file
+    )
     assert r.exit_code == 2 and "not both" in r.stderr
 
 
@@ -185,8 +220,15 @@ def test_the_same_option_has_the_same_name_in_every_command():
 
 
 def test_every_engine_command_has_the_shared_options():
-    shared = {"profile": "--profile", "target": "--target", "draft": "--draft", "max_tokens": "--max-tokens",
-              "n_ctx": "--n-ctx", "threads": "--threads", "verbose": "--verbose"}
+    shared = {
+        "profile": "--profile",
+        "target": "--target",
+        "draft": "--draft",
+        "max_tokens": "--max-tokens",
+        "n_ctx": "--n-ctx",
+        "threads": "--threads",
+        "verbose": "--verbose",
+    }
     for command in ENGINE_COMMANDS:
         opts = options_of(command)
         for name, flag in shared.items():

@@ -44,8 +44,9 @@ def run(app):
 
 
 def test_prompt_argument_prints_plain_text_and_stats_on_stderr(run, tiny_target):
-    r = run("generate", "--target", tiny_target, "--draft", "ngram", "--max-tokens", "12", "--raw",
-            "the quick brown fox")
+    r = run(
+        "generate", "--target", tiny_target, "--draft", "ngram", "--max-tokens", "12", "--raw", "the quick brown fox"
+    )
     assert r.exit_code == 0, r.output
     assert r.stdout.strip()
     assert ESC not in r.stdout and ESC not in r.stderr
@@ -56,8 +57,18 @@ def test_prompt_argument_prints_plain_text_and_stats_on_stderr(run, tiny_target)
 def test_json_output_matches_between_drafters_at_temperature_0(run, tiny_target, tiny_noisy):
     outs = {}
     for draft in ("none", "ngram", str(tiny_noisy)):
-        r = run("generate", "--target", tiny_target, "--draft", draft, "--max-tokens", "32", "--raw",
-                "--json", "hello world, the dog and the fox")
+        r = run(
+            "generate",
+            "--target",
+            tiny_target,
+            "--draft",
+            draft,
+            "--max-tokens",
+            "32",
+            "--raw",
+            "--json",
+            "hello world, the dog and the fox",
+        )
         assert r.exit_code == 0, r.output
         obj = json.loads(r.stdout)
         assert set(obj) == {"text", "token_ids", "finish_reason", "stats"}
@@ -84,8 +95,18 @@ def test_stop_string_ends_the_text(run, tiny_target):
     full = json.loads(r.stdout)["text"]
     stop = full[10:13]
     assert stop
-    r = run("generate", "--target", tiny_target, "--max-tokens", "40", "--raw", "--json", "--stop", stop,
-            "the quick brown fox")
+    r = run(
+        "generate",
+        "--target",
+        tiny_target,
+        "--max-tokens",
+        "40",
+        "--raw",
+        "--json",
+        "--stop",
+        stop,
+        "the quick brown fox",
+    )
     obj = json.loads(r.stdout)
     assert obj["finish_reason"] == "stop"
     assert obj["text"] == full[: full.index(stop)]
@@ -140,11 +161,15 @@ def test_batch_reports_bad_lines_and_generates_the_rest(run, tiny_target, tmp_pa
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("prompt", [
-    "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n",
-    "Rename `total` to `subtotal` everywhere:\n\ntotal = 0\nfor x in items:\n    total += x.price\nprint(total)\n",
-    "A haiku about a lighthouse:\n",
-], ids=["code", "edit", "poem"])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        'def is_prime(n):\n    """Return True if n is prime."""\n',
+        "Rename `total` to `subtotal` everywhere:\n\ntotal = 0\nfor x in items:\n    total += x.price\nprint(total)\n",
+        "A haiku about a lighthouse:\n",
+    ],
+    ids=["code", "edit", "poem"],
+)
 def test_real_model_exact_greedy_output_is_the_same_with_and_without_drafting(tmp_path, prompt):
     """On Qwen2.5-Coder-0.5B with --exact: --draft ngram and the model as its own drafter
     give exactly the token ids of --exact --draft none, with the learned policy and with a
@@ -152,18 +177,35 @@ def test_real_model_exact_greedy_output_is_the_same_with_and_without_drafting(tm
     from edgespec.catalog import resolve_model
 
     model = str(resolve_model("qwen2.5-coder-0.5b"))
-    cmd = cli_command() + ["generate", "--target", model, "--raw", "--json", "--exact",
-                           "--temperature", "0", "--max-tokens", "48", prompt]
+    cmd = cli_command() + [
+        "generate",
+        "--target",
+        model,
+        "--raw",
+        "--json",
+        "--exact",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "48",
+        prompt,
+    ]
     ids = {}
-    for name, extra in (("none", ["--draft", "none"]), ("ngram", ["--draft", "ngram"]),
-                        ("ngram k=4", ["--draft", "ngram", "--k", "4"]), ("model k=4", ["--draft", model, "--k", "4"])):
-        r = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=600,
-                           stdin=subprocess.DEVNULL, env=dict(os.environ))
+    for name, extra in (
+        ("none", ["--draft", "none"]),
+        ("ngram", ["--draft", "ngram"]),
+        ("ngram k=4", ["--draft", "ngram", "--k", "4"]),
+        ("model k=4", ["--draft", model, "--k", "4"]),
+    ):
+        r = subprocess.run(
+            cmd + extra, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=dict(os.environ)
+        )
         assert r.returncode == 0, r.stderr
         ids[name] = json.loads(r.stdout)["token_ids"]
     assert len(ids["none"]) > 10
     for name in ("ngram", "ngram k=4", "model k=4"):
         assert ids[name] == ids["none"], name
+
 
 def test_batch_parallel_runs_many_per_decode_and_says_so(run, tiny_target, tmp_path):
     inp = tmp_path / "in.jsonl"
@@ -176,6 +218,7 @@ def test_batch_parallel_runs_many_per_decode_and_says_so(run, tiny_target, tmp_p
     lines = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
     assert sorted(lines) == list(range(6))
     from edgespec import Engine
+
     with Engine(tiny_target, exact=True) as e:
         for i in range(6):
             assert lines[i]["text"] == e.generate(f"the fox {i}", max_tokens=3 + i).text
@@ -185,8 +228,7 @@ def test_batch_parallel_runs_many_per_decode_and_says_so(run, tiny_target, tmp_p
 def test_batch_parallel_must_be_a_positive_number_or_auto(run, tiny_target, tmp_path, value):
     inp = tmp_path / "in.jsonl"
     inp.write_text('{"id": 1, "prompt": "hi"}\n')
-    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
-            "--parallel", value)
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl", "--parallel", value)
     assert r.exit_code == 2 and "--parallel must be a positive number or 'auto'" in r.stderr
     assert not (tmp_path / "o.jsonl").exists() or (tmp_path / "o.jsonl").read_text() == ""
 
@@ -195,8 +237,7 @@ def test_batch_parallel_beyond_llama_cpp_s_limit_is_refused_with_exit_2(run, tin
     # issue 22 item 7: 300 sequences failed creating the context, as a corrupt model (exit 3)
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(f'{{"id": {i}, "prompt": "fox {i}", "max_tokens": 2}}\n' for i in range(300)))
-    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
-            "--parallel", "300")
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl", "--parallel", "300")
     assert r.exit_code == 2, r.output
     assert "--parallel 300 is more sequences than llama.cpp holds in one context (256)" in r.stderr
     # issue 28 item 6: the error alone, not "stopped: 0 result(s) written" before it
@@ -204,15 +245,13 @@ def test_batch_parallel_beyond_llama_cpp_s_limit_is_refused_with_exit_2(run, tin
     assert [line for line in r.stderr.splitlines() if "result(s)" in line] == []
 
 
-def test_batch_parallel_whose_kv_cache_does_not_fit_is_refused_with_exit_2(run, tiny_target, tmp_path,
-                                                                           monkeypatch):
+def test_batch_parallel_whose_kv_cache_does_not_fit_is_refused_with_exit_2(run, tiny_target, tmp_path, monkeypatch):
     # an explicit N skipped the memory check that auto makes
     from edgespec.detect import LocalProbe
 
     monkeypatch.setattr(LocalProbe, "memory", lambda self: (1 << 30, 64 << 10))  # half: 2 x 64 tokens
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(f'{{"id": {i}, "prompt": "fox {i}", "max_tokens": 2}}\n' for i in range(8)))
-    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl",
-            "--parallel", "8")
+    r = run("generate", "--target", tiny_target, "--input", inp, "--output", tmp_path / "o.jsonl", "--parallel", "8")
     assert r.exit_code == 2, r.output
     assert "--parallel 8 needs" in r.stderr and "KV cache" in r.stderr and "lower --parallel" in r.stderr

@@ -46,8 +46,7 @@ def run():
 def generate(run, target, *extra, prompt=PROMPT, n=16):
     # --k 4: a fixed draft length, so that whether the memory drafts does not hang on the
     # learned policy's timings of a busy test machine
-    return run("generate", "--target", target, "--draft", "ngram", "--k", 4, "--max-tokens", n, "--raw", *extra,
-               prompt)
+    return run("generate", "--target", target, "--draft", "ngram", "--k", 4, "--max-tokens", n, "--raw", *extra, prompt)
 
 
 def show(run) -> list[dict]:
@@ -135,9 +134,8 @@ def test_no_memory_leaves_the_engine_without_one_and_the_cap_reaches_it(run, sto
 
 
 def test_the_plan_carries_the_memory_options(tiny_target):
-    from edgespec.planning import planner
-
     from edgespec.cli.plan_options import PlanOptions, make_plan
+    from edgespec.planning import planner
 
     p = make_plan(MemoryOptions(memory=False, cap=99).apply(PlanOptions("cpu-small", target=str(tiny_target))))
     drafting = p.engine_kwargs()["drafting"]
@@ -149,8 +147,25 @@ def test_a_batch_remembers_and_its_lines_count_drafts_by_source(run, store, tiny
     jobs = tmp_path / "in.jsonl"
     jobs.write_text("".join(json.dumps({"id": i, "prompt": PROMPT}) + "\n" for i in range(2)))
     out = tmp_path / "out.jsonl"
-    r = run("generate", "--target", tiny_target, "--draft", "ngram", "--k", 4, "--max-tokens", 16, "--raw",
-            "--parallel", 1, "--input", jobs, "--output", out, "--remember")
+    r = run(
+        "generate",
+        "--target",
+        tiny_target,
+        "--draft",
+        "ngram",
+        "--k",
+        4,
+        "--max-tokens",
+        16,
+        "--raw",
+        "--parallel",
+        1,
+        "--input",
+        jobs,
+        "--output",
+        out,
+        "--remember",
+    )
     assert r.exit_code == 0, r.output
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert all({"drafted_by_source", "accepted_by_source"} <= set(x["stats"]) for x in lines)
@@ -159,15 +174,41 @@ def test_a_batch_remembers_and_its_lines_count_drafts_by_source(run, store, tiny
     assert show(run)[0]["tokens"] > 0
     # --no-memory: nothing from earlier answers
     out2 = tmp_path / "out2.jsonl"
-    r = run("generate", "--target", tiny_target, "--draft", "ngram", "--max-tokens", 16, "--raw", "--parallel", 1,
-            "--input", jobs, "--output", out2, "--no-memory")
+    r = run(
+        "generate",
+        "--target",
+        tiny_target,
+        "--draft",
+        "ngram",
+        "--max-tokens",
+        16,
+        "--raw",
+        "--parallel",
+        1,
+        "--input",
+        jobs,
+        "--output",
+        out2,
+        "--no-memory",
+    )
     assert r.exit_code == 0, r.output
     assert all("memory" not in json.loads(x)["stats"]["accepted_by_source"] for x in out2.read_text().splitlines())
 
 
 def test_chat_remembers_its_answers(run, store, tiny_target):
-    r = run("chat", "--target", tiny_target, "--draft", "ngram", "--max-tokens", 12, "--temperature", 0,
-            "--remember", input="hello there\n/quit\n")
+    r = run(
+        "chat",
+        "--target",
+        tiny_target,
+        "--draft",
+        "ngram",
+        "--max-tokens",
+        12,
+        "--temperature",
+        0,
+        "--remember",
+        input="hello there\n/quit\n",
+    )
     assert r.exit_code == 0, r.output
     (saved,) = show(run)
     assert saved["tokens"] > 0 and "memory: saved" in r.stderr
@@ -176,8 +217,25 @@ def test_chat_remembers_its_answers(run, store, tiny_target):
 def test_bench_takes_the_memory_options_and_measures_each_configuration_cold(run, store, tiny_target, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": PROMPT}) + "\n")
-    base = ("bench", "--profile", "cpu-small", "--target", tiny_target, "-d", "ngram", "--k-grid", 2, "--input",
-            prompts, "--max-tokens", 6, "--threads", 1, "--json", "--quiet")
+    base = (
+        "bench",
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "-d",
+        "ngram",
+        "--k-grid",
+        2,
+        "--input",
+        prompts,
+        "--max-tokens",
+        6,
+        "--threads",
+        1,
+        "--json",
+        "--quiet",
+    )
     r = run(*base, "--memory-cap", 4000)
     assert r.exit_code == 0, r.output
     assert show(run) == []  # a measurement is not remembered
@@ -189,8 +247,9 @@ def test_bench_takes_the_memory_options_and_measures_each_configuration_cold(run
 def test_memory_show_and_clear(run, store, tiny_target, tiny_other_vocab):
     assert "no memory saved in" in run("memory", "show").stdout
     assert generate(run, tiny_target, "--remember").exit_code == 0
-    r = run("generate", "--target", tiny_other_vocab, "--draft", "ngram", "--max-tokens", 8, "--remember",
-            "--raw", "hello")
+    r = run(
+        "generate", "--target", tiny_other_vocab, "--draft", "ngram", "--max-tokens", 8, "--remember", "--raw", "hello"
+    )
     assert r.exit_code == 0, r.output
     table = run("memory", "show")
     assert table.exit_code == 0 and "target.gguf" in table.stdout and "other_vocab.gguf" in table.stdout
@@ -246,10 +305,16 @@ def _hostile(kind: str, folder, path):
         os.chmod(folder, 0o777)
 
 
-@pytest.mark.parametrize("kind, why", [
-    ("fifo", "is a FIFO"), ("folder at the store", "is a folder"), ("newer file", "newer edgespec"),
-    ("folder others may write", "writable by others"), ("memory dir is a file", "is a file, not a folder"),
-])
+@pytest.mark.parametrize(
+    "kind, why",
+    [
+        ("fifo", "is a FIFO"),
+        ("folder at the store", "is a folder"),
+        ("newer file", "newer edgespec"),
+        ("folder others may write", "writable by others"),
+        ("memory dir is a file", "is a file, not a folder"),
+    ],
+)
 def test_remember_survives_a_hostile_folder_with_one_line(tmp_path, tiny_target, kind, why):
     """Issue 34 "done when": each is one warning line naming the path, the run answers,
     and nothing hangs (a subprocess with a timeout: a FIFO hung it before)."""
@@ -259,11 +324,36 @@ def test_remember_survives_a_hostile_folder_with_one_line(tmp_path, tiny_target,
     else:
         folder.mkdir(mode=0o700)
         _hostile(kind, folder, suffix_store.store_path(tokenizer_identity(tiny_target), folder))
-    env = {**os.environ, "EDGESPEC_MEMORY_DIR": str(folder), "EDGESPEC_CACHE": str(tmp_path / "cache"),
-           "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "edgespec", "generate", "--target", str(tiny_target), "--draft", "ngram",
-                        "--k", "4", "--max-tokens", "8", "--raw", "--remember", PROMPT], capture_output=True,
-                       text=True, env=env, timeout=180, stdin=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "EDGESPEC_MEMORY_DIR": str(folder),
+        "EDGESPEC_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "generate",
+            "--target",
+            str(tiny_target),
+            "--draft",
+            "ngram",
+            "--k",
+            "4",
+            "--max-tokens",
+            "8",
+            "--raw",
+            "--remember",
+            PROMPT,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and r.stdout.strip()
     lines = [line for line in r.stderr.splitlines() if "warning" in line]
@@ -275,12 +365,23 @@ def test_the_summary_says_where_the_kept_drafts_came_from():
     from edgespec.cli.readout import Readout
     from edgespec.cli.speedup import sources_part
 
-    assert sources_part({"prompt": 10, "memory": 25, "grammar": 5}) == \
-        "kept 40 drafted tokens: 25 from earlier answers, 10 from the prompt, 5 from the grammar"
+    assert (
+        sources_part({"prompt": 10, "memory": 25, "grammar": 5})
+        == "kept 40 drafted tokens: 25 from earlier answers, 10 from the prompt, 5 from the grammar"
+    )
     assert sources_part({"prompt": 3, "memory": 0}) == "kept 3 drafted tokens, all from the prompt"
     assert sources_part({}) == "" and sources_part({"memory": 4}, live=True) == "kept 4 earlier answers"
-    st = Stats(drafter="ngram", rounds=10, drafted=50, accepted=40, generated_tokens=50, t_generate=1.0, k_final=8,
-               forced=5, forced_accepted=5)
+    st = Stats(
+        drafter="ngram",
+        rounds=10,
+        drafted=50,
+        accepted=40,
+        generated_tokens=50,
+        t_generate=1.0,
+        k_final=8,
+        forced=5,
+        forced_accepted=5,
+    )
     st.drafted_by_position = [10]
     st.accepted_by_source = {"prompt": 10, "memory": 25, "grammar": 5}
     line = Readout(Console(file=io.StringIO()), err_console=Console(file=io.StringIO())).summary(st, "stop")
@@ -291,8 +392,9 @@ def test_the_summary_says_where_the_kept_drafts_came_from():
 def test_the_live_status_line_shows_the_sources_once_the_memory_helps():
     from edgespec.cli.readout import Readout
 
-    readout = Readout(Console(file=io.StringIO(), force_terminal=True, width=200),
-                      err_console=Console(file=io.StringIO()))
+    readout = Readout(
+        Console(file=io.StringIO(), force_terminal=True, width=200), err_console=Console(file=io.StringIO())
+    )
     with readout.reply() as reply:
         reply.feed(Round(index=1, drafted=4, accepted=3, rejected=1, k=8, drafter="ngram", source="prompt"))
         assert "kept" not in reply._status().plain  # the drafter's own alone: nothing to tell apart

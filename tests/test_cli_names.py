@@ -23,9 +23,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from edgespec import catalog
-from edgespec.planning import planner
 from edgespec.catalog import local, stores
 from edgespec.errors import IncompatibleVocabError, ModelFileError
+from edgespec.planning import planner
 from tiny_models import make_tiny_model, write_random_bytes
 
 TARGET = "ollama:qwen2.5-coder:1.5b"
@@ -46,8 +46,13 @@ def _blob(root: Path, data: bytes) -> str:
 def _manifest(root: Path, rel: str, digest: str | None, text: str | None = None) -> None:
     f = root / "manifests" / rel
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(text if text is not None else json.dumps(
-        {"schemaVersion": 2, "layers": [{"mediaType": stores.OLLAMA_MODEL_LAYER, "digest": digest, "size": 1}]}))
+    f.write_text(
+        text
+        if text is not None
+        else json.dumps(
+            {"schemaVersion": 2, "layers": [{"mediaType": stores.OLLAMA_MODEL_LAYER, "digest": digest, "size": 1}]}
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +61,7 @@ def tree(tmp_path_factory):
     src = tmp_path_factory.mktemp("src")
     target = make_tiny_model(src / "target.gguf", seed=0, name="tiny-target", n_ctx_train=512)
     draft = make_tiny_model(src / "draft.gguf", seed=0, name="tiny-draft", n_embd=32, n_ff=64, n_layer=1)
-    other = make_tiny_model(src / "other.gguf", vocab="other", seed=2, name="tiny-other", n_embd=32, n_ff=64,
-                            n_layer=1)
+    other = make_tiny_model(src / "other.gguf", vocab="other", seed=2, name="tiny-other", n_embd=32, n_ff=64, n_layer=1)
     home = tmp_path_factory.mktemp("home")
     o = home / "ollama"
     t, d = _blob(o, target.read_bytes()), _blob(o, draft.read_bytes())
@@ -85,8 +89,14 @@ def home(tree, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(h / "hub"))
     monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "no-llama-cache"))
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
-    for var in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "HF_HUB_OFFLINE", "EDGESPEC_MODEL_PATH",
-                "COLUMNS"):
+    for var in (
+        "HF_HOME",
+        "HUGGINGFACE_HUB_CACHE",
+        "XDG_CACHE_HOME",
+        "HF_HUB_OFFLINE",
+        "EDGESPEC_MODEL_PATH",
+        "COLUMNS",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
     catalog.forget()
@@ -121,15 +131,28 @@ def one_line_with(out: str, *names: str) -> str:
 
 def test_models_list_in_a_pipe_has_each_name_whole_on_one_line(home):
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    r = subprocess.run([sys.executable, "-m", "edgespec", "models", "list"], capture_output=True, text=True,
-                       timeout=300, env=env, stdin=subprocess.DEVNULL)  # stdout is a pipe, as with `| grep`
+    r = subprocess.run(
+        [sys.executable, "-m", "edgespec", "models", "list"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )  # stdout is a pipe, as with `| grep`
     assert r.returncode == 0, r.stderr
     for name in (TARGET, LONG, DRAFT, BRACKETS, "qwen2.5-coder-1.5b"):
         one_line_with(r.stdout, name)
     one_line_with(r.stdout, BRACKETS, "lmstudio", "drafts for")  # its own row, whole
     # the script interface is unchanged
-    d = json.loads(subprocess.run([sys.executable, "-m", "edgespec", "models", "list", "--json"],
-                                  capture_output=True, text=True, timeout=300, env=env).stdout)
+    d = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "edgespec", "models", "list", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        ).stdout
+    )
     assert {TARGET, LONG, DRAFT, BRACKETS} <= {m["name"] for m in d["local"]}
 
 
@@ -217,8 +240,9 @@ def test_the_chat_banner_names_the_models_as_given_and_as_they_are(home):
     with engine_for(p) as engine:
         assert engine.plan is p  # the engine keeps the plan it was built from
         buf = io.StringIO()
-        ChatSession(engine, system=None, options={},
-                    console=Console(file=buf, width=200, markup=False, emoji=False))._banner()
+        ChatSession(
+            engine, system=None, options={}, console=Console(file=buf, width=200, markup=False, emoji=False)
+        )._banner()
     assert f"edgespec chat · {TARGET} · drafter model ({BRACKETS}) ·" in buf.getvalue()
 
 
@@ -226,12 +250,15 @@ def test_the_chat_banner_names_the_models_as_given_and_as_they_are(home):
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "after-a-scan"])
-@pytest.mark.parametrize("name, why", [
-    (NOT_GGUF, "not a GGUF"),
-    (CORRUPT, "corrupt manifest"),
-    (DANGLING, "missing (dangling)"),
-    (EMPTY, "empty"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        (NOT_GGUF, "not a GGUF"),
+        (CORRUPT, "corrupt manifest"),
+        (DANGLING, "missing (dangling)"),
+        (EMPTY, "empty"),
+    ],
+)
 def test_a_broken_store_entry_says_why_and_never_suggests_itself(home, name, why, warm):
     if warm:
         catalog.scan()

@@ -14,13 +14,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgespec.constraints import (
-    Matcher, allowed_array, apply_mask, compile_constraint, compile_lark, grammar_spec, tokenizer_for)
+    Matcher,
+    allowed_array,
+    apply_mask,
+    compile_constraint,
+    compile_lark,
+    grammar_spec,
+    tokenizer_for,
+)
 from edgespec.errors import ConstraintError, ConstraintStateError, InputError
 from edgespec.llama import Model
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                           "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 def js(schema):
@@ -34,21 +47,28 @@ def model(tiny_target):
     m.close()
 
 
-@pytest.mark.parametrize("rf, param, words", [
-    ("json", "response_format", "must be an object"),
-    ({"type": "xml"}, "response_format.type", "unknown response_format type 'xml'"),
-    ({"type": "json_schema"}, "response_format.json_schema", "must be an object"),
-    ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema", "no schema"),
-    (js({"type": "strin"}), "response_format.json_schema.schema", "invalid JSON schema: Invalid type: strin"),
-    (js({"type": "array", "uniqueItems": True}), "response_format.json_schema.schema", "keyword 'uniqueItems'"),
-    (js({"type": "string", "pattern": "[a-"}), "response_format.json_schema.schema", "unclosed character class"),
-    (js({"$ref": "#/defs/nope"}), "response_format.json_schema.schema", "does not exist"),
-    ({"type": "regex", "regex": "a(b"}, "response_format.regex", "unclosed group"),
-    ({"type": "regex"}, "response_format.regex", "non-empty string"),
-    ({"type": "grammar", "grammar": "start: foo"}, "response_format.grammar", 'unknown name: "foo"'),
-    ({"type": "grammar", "grammar": 'root ::= "a" | x'}, "response_format.grammar", "invalid GBNF grammar"),
-    ({"type": "grammar", "grammar": "start: \"a\"", "syntax": "yacc"}, "response_format.syntax", "unknown grammar syntax"),
-])
+@pytest.mark.parametrize(
+    "rf, param, words",
+    [
+        ("json", "response_format", "must be an object"),
+        ({"type": "xml"}, "response_format.type", "unknown response_format type 'xml'"),
+        ({"type": "json_schema"}, "response_format.json_schema", "must be an object"),
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema.schema", "no schema"),
+        (js({"type": "strin"}), "response_format.json_schema.schema", "invalid JSON schema: Invalid type: strin"),
+        (js({"type": "array", "uniqueItems": True}), "response_format.json_schema.schema", "keyword 'uniqueItems'"),
+        (js({"type": "string", "pattern": "[a-"}), "response_format.json_schema.schema", "unclosed character class"),
+        (js({"$ref": "#/defs/nope"}), "response_format.json_schema.schema", "does not exist"),
+        ({"type": "regex", "regex": "a(b"}, "response_format.regex", "unclosed group"),
+        ({"type": "regex"}, "response_format.regex", "non-empty string"),
+        ({"type": "grammar", "grammar": "start: foo"}, "response_format.grammar", 'unknown name: "foo"'),
+        ({"type": "grammar", "grammar": 'root ::= "a" | x'}, "response_format.grammar", "invalid GBNF grammar"),
+        (
+            {"type": "grammar", "grammar": 'start: "a"', "syntax": "yacc"},
+            "response_format.syntax",
+            "unknown grammar syntax",
+        ),
+    ],
+)
 def test_a_bad_request_is_one_line_naming_the_field(rf, param, words):
     with pytest.raises(ConstraintError) as info:
         grammar_spec(rf)
@@ -71,10 +91,17 @@ def test_an_unimplemented_keyword_is_refused_unless_lenient_and_then_reported():
 def test_text_is_no_constraint_and_every_shape_compiles(model):
     assert compile_constraint({"type": "text"}, model) is None
     assert compile_constraint(None, model) is None
-    kinds = [compile_constraint(rf, model).kind for rf in (
-        {"type": "json_object"}, {"type": "json_object", "schema": PERSON}, js(PERSON),
-        {"type": "regex", "regex": "[a-c]{3}"}, {"type": "grammar", "grammar": 'start: "yes" | "no"'},
-        {"type": "grammar", "grammar": 'root ::= "yes" | "no"'})]
+    kinds = [
+        compile_constraint(rf, model).kind
+        for rf in (
+            {"type": "json_object"},
+            {"type": "json_object", "schema": PERSON},
+            js(PERSON),
+            {"type": "regex", "regex": "[a-c]{3}"},
+            {"type": "grammar", "grammar": 'start: "yes" | "no"'},
+            {"type": "grammar", "grammar": 'root ::= "yes" | "no"'},
+        )
+    ]
     assert kinds == ["json", "json", "json", "regex", "grammar", "grammar"]
 
 
@@ -131,8 +158,10 @@ def test_apply_mask_puts_forbidden_tokens_at_minus_infinity(model):
     assert apply_mask(None, row) is row
 
 
-TOOL = ('start: "<call>" %json{"type":"object","properties":{"x":{"type":"integer"}},'
-        '"required":["x"],"additionalProperties":false} "</call>"')
+TOOL = (
+    'start: "<call>" %json{"type":"object","properties":{"x":{"type":"integer"}},'
+    '"required":["x"],"additionalProperties":false} "</call>"'
+)
 
 
 def test_a_lazy_trigger_frees_text_until_it_appears_and_rolls_back_across_it(model):
@@ -201,8 +230,12 @@ def test_before_the_trigger_only_tokens_that_would_break_the_grammar_are_masked(
 def test_lark_json_embeds_a_schema_in_the_default_layout_and_keywords_are_checked(model):
     from edgespec.constraints import lark_json
 
-    params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"],
-              "additionalProperties": False}
+    params = {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}},
+        "required": ["x"],
+        "additionalProperties": False,
+    }
     c = compile_lark('start: "<call>" ' + lark_json(params) + ' "</call>"', model)
     m = c.matcher()
     assert m.validate(ids_of(model, '<call>{"x": 1}</call>')) == len(ids_of(model, '<call>{"x": 1}</call>'))
@@ -224,8 +257,8 @@ def test_prompt_lookup_forgets_a_few_unkept_ids_without_rebuilding_its_index():
     rng = np.random.default_rng(0)
     base = [int(t) for t in rng.integers(0, 6, 200)]
     d = NgramDrafter()
-    d.begin(base + [1, 2, 3, 4], None, None)      # the grammar's drafts in flight ...
-    d.lookup(base + [1, 5], 4)                     # ... and what was kept instead
+    d.begin(base + [1, 2, 3, 4], None, None)  # the grammar's drafts in flight ...
+    d.lookup(base + [1, 5], 4)  # ... and what was kept instead
     fresh = NgramDrafter()
     fresh.begin(base + [1, 5], None, None)
     assert d._tokens == fresh._tokens and d._index == fresh._index

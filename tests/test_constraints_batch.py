@@ -19,24 +19,35 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
+from edgespec.batching.jobs import InputLineError, parse_line
 from edgespec.batching.run import PreparedBatch
+from edgespec.batching.runner import BatchRunner, Request
 from edgespec.constraints import allowed_array, batch_masks, compile_constraint
 from edgespec.errors import ConstraintStateError
-from edgespec.batching.jobs import parse_line, InputLineError
-from edgespec.batching.runner import BatchRunner, Request
 
 SCHEMAS = [
-    {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99},
-                                      "ok": {"type": "boolean"}},
-     "required": ["id", "ok"], "additionalProperties": False},
-    {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "bc", "xyz"]},
-                                               "maxItems": 3},
-                                      "note": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]}},
-     "required": ["tags", "note"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}},
+        "required": ["id", "ok"],
+        "additionalProperties": False,
+    },
+    {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["a", "bc", "xyz"]}, "maxItems": 3},
+            "note": {"anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]},
+        },
+        "required": ["tags", "note"],
+        "additionalProperties": False,
+    },
     {"type": "array", "items": {"type": "string", "pattern": "^[a-c]{1,3}$"}, "maxItems": 4},
-    {"type": "object", "properties": {"kind": {"enum": ["fox", "dog"]},
-                                      "score": {"type": "number", "minimum": 0, "maximum": 9}},
-     "required": ["kind"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"kind": {"enum": ["fox", "dog"]}, "score": {"type": "number", "minimum": 0, "maximum": 9}},
+        "required": ["kind"],
+        "additionalProperties": False,
+    },
 ]
 WORDS = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex".split()
 
@@ -51,8 +62,12 @@ def prompt(i: int) -> str:
 
 
 def requests(n: int, **extra) -> list[Request]:
-    return [Request(i, prompt(i), {"response_format": rf(SCHEMAS[i % len(SCHEMAS)]),
-                                   "max_tokens": 24 + 9 * (i % 3), **extra}) for i in range(n)]
+    return [
+        Request(
+            i, prompt(i), {"response_format": rf(SCHEMAS[i % len(SCHEMAS)]), "max_tokens": 24 + 9 * (i % 3), **extra}
+        )
+        for i in range(n)
+    ]
 
 
 def run(engine: Engine, reqs: list[Request], parallel: int) -> dict:
@@ -79,6 +94,7 @@ def engines(tiny_target):
 
 
 # -- the masks of a step, all at once ---------------------------------------------------------
+
 
 def _walk(matcher, rng, n: int, is_eog) -> list[int]:
     """A random path of ``n`` tokens the grammar allows from the matcher's state (the
@@ -107,7 +123,7 @@ def test_batch_masks_equal_each_matchers_own(engines):
             m.consume(_walk(m, rng, int(rng.integers(0, 6)), model.is_eog))  # somewhere inside
             drafts = _walk(m, rng, int(rng.integers(0, 7)), model.is_eog)
             if trial % 2 and drafts:  # an end-of-generation draft: its later rows are never read
-                drafts = [*drafts[: len(drafts) // 2], model.eos, *drafts[len(drafts) // 2:]]
+                drafts = [*drafts[: len(drafts) // 2], model.eos, *drafts[len(drafts) // 2 :]]
             items.append((m, drafts))
         alone = [[None if r is None else r.copy() for r in m.masks(d, model.is_eog)] for m, d in items]
         before = [m.consumed for m, _ in items]
@@ -131,6 +147,7 @@ def test_batch_masks_report_a_matcher_that_allows_nothing(engines):
 
 
 # -- batches of constrained sequences -------------------------------------------------------
+
 
 @pytest.mark.parametrize("draft", [None, "ngram"])
 def test_batch_outputs_equal_solo_constrained_runs_under_exact(engines, draft):
@@ -195,7 +212,9 @@ def test_matcher_and_kv_stay_in_step_for_every_sequence(engines, monkeypatch):
 
     monkeypatch.setattr(BatchRunner, "_step", step)
     run(engines["ngram"], requests(6), parallel=3)
-    assert len(set(checked)) == 6 and len(checked) > 6  # (steps after the first; the memory drafts much of the later answers)
+    assert (
+        len(set(checked)) == 6 and len(checked) > 6
+    )  # (steps after the first; the memory drafts much of the later answers)
 
 
 def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
@@ -233,20 +252,26 @@ def test_a_failing_matcher_ends_only_its_own_sequence(engines, monkeypatch):
 
 # -- JSONL lines ------------------------------------------------------------------------------
 
+
 def test_a_jsonl_line_carries_response_format():
     job = parse_line(json.dumps({"id": 1, "prompt": "hi", "response_format": rf(SCHEMAS[0])}), 3, "in.jsonl")
     assert job.options["response_format"] == rf(SCHEMAS[0])
 
 
-@pytest.mark.parametrize("value, words", [
-    ({"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "object", "uniqueItems": True}}},
-     "uniqueItems"),
-    ({"type": "regex", "regex": "a("}, "regex"),
-    ({"type": "yaml"}, "type"),
-    ("json", "response_format"),
-    # issue 28 item 7: refused when the file is read, not per line at run time
-    ({"type": "json_schema", "json_schema": {"name": "t", "schema": {"$ref": "#"}}}, "no finite value"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        (
+            {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "object", "uniqueItems": True}}},
+            "uniqueItems",
+        ),
+        ({"type": "regex", "regex": "a("}, "regex"),
+        ({"type": "yaml"}, "type"),
+        ("json", "response_format"),
+        # issue 28 item 7: refused when the file is read, not per line at run time
+        ({"type": "json_schema", "json_schema": {"name": "t", "schema": {"$ref": "#"}}}, "no finite value"),
+    ],
+)
 def test_a_bad_response_format_names_the_line(value, words):
     with pytest.raises(InputLineError) as e:
         parse_line(json.dumps({"id": 1, "prompt": "hi", "response_format": value}), 7, "in.jsonl")
@@ -271,20 +296,36 @@ def test_a_line_may_be_lenient_and_the_batch_may_be_lenient_for_every_line():
 
 # -- the command line: a JSONL batch with response_format lines ------------------------------
 
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgespec", "generate", *args], capture_output=True,
-                          text=True, timeout=600, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", "generate", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_jsonl_lines_with_response_format_run_in_parallel(tiny_target, tmp_path):
-    lines = [{"id": i, "prompt": prompt(i), "max_tokens": 40, "response_format": rf(SCHEMAS[i % 4])}
-             for i in range(5)]
+    lines = [{"id": i, "prompt": prompt(i), "max_tokens": 40, "response_format": rf(SCHEMAS[i % 4])} for i in range(5)]
     lines.append({"id": 5, "prompt": prompt(5), "max_tokens": 8})  # a free line in the same batch
     lines.append({"id": 6, "prompt": "x", "response_format": {"type": "regex", "regex": "a("}})
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = _cli("--target", str(tiny_target), "--draft", "ngram", "--exact", "--input", str(inp),
-             "--output", str(out), "--parallel", "3")
+    r = _cli(
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "ngram",
+        "--exact",
+        "--input",
+        str(inp),
+        "--output",
+        str(out),
+        "--parallel",
+        "3",
+    )
     assert r.returncode == 1, r.stderr  # the batch ran, with a bad line skipped
     assert "in.jsonl:7: 'response_format.regex': invalid regex" in r.stderr  # named in one line
     got = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
@@ -303,8 +344,20 @@ def test_schema_option_constrains_every_line_of_a_parallel_batch(tiny_target, tm
     schema.write_text(json.dumps(SCHEMAS[3]))
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text("".join(json.dumps({"id": i, "prompt": prompt(i)}) + "\n" for i in range(4)))
-    r = _cli("--target", str(tiny_target), "--schema", str(schema), "--input", str(inp), "--output", str(out),
-             "--parallel", "2", "--max-tokens", "48")
+    r = _cli(
+        "--target",
+        str(tiny_target),
+        "--schema",
+        str(schema),
+        "--input",
+        str(inp),
+        "--output",
+        str(out),
+        "--parallel",
+        "2",
+        "--max-tokens",
+        "48",
+    )
     assert r.returncode == 0, r.stderr
     results = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(results) == 4

@@ -41,13 +41,20 @@ def model(tiny_target):
 
 SELF = {"$ref": "#"}
 REQUIRED_SELF = {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}
-MUTUAL = {"$defs": {"A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}, "required": ["b"]},
-                    "B": {"type": "array", "items": {"$ref": "#/$defs/A"}, "minItems": 1}},
-          "type": "object", "properties": {"root": {"$ref": "#/$defs/A"}}, "required": ["root"]}
+MUTUAL = {
+    "$defs": {
+        "A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}, "required": ["b"]},
+        "B": {"type": "array", "items": {"$ref": "#/$defs/A"}, "minItems": 1},
+    },
+    "type": "object",
+    "properties": {"root": {"$ref": "#/$defs/A"}},
+    "required": ["root"],
+}
 
 
-@pytest.mark.parametrize("schema", [SELF, REQUIRED_SELF, MUTUAL, {"allOf": [{"type": "object"}, SELF]},
-                                    {"anyOf": [SELF, REQUIRED_SELF]}])
+@pytest.mark.parametrize(
+    "schema", [SELF, REQUIRED_SELF, MUTUAL, {"allOf": [{"type": "object"}, SELF]}, {"anyOf": [SELF, REQUIRED_SELF]}]
+)
 def test_a_schema_without_a_finite_value_is_refused_before_any_model(schema):
     with pytest.raises(ConstraintError) as info:
         grammar_spec(js(schema))
@@ -57,14 +64,25 @@ def test_a_schema_without_a_finite_value_is_refused_before_any_model(schema):
     assert info.value.param == "response_format.json_schema.schema"
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"a": {"$ref": "#"}}},                                  # optional
-    {"type": "object", "properties": {"a": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["a"]},
-    {"type": ["object", "null"], "properties": {"a": {"$ref": "#"}}, "required": ["a"]},     # null ends it
-    {"type": "array", "items": {"$ref": "#"}},                                               # [] ends it
-    {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-                        "required": ["kids"]}}, "$ref": "#/$defs/node"},                   # a tree
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": {"$ref": "#"}}},  # optional
+        {"type": "object", "properties": {"a": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}, "required": ["a"]},
+        {"type": ["object", "null"], "properties": {"a": {"$ref": "#"}}, "required": ["a"]},  # null ends it
+        {"type": "array", "items": {"$ref": "#"}},  # [] ends it
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                    "required": ["kids"],
+                }
+            },
+            "$ref": "#/$defs/node",
+        },  # a tree
+    ],
+)
 def test_recursion_with_a_way_out_compiles(schema):
     assert infinite_recursion(schema) is None
     assert grammar_spec(js(schema)).kind == "json"
@@ -82,23 +100,49 @@ def test_tool_parameters_that_require_themselves_are_refused_too():
         lark_json(REQUIRED_SELF)
 
 
-PET = {"$defs": {"Cat": {"type": "object", "properties": {"kind": {"$ref": "#/$defs/CatKind"}, "meows": {"type": "integer"}},
-                         "required": ["kind", "meows"], "additionalProperties": False},
-                 "Dog": {"type": "object", "properties": {"kind": {"$ref": "#/$defs/DogKind"}, "barks": {"type": "boolean"}},
-                         "required": ["kind", "barks"], "additionalProperties": False},
-                 "CatKind": {"const": "cat"}, "DogKind": {"const": "dog"}},
-       "type": "object", "properties": {"pet": {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}},
-       "required": ["pet"], "additionalProperties": False}
+PET = {
+    "$defs": {
+        "Cat": {
+            "type": "object",
+            "properties": {"kind": {"$ref": "#/$defs/CatKind"}, "meows": {"type": "integer"}},
+            "required": ["kind", "meows"],
+            "additionalProperties": False,
+        },
+        "Dog": {
+            "type": "object",
+            "properties": {"kind": {"$ref": "#/$defs/DogKind"}, "barks": {"type": "boolean"}},
+            "required": ["kind", "barks"],
+            "additionalProperties": False,
+        },
+        "CatKind": {"const": "cat"},
+        "DogKind": {"const": "dog"},
+    },
+    "type": "object",
+    "properties": {"pet": {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}},
+    "required": ["pet"],
+    "additionalProperties": False,
+}
 
 
-@pytest.mark.parametrize("schema", [
-    PET,                                                               # a discriminator behind $refs
-    {"oneOf": [{"const": 1}, {"const": 2}]},
-    {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
-    {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
-               {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
-                "additionalProperties": False}]},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        PET,  # a discriminator behind $refs
+        {"oneOf": [{"const": 1}, {"const": 2}]},
+        {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                {
+                    "type": "object",
+                    "properties": {"b": {"type": "string"}},
+                    "required": ["b"],
+                    "additionalProperties": False,
+                },
+            ]
+        },
+    ],
+)
 def test_one_of_with_disjoint_branches_compiles(schema, model):
     assert overlapping_one_of(schema) is None
     spec = grammar_spec(js(schema))
@@ -109,8 +153,11 @@ def test_one_of_with_disjoint_branches_compiles(schema, model):
 def test_a_disjoint_one_of_holds_exactly_the_values_of_one_branch(model):
     c = compile_constraint(js(PET), model)
     # written in the default (spaced) layout, as json.dumps writes it
-    for text, ok in (('{"pet": {"kind": "cat", "meows": 3}}', True), ('{"pet": {"kind": "dog", "barks": true}}', True),
-                     ('{"pet": {"kind": "cat", "barks": true}}', False)):
+    for text, ok in (
+        ('{"pet": {"kind": "cat", "meows": 3}}', True),
+        ('{"pet": {"kind": "dog", "barks": true}}', True),
+        ('{"pet": {"kind": "cat", "barks": true}}', False),
+    ):
         m = c.matcher()
         ids = c.tokenizer.tokenize_str(text)
         assert (m.validate(ids) == len(ids)) is ok, text
@@ -118,11 +165,14 @@ def test_a_disjoint_one_of_holds_exactly_the_values_of_one_branch(model):
             jsonschema.validate(json.loads(text), PET)
 
 
-@pytest.mark.parametrize("schema", [
-    {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]},
-    {"oneOf": [{"type": "number"}, {"type": "integer"}]},
-    {"type": "object", "properties": {"v": {"oneOf": [{"type": "object"}, {"type": "object", "required": ["x"]}]}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]},
+        {"oneOf": [{"type": "number"}, {"type": "integer"}]},
+        {"type": "object", "properties": {"v": {"oneOf": [{"type": "object"}, {"type": "object", "required": ["x"]}]}}},
+    ],
+)
 def test_one_of_that_may_overlap_is_refused_naming_lenient_mode(schema):
     assert overlapping_one_of(schema) is not None
     with pytest.raises(ConstraintError) as info:

@@ -14,37 +14,49 @@ import sys
 import jsonschema
 import pytest
 
-SCHEMA = {"type": "object",
-          "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
-                         "city": {"type": "string"}, "tags": {"type": "array", "items": {"enum": ["friend", "work", "family"]}}},
-          "required": ["name", "age", "city", "tags"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "city": {"type": "string"},
+        "tags": {"type": "array", "items": {"enum": ["friend", "work", "family"]}},
+    },
+    "required": ["name", "age", "city", "tags"],
+    "additionalProperties": False,
+}
 
 
 def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "edgespec", "generate", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", "generate", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
-@pytest.mark.parametrize("make_args, words", [
-    (lambda d: ["--schema", str(d / "bad.json")], "keyword 'uniqueItems'"),
-    (lambda d: ["--schema", str(d / "notjson.json")], "not JSON"),
-    (lambda d: ["--schema", str(d / "missing.json")], "schema file not found"),
-    (lambda d: ["--regex", "a(b"], "unclosed group"),
-    (lambda d: ["--grammar", str(d / "bad.lark")], "unknown name"),
-    (lambda d: ["--grammar", str(d / "bad.gbnf")], "invalid GBNF grammar"),
-    (lambda d: ["--regex", "a", "--schema", str(d / "ok.json")], "cannot be combined"),
-    (lambda d: ["--regex", "a", "--lenient-schema"], "--lenient-schema applies to --schema only"),
-    # issue 28 item 7: no finite value, an overlapping oneOf, a file without end
-    (lambda d: ["--schema", str(d / "self.json")], "satisfied by no finite value"),
-    (lambda d: ["--schema", str(d / "selfreq.json")], "'#/properties/a' refers to '#'"),
-    (lambda d: ["--schema", str(d / "oneof.json")], "--lenient-schema"),
-    (lambda d: ["--schema", "/dev/zero"], "larger than 4 MiB"),
-    (lambda d: ["--grammar", str(d / "big.lark")], "larger than 4 MiB"),
-])
+@pytest.mark.parametrize(
+    "make_args, words",
+    [
+        (lambda d: ["--schema", str(d / "bad.json")], "keyword 'uniqueItems'"),
+        (lambda d: ["--schema", str(d / "notjson.json")], "not JSON"),
+        (lambda d: ["--schema", str(d / "missing.json")], "schema file not found"),
+        (lambda d: ["--regex", "a(b"], "unclosed group"),
+        (lambda d: ["--grammar", str(d / "bad.lark")], "unknown name"),
+        (lambda d: ["--grammar", str(d / "bad.gbnf")], "invalid GBNF grammar"),
+        (lambda d: ["--regex", "a", "--schema", str(d / "ok.json")], "cannot be combined"),
+        (lambda d: ["--regex", "a", "--lenient-schema"], "--lenient-schema applies to --schema only"),
+        # issue 28 item 7: no finite value, an overlapping oneOf, a file without end
+        (lambda d: ["--schema", str(d / "self.json")], "satisfied by no finite value"),
+        (lambda d: ["--schema", str(d / "selfreq.json")], "'#/properties/a' refers to '#'"),
+        (lambda d: ["--schema", str(d / "oneof.json")], "--lenient-schema"),
+        (lambda d: ["--schema", "/dev/zero"], "larger than 4 MiB"),
+        (lambda d: ["--grammar", str(d / "big.lark")], "larger than 4 MiB"),
+    ],
+)
 def test_a_bad_constraint_is_one_line_and_exit_2_before_loading(tmp_path, make_args, words):
     (tmp_path / "self.json").write_text(json.dumps({"$ref": "#"}))
-    (tmp_path / "selfreq.json").write_text(json.dumps(
-        {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}))
+    (tmp_path / "selfreq.json").write_text(
+        json.dumps({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})
+    )
     (tmp_path / "oneof.json").write_text(json.dumps({"oneOf": [{"type": "number"}, {"type": "integer"}]}))
     (tmp_path / "big.lark").write_text('start: "a"\n' + "// padding\n" * 400_000)
     (tmp_path / "bad.json").write_text(json.dumps({"type": "array", "uniqueItems": True}))
@@ -60,10 +72,30 @@ def test_a_bad_constraint_is_one_line_and_exit_2_before_loading(tmp_path, make_a
 
 def test_lenient_schema_warns_about_what_it_ignores(tmp_path, tiny_target):
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
-                                "maxItems": 3, "uniqueItems": True}))
-    r = run("--target", str(tiny_target), "--draft", "ngram", "--schema", str(path), "--lenient-schema",
-            "--json", "-n", "24", "hello", timeout=300)
+    path.write_text(
+        json.dumps(
+            {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                "maxItems": 3,
+                "uniqueItems": True,
+            }
+        )
+    )
+    r = run(
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "ngram",
+        "--schema",
+        str(path),
+        "--lenient-schema",
+        "--json",
+        "-n",
+        "24",
+        "hello",
+        timeout=300,
+    )
     out = json.loads(r.stdout)
     assert r.returncode == (0 if out["structured_complete"] else 10), r.stderr
     assert "uniqueItems" in r.stderr and "relaxed" in r.stderr
@@ -81,8 +113,9 @@ def test_a_cut_structured_answer_is_exit_10_with_its_text_written(tmp_path, tiny
     why (also with -q), and exit code 10 (docs/cli.md)."""
     path = tmp_path / "s.json"
     path.write_text(json.dumps(NEEDS_MORE))
-    r = run("--target", str(tiny_target), "--draft", "ngram", "--schema", str(path), "-n", "6", *extra,
-            "hello", timeout=300)
+    r = run(
+        "--target", str(tiny_target), "--draft", "ngram", "--schema", str(path), "-n", "6", *extra, "hello", timeout=300
+    )
     assert r.returncode == 10, r.stderr
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert errors == [errors[0]] and "incomplete: max_tokens (6) ran out before the JSON was complete" in errors[0]
@@ -109,10 +142,19 @@ def test_a_batch_takes_lenient_schema_and_says_what_was_cut(tmp_path, tiny_targe
     too, as a line's "lenient_schema": true is); a line cut by max_tokens carries its
     finish_reason and structure_error, and the batch ends with exit code 10."""
     loose = {"type": "array", "items": {"enum": [1, 2, 3]}, "maxItems": 2, "uniqueItems": True}
-    lines = [{"id": 1, "prompt": "hello", "response_format": {"type": "json_schema",
-                                                              "json_schema": {"name": "a", "schema": loose}}},
-             {"id": 2, "prompt": "hello", "max_tokens": 4, "response_format": {
-                 "type": "json_schema", "json_schema": {"name": "b", "schema": NEEDS_MORE}}}]
+    lines = [
+        {
+            "id": 1,
+            "prompt": "hello",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": loose}},
+        },
+        {
+            "id": 2,
+            "prompt": "hello",
+            "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": NEEDS_MORE}},
+        },
+    ]
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text("".join(json.dumps(x) + "\n" for x in lines))
     base = ["--target", str(tiny_target), "--draft", "ngram", "--input", str(inp), "--output", str(out), "-n", "24"]
@@ -142,10 +184,22 @@ def test_real_model_writes_schema_valid_json_through_the_command(tmp_path):
 
     path = tmp_path / "person.json"
     path.write_text(json.dumps(SCHEMA))
-    prompt = ("Extract the person as JSON (name, age, city, tags) from: 'My colleague Maria Lopez, 34, "
-              "moved to Valencia last year; we are friends too.'")
-    r = run("--target", str(resolve_model("qwen2.5-coder-0.5b")), "--draft", "ngram", "--schema", str(path),
-            "--json", "-n", "96", prompt)
+    prompt = (
+        "Extract the person as JSON (name, age, city, tags) from: 'My colleague Maria Lopez, 34, "
+        "moved to Valencia last year; we are friends too.'"
+    )
+    r = run(
+        "--target",
+        str(resolve_model("qwen2.5-coder-0.5b")),
+        "--draft",
+        "ngram",
+        "--schema",
+        str(path),
+        "--json",
+        "-n",
+        "96",
+        prompt,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["finish_reason"] == "stop" and out["structured_complete"] is True

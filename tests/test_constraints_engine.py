@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from edgespec import DraftingOptions, Engine
 from edgespec.constraints import compile_constraint
-from edgespec.errors import ConstraintError
 from edgespec.decoding.speculative import SpeculativeLoop
+from edgespec.errors import ConstraintError
 
 NAMES = st.sampled_from(["id", "name", "tags", "ok", "score", "kind", "items", "note"])
 
@@ -27,14 +27,18 @@ leaves = st.one_of(
     st.just({"type": "boolean"}),
     st.just({"type": "null"}),
     st.tuples(st.integers(-50, 50), st.integers(0, 60)).map(
-        lambda t: {"type": "integer", "minimum": t[0], "maximum": t[0] + t[1]}),
+        lambda t: {"type": "integer", "minimum": t[0], "maximum": t[0] + t[1]}
+    ),
     st.tuples(st.integers(-5, 5), st.integers(1, 9)).map(
-        lambda t: {"type": "number", "minimum": t[0], "maximum": t[0] + t[1]}),
+        lambda t: {"type": "number", "minimum": t[0], "maximum": t[0] + t[1]}
+    ),
     st.integers(0, 6).map(lambda n: {"type": "string", "maxLength": n}),
     st.lists(st.text("abcxyz ", min_size=1, max_size=5), min_size=1, max_size=4, unique=True).map(
-        lambda v: {"enum": v}),
+        lambda v: {"enum": v}
+    ),
     st.sampled_from(["^[a-c]{1,3}$", "^[0-9]{2}-[0-9]{2}$", "^(yes|no)$"]).map(
-        lambda p: {"type": "string", "pattern": p}),
+        lambda p: {"type": "string", "pattern": p}
+    ),
 )
 
 
@@ -45,10 +49,10 @@ def nullable(s):
 def containers(children):
     objects = st.dictionaries(NAMES, nullable(children), min_size=1, max_size=3).flatmap(
         lambda props: st.lists(st.sampled_from(sorted(props)), unique=True).map(
-            lambda req: {"type": "object", "properties": props, "required": req,
-                         "additionalProperties": False}))
-    arrays = st.tuples(children, st.integers(0, 3)).map(
-        lambda t: {"type": "array", "items": t[0], "maxItems": t[1]})
+            lambda req: {"type": "object", "properties": props, "required": req, "additionalProperties": False}
+        )
+    )
+    arrays = st.tuples(children, st.integers(0, 3)).map(lambda t: {"type": "array", "items": t[0], "maxItems": t[1]})
     return st.one_of(objects, arrays)
 
 
@@ -64,8 +68,10 @@ PROMPT = 'Answer in JSON. Example: {"id": 3, "name": "abc", "tags": ["x", "y"], 
 
 @pytest.fixture(scope="module")
 def engines(tiny_target, tiny_noisy):
-    made = {name: Engine(tiny_target, draft=d, n_ctx=512, exact=True)
-            for name, d in (("none", None), ("ngram", "ngram"), ("model", tiny_noisy))}
+    made = {
+        name: Engine(tiny_target, draft=d, n_ctx=512, exact=True)
+        for name, d in (("none", None), ("ngram", "ngram"), ("model", tiny_noisy))
+    }
     # the noisy drafter at a fixed k: the learned policy may rightly decline it on a CPU
     made["model_k3"] = Engine(tiny_target, draft=tiny_noisy, n_ctx=512, exact=True, drafting=DraftingOptions(k=3))
     made["ngram_k3"] = Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, drafting=DraftingOptions(k=3))
@@ -89,8 +95,9 @@ def check_result(r, schema):
 @given(schema=schemas, seed=st.integers(0, 2**16), temperature=st.sampled_from([0.0, 0.8]))
 def test_every_finished_output_validates_against_its_random_schema(engines, schema, seed, temperature):
     for name in ("ngram_k3", "model_k3"):
-        r = engines[name].generate(PROMPT, max_tokens=60, response_format=rf(schema),
-                                   temperature=temperature, seed=seed)
+        r = engines[name].generate(
+            PROMPT, max_tokens=60, response_format=rf(schema), temperature=temperature, seed=seed
+        )
         check_result(r, schema)
 
 
@@ -104,13 +111,19 @@ def test_under_exact_greedy_drafting_never_changes_the_tokens(engines, schema):
         r = engines[name].generate(PROMPT, max_tokens=48, response_format=rf(schema))
         assert r.token_ids == ref.token_ids, name
         assert (r.finish_reason, r.structured_complete, r.parsed) == (
-            ref.finish_reason, ref.structured_complete, ref.parsed)
+            ref.finish_reason,
+            ref.structured_complete,
+            ref.parsed,
+        )
 
 
 def test_forced_tokens_are_drafted_for_free_and_accepted(engines):
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
-                                               "kind": {"enum": ["alpha", "beta"]}},
-              "required": ["name", "kind"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 4}, "kind": {"enum": ["alpha", "beta"]}},
+        "required": ["name", "kind"],
+        "additionalProperties": False,
+    }
     # fixed k: the learned policy may (rightly) decline even forced tokens when its
     # measured c(2) is over 1.98 plain steps, which a loaded machine can make it
     for name in ("ngram_k3", "model_k3"):
@@ -158,7 +171,9 @@ def test_lenient_mode_says_on_the_result_what_it_relaxed(engines):
 def test_regex_and_grammar_outputs_match(engines):
     import re
 
-    r = engines["ngram"].generate(PROMPT, max_tokens=20, response_format={"type": "regex", "regex": "[a-d]{3}-[0-9]{2}"})
+    r = engines["ngram"].generate(
+        PROMPT, max_tokens=20, response_format={"type": "regex", "regex": "[a-d]{3}-[0-9]{2}"}
+    )
     assert r.finish_reason == "stop" and re.fullmatch("[a-d]{3}-[0-9]{2}", r.text)
     gbnf = 'root ::= "answer: " ("yes" | "no")'
     r = engines["model"].generate(PROMPT, max_tokens=20, response_format={"type": "grammar", "grammar": gbnf})
@@ -200,14 +215,26 @@ def test_the_matcher_moves_with_the_kv_cache_every_round(engines, drafter, monke
         m = self.matcher
         # an accepted end-of-generation draft ends the reply with its own KV cell kept
         last_in_kv = self.is_eog(self.committed[-1]) and res.from_draft[-1]
-        seen.append((m.consumed, len(self.committed) - self.n_prompt,
-                     self.target.pos_max(), len(self.committed) - 2 + last_in_kv))
+        seen.append(
+            (
+                m.consumed,
+                len(self.committed) - self.n_prompt,
+                self.target.pos_max(),
+                len(self.committed) - 2 + last_in_kv,
+            )
+        )
         return res
 
     monkeypatch.setattr(SpeculativeLoop, "settle", checked)
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["x", "y"]},
-                                                        "maxItems": 3}, "id": {"type": "integer"}},
-              "required": ["tags", "id"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"enum": ["x", "y"]}, "maxItems": 3},
+            "id": {"type": "integer"},
+        },
+        "required": ["tags", "id"],
+        "additionalProperties": False,
+    }
     for seed in range(3):
         engines[drafter].generate(PROMPT, max_tokens=40, response_format=rf(schema), temperature=1.0, seed=seed)
     assert seen and all(a == b and c == d for a, b, c, d in seen)
@@ -253,7 +280,7 @@ def test_a_lazy_trigger_leaves_text_free_until_it_appears_then_constrains(engine
         ends.append(len(text))
     trigger = n_keep = None
     for i, end in enumerate(ends[2:], start=2):
-        pair = text[end - 2:end]
+        pair = text[end - 2 : end]
         if re.fullmatch(rb"[A-Za-z0-9 *+,.:;-]{2}", pair) and text.index(pair) == end - 2:
             trigger, n_keep = pair.decode(), i + 1
             break

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 from edgespec import DraftingOptions, Engine
-from edgespec.decoding import sampling
 from edgespec.constraints import apply_mask, compile_constraint
-from edgespec.llama import Context, Model
+from edgespec.decoding import sampling
 from edgespec.decoding.params import SamplingParams
-
+from edgespec.llama import Context, Model
 from test_exact_sampling import chi_square_rejects
 from tiny_models import make_tiny_model
 
@@ -36,8 +35,14 @@ FORCED = {"type": "regex", "regex": "c[c-p]{7,12}"}
 
 @pytest.fixture(scope="module")
 def small_pair(tiny_models_dir, tiny_small_vocab):
-    draft = make_tiny_model(tiny_models_dir / "small_vocab_noisy.gguf", vocab="small", seed=3,
-                            noise=0.35, noise_seed=7, name="edgespec-tiny-small-noisy")
+    draft = make_tiny_model(
+        tiny_models_dir / "small_vocab_noisy.gguf",
+        vocab="small",
+        seed=3,
+        noise=0.35,
+        noise_seed=7,
+        name="edgespec-tiny-small-noisy",
+    )
     return tiny_small_vocab, draft
 
 
@@ -71,16 +76,18 @@ def masked_marginals(target_path, response_format) -> list[np.ndarray]:
     return out
 
 
-def constrained_counts(target, draft, response_format, *, k: int, n: int = N_SAMPLES, memory: bool = False,
-                       by_source: dict | None = None):
+def constrained_counts(
+    target, draft, response_format, *, k: int, n: int = N_SAMPLES, memory: bool = False, by_source: dict | None = None
+):
     """``n`` constrained samples; ``memory``: prompt lookup also drafts from the earlier
     samples' answers (``by_source`` gets the drafted tokens by source)."""
     with Engine(target, draft=draft, n_ctx=64, drafting=DraftingOptions(k=k, memory=memory), exact=True) as e:
         counts = [np.zeros(e.target_model.n_vocab) for _ in range(DEPTH)]
         drafted = forced = 0
         for seed in range(n):
-            r = e.generate(PROMPT, max_tokens=DEPTH, temperature=TEMPERATURE, seed=seed,
-                           response_format=response_format)
+            r = e.generate(
+                PROMPT, max_tokens=DEPTH, temperature=TEMPERATURE, seed=seed, response_format=response_format
+            )
             assert len(r.token_ids) == DEPTH
             for j, t in enumerate(r.token_ids):
                 counts[j][t] += 1

@@ -16,8 +16,7 @@ from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
 from edgespec.decoding.policy import best_length
 
 # what the machine really does: cheaper batches than the prior, with the tile dip at 8
-TRUE = VerifyCost(tuple(range(1, 17)),
-                  tuple(1.0 + 0.3 * (n - 1) - (0.4 if n == 8 else 0.0) for n in range(1, 17)))
+TRUE = VerifyCost(tuple(range(1, 17)), tuple(1.0 + 0.3 * (n - 1) - (0.4 if n == 8 else 0.0) for n in range(1, 17)))
 STEP = 0.05
 # sizes a policy drafting 0, 3 or 7 tokens verifies, with plain steps between
 PATTERN = (1, 8, 8, 4, 1, 8, 4, 8)

@@ -53,10 +53,18 @@ def test_recorded_machines_map_to_the_closest_profile(recording, profile):
 
 def test_every_recording_is_used():
     used = {
-        "dev-vm-2core", "macbook-m2max-32gb", "macbook-m1pro-16gb", "mac-mini-m4-16gb",
-        "linux-rtx4090-cuda", "linux-rtx4090-cpu-build", "windows-rtx4070-laptop",
-        "linux-rtx3060-laptop", "linux-rtx3080-2gpu", "raspberry-pi-5-8gb",
-        "jetson-orin-nano-8gb", "linux-desktop-8core",
+        "dev-vm-2core",
+        "macbook-m2max-32gb",
+        "macbook-m1pro-16gb",
+        "mac-mini-m4-16gb",
+        "linux-rtx4090-cuda",
+        "linux-rtx4090-cpu-build",
+        "windows-rtx4070-laptop",
+        "linux-rtx3060-laptop",
+        "linux-rtx3080-2gpu",
+        "raspberry-pi-5-8gb",
+        "jetson-orin-nano-8gb",
+        "linux-desktop-8core",
     }
     assert {p.stem for p in DATA.glob("*.toml")} == used
 

@@ -119,7 +119,7 @@ def edgespec_args(text: str) -> list[tuple[str, ...]]:
             while segment and _ASSIGNMENT.match(segment[0]):
                 segment.pop(0)
             if segment and (segment[0] == "edgespec" or (segment[0] in WRAPPERS and "edgespec" in segment)):
-                found.append(tuple(segment[segment.index("edgespec") + 1:]))
+                found.append(tuple(segment[segment.index("edgespec") + 1 :]))
             elif segment[:3] in (["python", "-m", "edgespec"], ["python3", "-m", "edgespec"]):
                 found.append(tuple(segment[3:]))
             segment = []
@@ -158,7 +158,7 @@ def pending_entry(args: tuple[str, ...]) -> str | None:
     for entry in PENDING:
         words = entry.split()
         path = [w for w in words if not w.startswith("-")]
-        if list(args[:len(path)]) == path and {w for w in words if w.startswith("-")} <= options:
+        if list(args[: len(path)]) == path and {w for w in words if w.startswith("-")} <= options:
             return entry
     return None
 
@@ -223,7 +223,9 @@ def test_cli_page_names_every_option(path, cmd):
     section = _section(page, path[0])
     assert section, f"docs/cli.md has no section '## `edgespec {path[0]}`'"
     if len(path) > 1:
-        assert re.search(rf"\b{re.escape(' '.join(path))}\b", section), f"docs/cli.md does not describe {' '.join(path)}"
+        assert re.search(rf"\b{re.escape(' '.join(path))}\b", section), (
+            f"docs/cli.md does not describe {' '.join(path)}"
+        )
     missing = []
     for p in cmd.params:
         if p.param_type_name != "option" or getattr(p, "hidden", False):
@@ -261,8 +263,12 @@ def test_the_readme_test_command_is_the_one_ci_runs():
 
 
 def _code(lang: str) -> list[tuple[str, str]]:
-    return [(f"{path.relative_to(ROOT)}:{start}", body) for path in DOC_FILES
-            for start, block_lang, body in blocks(path)[0] if block_lang == lang]
+    return [
+        (f"{path.relative_to(ROOT)}:{start}", body)
+        for path in DOC_FILES
+        for start, block_lang, body in blocks(path)[0]
+        if block_lang == lang
+    ]
 
 
 @pytest.mark.parametrize("where,body", [pytest.param(*c, id=c[0]) for c in _code("python")])
@@ -340,13 +346,24 @@ def test_every_relative_link_resolves(path, where, target):
 def test_slugs_follow_github():
     assert slug("`edgespec bench --profile auto`") == "edgespec-bench---profile-auto"
     assert slug("Is it worth it on my machine? `tune` and `bench`") == "is-it-worth-it-on-my-machine-tune-and-bench"
-    assert slug("Exactness: what \"lossless\" means here") == "exactness-what-lossless-means-here"
+    assert slug('Exactness: what "lossless" means here') == "exactness-what-lossless-means-here"
 
 
 # Where module paths are named: the reference, the front page, the map, the package.
 PATH_FILES = [*DOC_FILES, ROOT / "ARCHITECTURE.md", *sorted((ROOT / "edgespec").rglob("*.py"))]
-_WINGS = ("batching", "catalog", "cli", "constraints", "costmodel", "decoding", "llama", "measuring",
-          "planning", "profiles", "server")
+_WINGS = (
+    "batching",
+    "catalog",
+    "cli",
+    "constraints",
+    "costmodel",
+    "decoding",
+    "llama",
+    "measuring",
+    "planning",
+    "profiles",
+    "server",
+)
 _DOTTED = re.compile(r"\bedgespec(?:\.[A-Za-z_]\w*)+")
 _FILE_PATH = re.compile(r"(?<![\w/.-])((?:edgespec|docs|tests|benchmarks)/[\w/.-]*\w\.(?:py|md|toml))\b")
 _IN_TICKS = re.compile(r"`([^`\s]+)`")
@@ -381,7 +398,9 @@ def _missing(text: str, here: Path = ROOT) -> list[str]:
     missing += [p for p in _FILE_PATH.findall(text) if not (ROOT / p).exists()]
     for quoted in _IN_TICKS.findall(text):
         name = quoted.rstrip("()")
-        if re.fullmatch(r"[\w/]+\.py", name):  # ``reply.py``, ``batching/run.py``: beside, in the package or the checkout
+        if re.fullmatch(
+            r"[\w/]+\.py", name
+        ):  # ``reply.py``, ``batching/run.py``: beside, in the package or the checkout
             if not any((base / name).exists() for base in (here, ROOT / "edgespec", ROOT)):
                 missing.append(name)
         elif _WING_DOTTED.match(name) and name not in _NOT_MODULES and not _resolves(f"edgespec.{name}"):
@@ -390,18 +409,26 @@ def _missing(text: str, here: Path = ROOT) -> list[str]:
 
 
 def test_the_path_check_finds_old_paths():
-    text = ("see edgespec/llama.py, ``edgespec.batchseq``, ``decoding.policy.CPU_VERIFY_PRIOR``, ``multiseq.py``; "
-            "not edgespec/llama/kernels.py, ``costmodel.costs.CPU_VERIFY_PRIOR``, ``batching/run.py`` or llama.cpp")
-    assert _missing(text) == ["edgespec.batchseq", "edgespec/llama.py", "decoding.policy.CPU_VERIFY_PRIOR",
-                              "multiseq.py"]
+    text = (
+        "see edgespec/llama.py, ``edgespec.batchseq``, ``decoding.policy.CPU_VERIFY_PRIOR``, ``multiseq.py``; "
+        "not edgespec/llama/kernels.py, ``costmodel.costs.CPU_VERIFY_PRIOR``, ``batching/run.py`` or llama.cpp"
+    )
+    assert _missing(text) == [
+        "edgespec.batchseq",
+        "edgespec/llama.py",
+        "decoding.policy.CPU_VERIFY_PRIOR",
+        "multiseq.py",
+    ]
     assert _missing("``reply.py``", ROOT / "edgespec" / "decoding") == []
 
 
 def test_every_module_path_named_exists():
-    missing = [f"{path.relative_to(ROOT)}:{n}: {name}"
-               for path in PATH_FILES
-               for n, line in enumerate(path.read_text().splitlines(), 1)
-               for name in _missing(line, path.parent)]
+    missing = [
+        f"{path.relative_to(ROOT)}:{n}: {name}"
+        for path in PATH_FILES
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for name in _missing(line, path.parent)
+    ]
     assert not missing, "names of modules that do not exist:\n" + "\n".join(missing)
 
 
@@ -419,7 +446,9 @@ def _api_names(text: str) -> list[str]:  # sorted, each once
 
 def test_the_api_check_finds_inner_names():
     assert _api_names("from edgespec.planning.planner import plan; `edgespec.batching.runner`") == [
-        "batching", "planning"]
+        "batching",
+        "planning",
+    ]
     assert _api_names("from edgespec import Engine, plan\n`edgespec.load(...)`") == ["Engine", "load", "plan"]
 
 

@@ -18,8 +18,8 @@ import pytest
 from edgespec import DraftingOptions, Engine
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import BaseDrafter, Proposal
-from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.params import SamplingParams
+from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.speculative import SpeculativeLoop, _penalized
 from edgespec.errors import (
     ContextOverflowError,
@@ -29,7 +29,6 @@ from edgespec.errors import (
 )
 from edgespec.events import Done, Round, Stats, Token
 from edgespec.llama import common_prefix_len
-
 from tiny_models import make_tiny_model
 
 
@@ -229,8 +228,18 @@ def test_stream_event_shape(tiny_target, tiny_noisy, prompts):
     assert sum(st.drafted_by_position) == st.drafted
     assert st.generated_tokens == len(done.token_ids)
     d = st.to_dict()
-    for key in ("acceptance_rate", "mean_accepted_length", "tokens_per_second", "overhead_fraction",
-                "acceptance_by_position", "t_draft", "t_verify", "t_other", "rounds", "drafted"):
+    for key in (
+        "acceptance_rate",
+        "mean_accepted_length",
+        "tokens_per_second",
+        "overhead_fraction",
+        "acceptance_by_position",
+        "t_draft",
+        "t_verify",
+        "t_other",
+        "rounds",
+        "drafted",
+    ):
         assert key in d
 
 
@@ -261,8 +270,7 @@ def test_kernel_choice(tiny_target, tiny_noisy, prompts, greedy_reference):
 @pytest.fixture(scope="module")
 def tiny_328(tiny_models_dir) -> Path:
     """tiny_target's weights and vocabulary plus 8 more ids (328 tokens)."""
-    return make_tiny_model(tiny_models_dir / "target_328.gguf", seed=0, n_vocab=328,
-                           name="edgespec-tiny-328")
+    return make_tiny_model(tiny_models_dir / "target_328.gguf", seed=0, n_vocab=328, name="edgespec-tiny-328")
 
 
 def plain_greedy(target: Path, prompt, max_tokens: int) -> list[int]:
@@ -365,9 +373,14 @@ def test_a_cut_sampled_draft_is_rejected_so_the_target_distribution_is_kept():
     p = np.array([0.5, 0.3, 0.2])
     q = np.array([0.1, 0.1, 0.2, 0.6])
     loop = SpeculativeLoop(
-        target=_FixedTarget(p), drafter=_OneDraft(q, 1), committed=[0],
-        params=SamplingParams(temperature=1.0), rng=np.random.default_rng(2),
-        policy=FixedPolicy(1), stats=Stats(drafter="model"), n_vocab=3,
+        target=_FixedTarget(p),
+        drafter=_OneDraft(q, 1),
+        committed=[0],
+        params=SamplingParams(temperature=1.0),
+        rng=np.random.default_rng(2),
+        policy=FixedPolicy(1),
+        stats=Stats(drafter="model"),
+        n_vocab=3,
     )
     n = 8000
     counts = np.zeros(3)
@@ -386,8 +399,9 @@ def test_small_n_batch_bounds_k(tiny_target, tiny_same, n_batch):
     with Engine(tiny_target, exact=True, n_threads=1) as plain:
         expected = plain.generate(prompt, max_tokens=30, raw=True).token_ids
     for draft in ("ngram", tiny_same):
-        with Engine(tiny_target, draft, drafting=DraftingOptions(k_max=16), n_batch=n_batch, exact=True,
-                    n_threads=1) as engine:
+        with Engine(
+            tiny_target, draft, drafting=DraftingOptions(k_max=16), n_batch=n_batch, exact=True, n_threads=1
+        ) as engine:
             got = engine.generate(prompt, max_tokens=30, raw=True)  # crashed in Context.decode
             assert got.token_ids == expected
             assert engine.k_max == n_batch - 1
@@ -406,8 +420,7 @@ def test_penalty_window_minus_one_is_the_whole_history():
     row = np.zeros(10, dtype=np.float32)
     params = SamplingParams(presence_penalty=1.0, penalty_last_n=-1)
     history = [7, 8, 9]
-    assert np.array_equal(_penalized(row, history, [], params),
-                          sampling.apply_penalties(row, history, params))
+    assert np.array_equal(_penalized(row, history, [], params), sampling.apply_penalties(row, history, params))
     assert _penalized(row, history, [3], params)[7] == -1.0  # the first token counts too
 
 
@@ -453,7 +466,6 @@ def test_a_generation_closed_early_leaves_its_stats_on_the_engine(plain_engine, 
     assert stats is not None and stats.generated_tokens == len([t for t in tokens if t.id >= 0]) > 0
     done = plain_engine.generate(prompts[0], max_tokens=3)
     assert plain_engine.last_stats is done.stats
-
 
 
 def test_the_engine_estimates_gamma_with_the_cost_models_formula(tiny_target, tiny_noisy):

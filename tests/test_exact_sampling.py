@@ -15,9 +15,8 @@ import pytest
 
 from edgespec import DraftingOptions, Engine
 from edgespec.decoding import sampling
-from edgespec.llama import Context, Model
 from edgespec.decoding.params import SamplingParams
-
+from edgespec.llama import Context, Model
 from tiny_models import make_tiny_model
 
 PROMPT = [5, 9, 14, 20, 9, 14]
@@ -29,8 +28,14 @@ N_SAMPLES = 5000
 def small_pair(tiny_models_dir, tiny_small_vocab):
     # a draft that agrees with the target only loosely, so rejections and residual
     # resampling happen often
-    draft = make_tiny_model(tiny_models_dir / "small_vocab_noisy.gguf", vocab="small", seed=3,
-                            noise=0.35, noise_seed=7, name="edgespec-tiny-small-noisy")
+    draft = make_tiny_model(
+        tiny_models_dir / "small_vocab_noisy.gguf",
+        vocab="small",
+        seed=3,
+        noise=0.35,
+        noise_seed=7,
+        name="edgespec-tiny-small-noisy",
+    )
     return tiny_small_vocab, draft
 
 
@@ -76,8 +81,9 @@ def chi_square_rejects(counts: np.ndarray, expected_p: np.ndarray, alpha: float 
     return stat > crit, stat, crit
 
 
-def speculative_counts(target, draft, *, k: int, n: int = N_SAMPLES,
-                       kernels_exact: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def speculative_counts(
+    target, draft, *, k: int, n: int = N_SAMPLES, kernels_exact: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     with Engine(target, draft=draft, n_ctx=64, drafting=DraftingOptions(k=k), exact=kernels_exact) as e:
         V = e.target_model.n_vocab
         c1, c2 = np.zeros(V), np.zeros(V)

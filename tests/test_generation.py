@@ -22,16 +22,19 @@ from edgespec import Engine
 from edgespec.batching.protocol import BatchEngine
 from edgespec.batching.runner import Request
 from edgespec.decoding.drafters import NgramDrafter, NoDrafter
-from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.memory import MemoryDrafter
+from edgespec.decoding.policy import FixedPolicy
 from edgespec.decoding.sequence import DecodeSequence
 from edgespec.events import Done, Round, Token
 
 PACKAGE = Path(__file__).resolve().parent.parent / "edgespec"
 PROMPT = "the quick brown fox jumps over the lazy dog the quick brown fox jumps over"
-SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99},
-                                           "ok": {"type": "boolean"}},
-          "required": ["id", "ok"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99}, "ok": {"type": "boolean"}},
+    "required": ["id", "ok"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +48,9 @@ def by_hand(engine: Engine, n_ctx: int | None = None, **options) -> list:
     """The events of a DecodeSequence on the engine's context, its prompt prefilled here."""
     req = engine.prepare(PROMPT, raw=True, **options)
     drafter, policy = engine.drafting.for_request(req.memory)
-    seq = DecodeSequence(engine.ctx, drafter, req, model=engine.target_model, policy=policy,
-                         n_ctx=n_ctx or engine.n_ctx)
+    seq = DecodeSequence(
+        engine.ctx, drafter, req, model=engine.target_model, policy=policy, n_ctx=n_ctx or engine.n_ctx
+    )
     engine.ctx.rollback(0)
     engine.ctx.decode(req.ids[:-1], rows=())
     events = list(seq.events())
@@ -80,8 +84,9 @@ def test_a_sequence_generates_max_tokens_within_the_tokens_it_may_hold(engine):
 
 def test_push_ends_the_sequence_with_the_replys_tail(engine):
     req = engine.prepare(PROMPT, raw=True, max_tokens=6)
-    seq = DecodeSequence(engine.ctx, NoDrafter(), req, model=engine.target_model, policy=FixedPolicy(0),
-                         n_ctx=engine.n_ctx)
+    seq = DecodeSequence(
+        engine.ctx, NoDrafter(), req, model=engine.target_model, policy=FixedPolicy(0), n_ctx=engine.n_ctx
+    )
     engine.ctx.rollback(0)
     engine.ctx.decode(req.ids[:-1], rows=())
     events = []
@@ -92,13 +97,17 @@ def test_push_ends_the_sequence_with_the_replys_tail(engine):
     assert text == seq.reply.text == engine.generate(PROMPT, raw=True, max_tokens=6).text
 
 
-@pytest.mark.parametrize("options", [
-    {"max_tokens": 20},
-    {"max_tokens": 16, "logprobs": 3},
-    {"max_tokens": 40, "stop": [" r"]},  # the tiny model's text has it early
-    {"max_tokens": 30, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}},
-    {"max_tokens": 5, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}},
-], ids=["plain", "logprobs", "stop", "schema", "schema-cut"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_tokens": 20},
+        {"max_tokens": 16, "logprobs": 3},
+        {"max_tokens": 40, "stop": [" r"]},  # the tiny model's text has it early
+        {"max_tokens": 30, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}},
+        {"max_tokens": 5, "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": SCHEMA}}},
+    ],
+    ids=["plain", "logprobs", "stop", "schema", "schema-cut"],
+)
 def test_the_single_stream_and_a_one_sequence_batch_give_the_same_done(engine, options):
     want = [e for e in engine.stream(PROMPT, raw=True, **options) if isinstance(e, Done)][0]
     seen = []

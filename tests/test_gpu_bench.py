@@ -45,11 +45,38 @@ def _argv(model: Path, out: Path, budget: float = 600) -> list[str]:
     for n in NAMES:  # the tiny model in every role, as run.sh's SMOKE mode does
         argv += ["--model", f"{n}={model}"]
     return argv + [
-        "--pair", "qwen2.5-0.5b:qwen2.5-1.5b", "--pair", "qwen2.5-0.5b:qwen2.5-7b",
-        "--pair", "qwen2.5-1.5b:qwen2.5-7b", "--spec-model", "qwen2.5-1.5b",
-        "--out", str(out), "--budget-s", str(budget), "--n-gpu-layers", "0", "--threads", "1",
-        "--n-ctx", "512", "--repeats", "2", "--long-position", "300", "--ks", "1,2",
-        "--prompts", "1", "--prompt-len", "24", "--max-tokens", "16", "--spec-repeats", "1",
+        "--pair",
+        "qwen2.5-0.5b:qwen2.5-1.5b",
+        "--pair",
+        "qwen2.5-0.5b:qwen2.5-7b",
+        "--pair",
+        "qwen2.5-1.5b:qwen2.5-7b",
+        "--spec-model",
+        "qwen2.5-1.5b",
+        "--out",
+        str(out),
+        "--budget-s",
+        str(budget),
+        "--n-gpu-layers",
+        "0",
+        "--threads",
+        "1",
+        "--n-ctx",
+        "512",
+        "--repeats",
+        "2",
+        "--long-position",
+        "300",
+        "--ks",
+        "1,2",
+        "--prompts",
+        "1",
+        "--prompt-len",
+        "24",
+        "--max-tokens",
+        "16",
+        "--spec-repeats",
+        "1",
     ]
 
 
@@ -109,8 +136,9 @@ def test_tiny_model_loads_with_its_vocabulary(tiny):
 
 def test_every_phase_ran(results):
     assert {p: v["status"] for p, v in results["phases"].items()} == {
-        p: "done" for p in ("device", "steps", "batch_invariance", "exactness", "speculation",
-                            "speculation_exact", "steps_exact")}
+        p: "done"
+        for p in ("device", "steps", "batch_invariance", "exactness", "speculation", "speculation_exact", "steps_exact")
+    }
     assert results["complete"] is True and results["finished"]
     assert results["device"]["name"] and "system_info" in results["device"]
 
@@ -126,7 +154,10 @@ def test_steps_give_c_of_n_and_gamma(results, phase):
         assert all(x >= 1.0 for x in c)  # measured as it is: tile dips are kept
         assert all(m["verify_ms"][str(n)] > 0 for n in range(1, 17))
     assert [(g["draft"], g["target"]) for g in st["gamma"]] == [
-        ("qwen2.5-0.5b", "qwen2.5-1.5b"), ("qwen2.5-0.5b", "qwen2.5-7b"), ("qwen2.5-1.5b", "qwen2.5-7b")]
+        ("qwen2.5-0.5b", "qwen2.5-1.5b"),
+        ("qwen2.5-0.5b", "qwen2.5-7b"),
+        ("qwen2.5-1.5b", "qwen2.5-7b"),
+    ]
     assert all(g["gamma"] > 0 for g in st["gamma"])
 
 
@@ -217,8 +248,11 @@ def test_profile_from_results_loads_with_measured_figures(results, tmp_path):
 
 def test_gpu_results_become_a_cuda_profile(results):
     res = json.loads(json.dumps(results))
-    res["device"].update(gpu_offload=True, name="NVIDIA H200",
-                         gpus=[{"name": "NVIDIA H200", "memory_mib": "143771", "driver": "580.159.03"}])
+    res["device"].update(
+        gpu_offload=True,
+        name="NVIDIA H200",
+        gpus=[{"name": "NVIDIA H200", "memory_mib": "143771", "driver": "580.159.03"}],
+    )
     # three sizes that fit step = overhead + bytes / rate: 1 ms + bytes at 3000 GB/s
     for m, size in zip(res["steps"]["models"].values(), (0.49e9, 1.12e9, 4.68e9)):
         m["model_size_bytes"] = size

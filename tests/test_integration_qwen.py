@@ -36,8 +36,9 @@ def reference(qwen05):
 def test_real_model_greedy_equivalence(draft, qwen05, reference):
     # exact kernels (token identity) and a fixed k (the learned policy rightly declines a
     # same-size drafter on a CPU; here the point is the mechanics of drafting)
-    with Engine(qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, drafting=DraftingOptions(k=4),
-                exact=True) as e:
+    with Engine(
+        qwen05, draft=qwen05 if draft == "self" else "ngram", n_ctx=1024, drafting=DraftingOptions(k=4), exact=True
+    ) as e:
         for prompt, ref in zip(PROMPTS, reference):
             r = e.generate(prompt, max_tokens=48)
             assert r.token_ids == ref
@@ -51,8 +52,10 @@ def test_real_model_multi_turn_reuses_cache(qwen05):
     with Engine(qwen05, draft="ngram", n_ctx=1024) as e:
         messages = [{"role": "user", "content": PROMPTS[0]}]
         first = e.generate(messages, max_tokens=24)
-        messages += [{"role": "assistant", "content": first.text},
-                     {"role": "user", "content": "Now make it recursive."}]
+        messages += [
+            {"role": "assistant", "content": first.text},
+            {"role": "user", "content": "Now make it recursive."},
+        ]
         second = e.generate(messages, max_tokens=8)
         full = len(e.prompt_tokens(messages))
         assert second.stats.prompt_tokens == full
@@ -85,7 +88,7 @@ def test_real_model_logits_do_not_depend_on_batch_size(qwen05):
         alone = ctx.decode([ids[-1]]).copy()
         for n in (2, 4, 5, 8, 9, 17):
             ctx.rollback(len(ids) - 1)
-            batch = ctx.decode([ids[-1]] + ids[:n - 1], rows=range(n))
+            batch = ctx.decode([ids[-1]] + ids[: n - 1], rows=range(n))
             assert np.array_equal(batch[0], alone[0]), f"batch of {n} differs"
     finally:
         ctx.close()
@@ -106,9 +109,13 @@ def test_real_model_sequence_logits_do_not_depend_on_the_batch_it_shares(qwen05)
         model = Model(qwen05, exact=exact)
         try:
             many = MultiContext(model, n_seq=4, n_ctx=1024, n_batch=128)
-            many.decode([(0, [int(t) for t in rng.integers(100, 5000, 37)], ()),
-                         (1, [int(t) for t in rng.integers(100, 5000, 50)], ()),
-                         (3, [int(t) for t in rng.integers(100, 5000, 20)], ())])
+            many.decode(
+                [
+                    (0, [int(t) for t in rng.integers(100, 5000, 37)], ()),
+                    (1, [int(t) for t in rng.integers(100, 5000, 50)], ()),
+                    (3, [int(t) for t in rng.integers(100, 5000, 20)], ()),
+                ]
+            )
             many.free(1)
             many.rollback(0, 10)
             shared = many.decode([(0, [7, 8, 9], [2]), (2, ctxt, [29]), (3, [11], [0])])[1]

@@ -53,16 +53,15 @@ SYSTEM = {"role": "system", "content": "You book European rail journeys. Prices 
 
 def reference_render(template: str, messages: list[dict], tools: list[dict] | None) -> str:
     """The template rendered as transformers does it, independently of edgespec."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
-    env.globals.update(raise_exception=raise_exception,
-                       strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
-    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: \
-        json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
+    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, ensure_ascii=False: json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
     messages = copy.deepcopy(messages)
     for m in messages:
         for c in m.get("tool_calls") or ():
@@ -91,8 +90,11 @@ def _edgespec_prompt(model: Model, body: dict) -> list[int]:
 
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 @pytest.mark.parametrize("system", [False, True], ids=["default-system", "own-system"])
-@pytest.mark.parametrize("tool_choice", ["auto", "required", {"type": "function", "function": {"name": "reserve"}},
-                                         "no tools"], ids=["auto", "required", "named", "no-tools"])
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["auto", "required", {"type": "function", "function": {"name": "reserve"}}, "no tools"],
+    ids=["auto", "required", "named", "no-tools"],
+)
 def test_a_tool_conversation_is_rendered_as_the_gguf_template_renders_it(name, system, tool_choice, monkeypatch):
     model = _model(name, monkeypatch)
     try:
@@ -147,12 +149,18 @@ def test_after_a_tool_result_auto_never_answers_with_a_call_as_text(monkeypatch)
         path = resolve_model("qwen2.5-coder-1.5b")
     except CatalogError as e:
         pytest.skip(f"the 1.5B is not available here: {e}")
-    messages = [{"role": "user", "content": "Find me an early train from Zurich to Milan on 2027-03-06, two "
-                                            "people with bikes."},
-                {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
-                CONVERSATION[2]]
-    with Engine(path, draft=None, n_ctx=2048) as engine, \
-            TestClient(create_app(engine, max_tokens=160, defaults={"temperature": 0.0})) as client:
+    messages = [
+        {
+            "role": "user",
+            "content": "Find me an early train from Zurich to Milan on 2027-03-06, two people with bikes.",
+        },
+        {"role": "assistant", "content": None, "tool_calls": [_call("call_out", "find_connections", OUTWARD)]},
+        CONVERSATION[2],
+    ]
+    with (
+        Engine(path, draft=None, n_ctx=2048) as engine,
+        TestClient(create_app(engine, max_tokens=160, defaults={"temperature": 0.0})) as client,
+    ):
         resp = client.post("/v1/chat/completions", json={"messages": messages, "tools": TOOLS, "tool_choice": "auto"})
     assert resp.status_code == 200, resp.text
     out = resp.json()["choices"][0]

@@ -14,18 +14,33 @@ import json
 
 import pytest
 
-from edgespec.constraints import (DEFAULT_LAYOUT, JSON_LAYOUT, JSON_LAYOUTS, compile_constraint, compile_lark,
-                                  lark_json, with_layout)
+from edgespec.constraints import (
+    DEFAULT_LAYOUT,
+    JSON_LAYOUT,
+    JSON_LAYOUTS,
+    compile_constraint,
+    compile_lark,
+    lark_json,
+    with_layout,
+)
 from edgespec.errors import ConstraintError
 from edgespec.llama import Model
 
-TICKET = {"type": "object", "properties": {
-    "priority": {"enum": ["low", "high"]},
-    "topics": {"type": "array", "items": {"type": "string", "enum": ["billing", "refund", "other"]}}},
-    "required": ["priority", "topics"], "additionalProperties": False}
+TICKET = {
+    "type": "object",
+    "properties": {
+        "priority": {"enum": ["low", "high"]},
+        "topics": {"type": "array", "items": {"type": "string", "enum": ["billing", "refund", "other"]}},
+    },
+    "required": ["priority", "topics"],
+    "additionalProperties": False,
+}
 VALUE = {"priority": "high", "topics": ["billing", "refund"]}
-TEXT = {"spaced": json.dumps(VALUE), "compact": json.dumps(VALUE, separators=(",", ":")),
-        "indented": json.dumps(VALUE, indent=2)}
+TEXT = {
+    "spaced": json.dumps(VALUE),
+    "compact": json.dumps(VALUE, separators=(",", ":")),
+    "indented": json.dumps(VALUE, indent=2),
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +83,10 @@ def test_a_schema_compiles_to_the_spaced_layout_by_default(model):
     assert model.detokenize(m.forced()).startswith('": "')
 
 
-@pytest.mark.parametrize("layout, accepted", [
-    ("spaced", {"spaced"}), ("compact", {"compact"}), ("flexible", {"spaced", "compact", "indented"})])
+@pytest.mark.parametrize(
+    "layout, accepted",
+    [("spaced", {"spaced"}), ("compact", {"compact"}), ("flexible", {"spaced", "compact", "indented"})],
+)
 def test_with_layout_chooses_the_layout_through_the_schema(model, layout, accepted):
     c = compile_constraint(js(with_layout(TICKET, layout)), model)
     assert {name for name, text in TEXT.items() if takes(c, model, text)} == accepted
@@ -115,8 +132,10 @@ def test_the_real_model_writes_the_default_layout_under_a_schema():
     from edgespec import Engine
     from edgespec.catalog import resolve_model
 
-    prompt = ("Which topics does this message raise? 'I was charged twice for my order and "
-              "I want the extra payment refunded.' Priority low or high?")
+    prompt = (
+        "Which topics does this message raise? 'I was charged twice for my order and "
+        "I want the extra payment refunded.' Priority low or high?"
+    )
     with Engine(resolve_model("qwen2.5-coder-0.5b"), draft="ngram", n_ctx=1024) as e:
         r = e.generate(prompt, max_tokens=96, response_format=js(TICKET))
     assert r.finish_reason == "stop" and r.structured_complete is True
@@ -125,19 +144,35 @@ def test_the_real_model_writes_the_default_layout_under_a_schema():
     assert r.stats.forced_accepted > 0
 
 
-RECIPE = ("Turn this recipe note into structured data: the dish, the number of servings and every "
-          "ingredient with its quantity and unit.\n\nLemon lentil soup (serves 4): 250 g red lentils, "
-          "1 onion, 2 carrots, 3 cloves garlic,\n1.2 l vegetable stock, 1 lemon (juice), 2 tbsp olive oil. "
-          "Fry onion, carrot and garlic in\nthe oil, add lentils and stock, simmer 25 minutes, blend, finish "
-          "with the lemon juice.\n\n")
-RECIPE_SCHEMA = {"type": "object", "properties": {
-    "dish": {"type": "string"}, "servings": {"type": "integer"},
-    "ingredients": {"type": "array", "items": {
-        "type": "object", "properties": {
-            "name": {"type": "string"}, "quantity": {"type": "number"},
-            "unit": {"enum": ["g", "kg", "ml", "l", "tbsp", "tsp", "piece", "clove"]}},
-        "required": ["name", "quantity", "unit"], "additionalProperties": False}}},
-    "required": ["dish", "servings", "ingredients"], "additionalProperties": False}
+RECIPE = (
+    "Turn this recipe note into structured data: the dish, the number of servings and every "
+    "ingredient with its quantity and unit.\n\nLemon lentil soup (serves 4): 250 g red lentils, "
+    "1 onion, 2 carrots, 3 cloves garlic,\n1.2 l vegetable stock, 1 lemon (juice), 2 tbsp olive oil. "
+    "Fry onion, carrot and garlic in\nthe oil, add lentils and stock, simmer 25 minutes, blend, finish "
+    "with the lemon juice.\n\n"
+)
+RECIPE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "dish": {"type": "string"},
+        "servings": {"type": "integer"},
+        "ingredients": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "quantity": {"type": "number"},
+                    "unit": {"enum": ["g", "kg", "ml", "l", "tbsp", "tsp", "piece", "clove"]},
+                },
+                "required": ["name", "quantity", "unit"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["dish", "servings", "ingredients"],
+    "additionalProperties": False,
+}
 
 
 @pytest.mark.integration

@@ -20,9 +20,9 @@ import typer
 from typer.testing import CliRunner
 
 from edgespec import catalog
-from edgespec.planning import pairing, planner
 from edgespec.catalog import ident, stores
 from edgespec.errors import AmbiguousModelError, CatalogError, IncompatibleVocabError
+from edgespec.planning import pairing, planner
 from edgespec.profiles import load_profile
 from tiny_models import make_header_model, make_tiny_model, write_random_bytes
 
@@ -43,8 +43,9 @@ def _blob(root: Path, data: bytes) -> str:
 def _manifest(root: Path, rel: str, layers: list[tuple[str, str]]) -> None:
     f = root / "manifests" / rel
     f.parent.mkdir(parents=True, exist_ok=True)
-    f.write_text(json.dumps({"schemaVersion": 2, "layers": [{"mediaType": m, "digest": d, "size": 1}
-                                                            for m, d in layers]}))
+    f.write_text(
+        json.dumps({"schemaVersion": 2, "layers": [{"mediaType": m, "digest": d, "size": 1} for m, d in layers]})
+    )
 
 
 def build_tree(home: Path, src: Path) -> dict[str, Path]:
@@ -56,8 +57,11 @@ def build_tree(home: Path, src: Path) -> dict[str, Path]:
     _manifest(o, "registry.ollama.ai/library/tinytarget/latest", [(model, t)])
     _manifest(o, "registry.ollama.ai/library/tinydraft/1b", [(model, d)])
     _manifest(o, "hf.co/tinyorg/tiny-gguf/Q8_0", [(model, d)])
-    _manifest(o, "registry.ollama.ai/library/vision/7b",
-              [(model, _blob(o, (src / "other.gguf").read_bytes())), (projector, _blob(o, b"GGUF projector"))])
+    _manifest(
+        o,
+        "registry.ollama.ai/library/vision/7b",
+        [(model, _blob(o, (src / "other.gguf").read_bytes())), (projector, _blob(o, b"GGUF projector"))],
+    )
     _manifest(o, "registry.ollama.ai/library/ghost/latest", [(model, "sha256:" + "0" * 64)])
     broken = o / "manifests/registry.ollama.ai/library/broken/latest"
     broken.parent.mkdir(parents=True)
@@ -100,8 +104,12 @@ def build_tree(home: Path, src: Path) -> dict[str, Path]:
     make_header_model(mine / "sub" / "mine.gguf", name="mine", n_floats=BIG)
     make_header_model(mine / "sub" / "half-00001-of-00002.gguf", name="half")  # part 2 missing
     (mine / "locked").mkdir()
-    return {"target_blob": o / "blobs" / t.replace(":", "-"), "draft_blob": o / "blobs" / d.replace(":", "-"),
-            "mine": mine, "locked": mine / "locked"}
+    return {
+        "target_blob": o / "blobs" / t.replace(":", "-"),
+        "draft_blob": o / "blobs" / d.replace(":", "-"),
+        "mine": mine,
+        "locked": mine / "locked",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +129,15 @@ def home(tree, tmp_path, monkeypatch):
     """HOME is the fake tree; every other store variable unset; caches and config here."""
     h, paths = tree
     monkeypatch.setenv("HOME", str(h))
-    for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE",
-                "XDG_CACHE_HOME", "HF_HUB_OFFLINE"):
+    for var in (
+        "OLLAMA_MODELS",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "LLAMA_CACHE",
+        "XDG_CACHE_HOME",
+        "HF_HUB_OFFLINE",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -148,8 +163,16 @@ def names(index):
 def test_every_store_is_found_under_its_names(home):
     index = catalog.scan()
     assert names(index) == {
-        TARGET, DRAFT, DRAFT_TOO, "ollama:vision:7b", OTHER, "tinyorg/Tiny-Multi-GGUF/draft-a.gguf",
-        "tinyorg/Tiny-Multi-GGUF/draft-b.gguf", "old/Old-GGUF", "hf:tinyorg/Tiny-Split-GGUF", "mine",
+        TARGET,
+        DRAFT,
+        DRAFT_TOO,
+        "ollama:vision:7b",
+        OTHER,
+        "tinyorg/Tiny-Multi-GGUF/draft-a.gguf",
+        "tinyorg/Tiny-Multi-GGUF/draft-b.gguf",
+        "old/Old-GGUF",
+        "hf:tinyorg/Tiny-Split-GGUF",
+        "mine",
     }
     by = {m.name: m for m in index.models}
     assert by[TARGET].source == "ollama" and by[TARGET].path == home["target_blob"]
@@ -185,7 +208,9 @@ def test_compatibility_from_headers_follows_llama_cpp_and_llama_agrees(home):
     from edgespec.llama import vocab
 
     assert (ident.VOCAB_MAX_SIZE_DIFFERENCE, ident.VOCAB_CHECK_START_TOKEN_ID) == (
-        vocab.VOCAB_MAX_SIZE_DIFFERENCE, vocab.VOCAB_CHECK_START_TOKEN_ID)
+        vocab.VOCAB_MAX_SIZE_DIFFERENCE,
+        vocab.VOCAB_CHECK_START_TOKEN_ID,
+    )
     index = catalog.scan()
     by = {m.name: m for m in index.models}
     target, draft, other = by[TARGET], by[DRAFT], by[OTHER]
@@ -350,8 +375,23 @@ def test_generate_runs_on_an_ollama_target(home):
     assert r.exit_code == 0, r.output
     assert r.stdout.strip()
     assert "drafters on this machine for ollama:tinytarget:latest" in r.stderr
-    r = runner.invoke(app, ["generate", "--target", TARGET, "--draft", DRAFT, "--k", "2", "--max-tokens", "8", "--raw",
-                            "--json", "the quick fox"])
+    r = runner.invoke(
+        app,
+        [
+            "generate",
+            "--target",
+            TARGET,
+            "--draft",
+            DRAFT,
+            "--k",
+            "2",
+            "--max-tokens",
+            "8",
+            "--raw",
+            "--json",
+            "the quick fox",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["stats"]["drafted"] > 0
     r = runner.invoke(app, ["generate", "--target", TARGET, "--draft", OTHER, "--max-tokens", "4", "--raw", "x"])
@@ -386,10 +426,33 @@ def test_tune_save_records_acceptance_for_the_local_pair_and_the_next_plan_uses_
     app = typer.Typer()
     app.command("tune")(tune_cmd)
     app.command("other")(lambda: None)
-    r = CliRunner().invoke(app, ["tune", "--profile", "cpu-small", "--target", TARGET, "--draft", DRAFT,
-                                 "--k-grid", "1,2", "--input", str(write_prompt_file(tmp_path / "p.jsonl")),
-                                 "--max-tokens", "6", "--repeats", "1", "--threads", "1", "--json", "--quiet",
-                                 "--save-as", "tiny-box"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        app,
+        [
+            "tune",
+            "--profile",
+            "cpu-small",
+            "--target",
+            TARGET,
+            "--draft",
+            DRAFT,
+            "--k-grid",
+            "1,2",
+            "--input",
+            str(write_prompt_file(tmp_path / "p.jsonl")),
+            "--max-tokens",
+            "6",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            "--quiet",
+            "--save-as",
+            "tiny-box",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     alpha = json.loads(r.stdout)["acceptance"]["model"]
     rec = json.loads(catalog.measured.store_path().read_text())["pairs"]
@@ -424,10 +487,31 @@ def test_bench_and_models_check_take_local_names(home, tmp_path, cli):
     app = typer.Typer()
     app.command("bench")(bench)
     app.command("other")(lambda: None)
-    r = CliRunner().invoke(app, ["bench", "--profile", "cpu-small", "--target", TARGET, "--draft-candidates",
-                                 f"{DRAFT},ngram", "--k-grid", "2", "--input",
-                                 str(write_prompt_file(tmp_path / "p.jsonl")), "--limit", "1", "--max-tokens", "6",
-                                 "--threads", "1", "--json", "--quiet"], catch_exceptions=False)
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--profile",
+            "cpu-small",
+            "--target",
+            TARGET,
+            "--draft-candidates",
+            f"{DRAFT},ngram",
+            "--k-grid",
+            "2",
+            "--input",
+            str(write_prompt_file(tmp_path / "p.jsonl")),
+            "--limit",
+            "1",
+            "--max-tokens",
+            "6",
+            "--threads",
+            "1",
+            "--json",
+            "--quiet",
+        ],
+        catch_exceptions=False,
+    )
     assert r.exit_code == 0, r.output
     assert "model k=2" in [x["config"] for x in json.loads(r.stdout)["results"]]
     r = cli("models", "check", TARGET, DRAFT, "--json")
@@ -470,9 +554,14 @@ def test_serve_and_chat_report_a_store_model_by_its_name(home, tmp_path):
     assert store_name(TARGET) == TARGET  # not the blob's "sha256-..." file name
     assert store_name(str(home["target_blob"])) is None
     assert store_name("qwen2.5-coder-1.5b") is None  # a catalog name: the file's stem
-    child = pexpect.spawn(sys.executable, ["-m", "edgespec", "chat", "--target", TARGET, "--draft", "none"],
-                          env=dict(os.environ, TERM="xterm-256color", XDG_STATE_HOME=str(tmp_path / "state")),
-                          encoding="utf-8", timeout=120, dimensions=(40, 160))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "edgespec", "chat", "--target", TARGET, "--draft", "none"],
+        env=dict(os.environ, TERM="xterm-256color", XDG_STATE_HOME=str(tmp_path / "state")),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 160),
+    )
     try:
         child.expect_exact("you›")
         assert f"edgespec chat · {TARGET} · drafter none" in child.before
@@ -498,8 +587,9 @@ def test_real_qwen_headers_and_llama_agree(tmp_path, monkeypatch, tiny_target):
     blob = root / "blobs" / ("sha256-" + "1" * 64)
     blob.parent.mkdir(parents=True)
     blob.symlink_to(q05)  # no copy: the store only has to name the bytes
-    _manifest(root, "registry.ollama.ai/library/qwen2.5-coder/0.5b",
-              [(stores.OLLAMA_MODEL_LAYER, "sha256:" + "1" * 64)])
+    _manifest(
+        root, "registry.ollama.ai/library/qwen2.5-coder/0.5b", [(stores.OLLAMA_MODEL_LAYER, "sha256:" + "1" * 64)]
+    )
     monkeypatch.setenv("OLLAMA_MODELS", str(root))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
@@ -524,8 +614,9 @@ def test_a_drafter_that_does_not_fit_beside_the_target_is_not_taken(home):
     t, d = catalog.lookup(TARGET), catalog.lookup(DRAFT)
     alone = t.size_bytes + catalog.kv_cache_bytes(t.header.shape, prof.n_ctx)
     budget = alone + d.size_bytes // 2  # the target fits, the target and the drafter do not
-    prof = dataclasses.replace(prof, headroom_gb=0.0,
-                               models_gb=dataclasses.replace(prof.models_gb, value=budget / catalog.GB))
+    prof = dataclasses.replace(
+        prof, headroom_gb=0.0, models_gb=dataclasses.replace(prof.models_gb, value=budget / catalog.GB)
+    )
     p = planner.plan(prof, target=TARGET)
     assert p.drafter != "model"
     assert any("does not fit beside the target" in n for n in p.notes)
@@ -537,8 +628,14 @@ def test_a_catalog_model_another_tool_has_is_used_where_it_is(home, monkeypatch)
     from edgespec.catalog import fetching, local
 
     lms = catalog.lookup(OTHER).path
-    fake = dataclasses.replace(catalog.get_model("qwen2.5-coder-0.5b"), name="tiny-cat", aliases=(),
-                               filename=lms.name, size_bytes=lms.stat().st_size, hf=None)
+    fake = dataclasses.replace(
+        catalog.get_model("qwen2.5-coder-0.5b"),
+        name="tiny-cat",
+        aliases=(),
+        filename=lms.name,
+        size_bytes=lms.stat().st_size,
+        hf=None,
+    )
     monkeypatch.setattr(fetching, "find_model", lambda name: fake if name == "tiny-cat" else None)
     monkeypatch.setattr(fetching, "assemble", lambda *a: pytest.fail("assembled a second copy"))
     assert catalog.resolve_model("tiny-cat", offline=True) == lms

@@ -14,9 +14,9 @@ import pytest
 
 from edgespec import DraftingOptions, Engine
 from edgespec.batching.run import PreparedBatch, Request
+from edgespec.decoding.logprob import token_logprob
 from edgespec.errors import InputError
 from edgespec.events import Token
-from edgespec.decoding.logprob import token_logprob
 
 PROMPT = "the quick brown fox jumps over the lazy dog and the quick brown fox"
 TOP = 5
@@ -79,8 +79,7 @@ def test_speculation_gives_plain_decodings_logprobs(tiny_target, tiny_same, tiny
 
 def test_every_token_event_carries_its_logprob_and_none_when_not_asked(plain):
     events = [ev for ev in plain.stream(PROMPT, max_tokens=8, logprobs=0) if isinstance(ev, Token) and ev.id >= 0]
-    assert events and all(ev.logprob is not None and ev.logprob.id == ev.id and ev.logprob.top == ()
-                          for ev in events)
+    assert events and all(ev.logprob is not None and ev.logprob.id == ev.id and ev.logprob.top == () for ev in events)
     off = plain.generate(PROMPT, max_tokens=8)
     assert off.logprobs is None and "logprobs" not in off.to_dict()
     assert all(ev.logprob is None for ev in plain.stream(PROMPT, max_tokens=8) if isinstance(ev, Token))

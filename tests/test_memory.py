@@ -104,7 +104,10 @@ def test_when_another_sequence_wrote_after_the_drafts_the_answer_goes_on_in_a_ne
     b.candidates([4, 5, 6, 10], 4)
     a.candidates([1, 2, 3, 7, 5], 4)  # 8 9 rejected, but b's 10 came after them
     assert [(toks, closed) for _, toks, closed in memory.documents()] == [
-        ([2, 3, 7, 8, 9], True), ([5, 6, 10], False), ([3, 7, 5], False)]
+        ([2, 3, 7, 8, 9], True),
+        ([5, 6, 10], False),
+        ([3, 7, 5], False),
+    ]
 
 
 def test_a_drafter_built_for_a_request_drafts_from_its_memory_only():
@@ -150,8 +153,7 @@ def test_the_memorys_rates_are_its_own_so_each_index_learns_its_workload():
 def test_the_loop_verifies_the_candidate_the_policy_ranks_higher():
     pol = DraftPolicy("ngram", OnlineCost(CPU_VERIFY_PRIOR))
     for _ in range(60):  # this workload's memory drafts are always right
-        pol.observe(batch=9, tested=8, accepted=8, verify_seconds=0.0, source="memory", match_len=12,
-                    probs=(1.0,) * 8)
+        pol.observe(batch=9, tested=8, accepted=8, verify_seconds=0.0, source="memory", match_len=12, probs=(1.0,) * 8)
     pol.limit(15)
     short_lookup = pol.rank([1, 2, 3], match_len=2, source="prompt")
     long_memory = pol.rank(list(range(8)), match_len=12, source="memory", probs=(1.0,) * 8)
@@ -172,8 +174,9 @@ def test_a_forced_prefix_is_not_learned_as_the_memorys(accepted):
     acc, rej = pol.mem.beta.acc.copy(), pol.mem.beta.rej.copy()
     # two forced tokens, then one memory id: a forced one lost (0), or both kept and the
     # memory's id rejected (2)
-    pol.observe(batch=4, tested=3, accepted=accepted, verify_seconds=0.0, forced=2, source="memory",
-                match_len=6, probs=(0.9,))
+    pol.observe(
+        batch=4, tested=3, accepted=accepted, verify_seconds=0.0, forced=2, source="memory", match_len=6, probs=(0.9,)
+    )
     b = pol.mem.bucket(6, 0.9)
     if accepted == 0:  # the memory's id was never tested
         assert np.array_equal(pol.mem.beta.acc, acc) and np.array_equal(pol.mem.beta.rej, rej)
@@ -186,23 +189,42 @@ def test_a_forced_prefix_is_not_learned_as_the_memorys(accepted):
 from edgespec import DraftingOptions, Engine  # noqa: E402
 
 # prompts that differ at the start and end alike: their answers share a shape
-REPEATS = [f"{w} the quick brown fox jumps over the lazy dog and then" for w in
-           ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")]
-SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
-                                           "name": {"type": "string", "maxLength": 12}},
-          "required": ["id", "name"], "additionalProperties": False}
+REPEATS = [
+    f"{w} the quick brown fox jumps over the lazy dog and then"
+    for w in ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
+]
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 999},
+        "name": {"type": "string", "maxLength": 12},
+    },
+    "required": ["id", "name"],
+    "additionalProperties": False,
+}
 
 
 @pytest.fixture(scope="module")
 def engines(tiny_target):
-    with Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain, \
-            Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1,
-                   drafting=DraftingOptions(k=4)) as remembering:  # (a fixed k: every proposal is verified)
+    with (
+        Engine(tiny_target, draft=None, n_ctx=512, exact=True, n_threads=1) as plain,
+        Engine(
+            tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1, drafting=DraftingOptions(k=4)
+        ) as remembering,
+    ):  # (a fixed k: every proposal is verified)
         yield plain, remembering
 
 
-@pytest.mark.parametrize("options", [{"max_tokens": 40}, {"max_tokens": 40, "response_format": {
-    "type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_tokens": 40},
+        {
+            "max_tokens": 40,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}},
+        },
+    ],
+)
 def test_with_exact_kernels_greedy_output_with_the_memory_equals_plain_decoding(engines, options):
     plain, remembering = engines
     remembering.memory.clear()

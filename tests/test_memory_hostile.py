@@ -48,8 +48,14 @@ def one_warning(directory: Path, **kw) -> tuple[SuffixIndex, str]:
 def edgespec(directory: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m edgespec ARGS`` on the store folder ``directory``, killed after ``timeout``."""
     env = {**os.environ, "EDGESPEC_MEMORY_DIR": str(directory), "HF_HUB_OFFLINE": "1", "COLUMNS": "400"}
-    return subprocess.run([sys.executable, "-m", "edgespec", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def no_traceback(r: subprocess.CompletedProcess) -> None:
@@ -60,8 +66,9 @@ def craft(path: Path, meta: bytes | dict, payload: bytes = b"", version: int = s
     """A file with a valid checksum over whatever meta and payload it is given."""
     raw = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
     digest = hashlib.sha256(raw + payload).digest()
-    path.write_bytes(suffix_store._HEAD.pack(suffix_store.MAGIC, version, len(raw), len(payload), digest)
-                     + raw + payload)
+    path.write_bytes(
+        suffix_store._HEAD.pack(suffix_store.MAGIC, version, len(raw), len(payload), digest) + raw + payload
+    )
     os.chmod(path, 0o600)
 
 
@@ -70,7 +77,7 @@ def saved_parts(tmp_path: Path) -> tuple[dict, bytes]:
     path = save(sample(), IDENT, tmp_path)
     data = path.read_bytes()
     _, _, meta_len, _, _ = suffix_store._HEAD.unpack_from(data)
-    body = data[suffix_store._HEAD.size:]
+    body = data[suffix_store._HEAD.size :]
     return json.loads(body[:meta_len]), bytes(body[meta_len:])
 
 
@@ -138,18 +145,21 @@ def test_a_header_claiming_more_than_its_cap_holds_is_not_read(tmp_path):
 
 
 # -- 3. crafted files with a valid checksum -------------------------------------------------
-@pytest.mark.parametrize("change, why", [
-    (lambda m: b"[" * 200_000, "unreadable header"),
-    (lambda m: {**m, "key_lens": [30, 2]}, "key lengths"),
-    (lambda m: {**m, "key_lens": [2, 6]}, "key lengths"),
-    (lambda m: {**m, "saved_at": 1e300}, "save time"),
-    (lambda m: json.dumps({**m, "saved_at": float("nan")}).encode(), "save time"),
-    (lambda m: json.dumps(m).replace('"proposals": 0', '"proposals": 1e400').encode(), "proposals"),
-    (lambda m: {**m, "cap": 1 << 40}, "cap"),
-    (lambda m: {**m, "models": [{"x": 1}]}, "model names"),
-    (lambda m: {**m, "hits": -1}, "hits"),
-    (lambda m: {**m, "arrays": [["tok", "<i4", "many"]]}, "array layout"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda m: b"[" * 200_000, "unreadable header"),
+        (lambda m: {**m, "key_lens": [30, 2]}, "key lengths"),
+        (lambda m: {**m, "key_lens": [2, 6]}, "key lengths"),
+        (lambda m: {**m, "saved_at": 1e300}, "save time"),
+        (lambda m: json.dumps({**m, "saved_at": float("nan")}).encode(), "save time"),
+        (lambda m: json.dumps(m).replace('"proposals": 0', '"proposals": 1e400').encode(), "proposals"),
+        (lambda m: {**m, "cap": 1 << 40}, "cap"),
+        (lambda m: {**m, "models": [{"x": 1}]}, "model names"),
+        (lambda m: {**m, "hits": -1}, "hits"),
+        (lambda m: {**m, "arrays": [["tok", "<i4", "many"]]}, "array layout"),
+    ],
+)
 def test_a_crafted_file_with_a_valid_checksum_is_one_warning_everywhere(tmp_path, change, why):
     meta, payload = saved_parts(tmp_path)
     assert meta["proposals"] == 0
@@ -186,8 +196,9 @@ def test_a_link_planted_at_a_temporary_name_is_never_followed(tmp_path):
     store = tmp_path / "store"
     store.mkdir(mode=0o700)
     path = store_path(IDENT, store)
-    planter = subprocess.Popen([sys.executable, "-c", PLANTER, str(path), str(victim), str(os.getpid())],
-                               stdout=subprocess.PIPE, text=True)
+    planter = subprocess.Popen(
+        [sys.executable, "-c", PLANTER, str(path), str(victim), str(os.getpid())], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert planter.stdout.readline().strip() == "planting"
         for _ in range(300):
@@ -285,15 +296,19 @@ def test_two_runs_on_one_store_keep_both_runs_answers(tmp_path):
     save(cold, IDENT, tmp_path)
     save(c, IDENT, tmp_path)
     assert sorted(map(tuple, texts(load(IDENT, directory=tmp_path)))) == sorted(
-        map(tuple, [*texts(sample()), [40, 41, 42], [50, 51, 52], [60, 61], [70]]))
+        map(tuple, [*texts(sample()), [40, 41, 42], [50, 51, 52], [60, 61], [70]])
+    )
 
 
 def test_a_run_alone_saves_exactly_its_index_even_from_a_file_without_a_lineage(tmp_path, monkeypatch):
     """A file an earlier edgespec wrote has no lineage: saved back by the one run that
     loaded it, the answers that run dropped at its cap do not come back from the file."""
     real = suffix_store.json.dumps
-    monkeypatch.setattr(suffix_store.json, "dumps", lambda o, *a, **k: real(
-        {n: v for n, v in o.items() if n != "lineage"} if isinstance(o, dict) else o, *a, **k))
+    monkeypatch.setattr(
+        suffix_store.json,
+        "dumps",
+        lambda o, *a, **k: real({n: v for n, v in o.items() if n != "lineage"} if isinstance(o, dict) else o, *a, **k),
+    )
     save(sample(cap=14), IDENT, tmp_path)
     monkeypatch.undo()
     run = add(load(IDENT, directory=tmp_path), [30, 31, 32, 33, 34])  # drops the oldest document
@@ -315,8 +330,15 @@ SAVER = textwrap.dedent("""
 
 
 def test_concurrent_saves_neither_fail_nor_lose_each_others_answers(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), str(mark)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for mark in (100, 200)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(tmp_path), str(mark)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mark in (100, 200)
+    ]
     outs = [p.communicate(timeout=240) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
     with warnings.catch_warnings():
@@ -453,8 +475,9 @@ RUN = textwrap.dedent("""
 
 def test_sigterm_saves_the_memory_as_ctrl_c_does(tmp_path):
     env = {**os.environ, "EDGESPEC_MEMORY_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-c", RUN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
@@ -531,15 +554,21 @@ def test_the_metrics_that_show_the_memories_are_documented_as_shared():
     after = metrics.render()
 
     def values(text):
-        return {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
-                if line and not line.startswith("#")}
+        return {
+            line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1]
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
 
     moved = {name for name, v in values(after).items() if values(before).get(name) != v}
     memory_series = {name for name in moved if "memory" in name}
-    assert {'edgespec_draft_tokens_by_source_total{source="memory"}', "edgespec_memory_keys",
-            "edgespec_memory_tokens"} <= memory_series
+    assert {
+        'edgespec_draft_tokens_by_source_total{source="memory"}',
+        "edgespec_memory_keys",
+        "edgespec_memory_tokens",
+    } <= memory_series
     doc = (DOCS / "memory.md").read_text()
-    shared = doc[doc.index("**`/metrics` is shared**"):doc.index("A memory shared by several users")]
+    shared = doc[doc.index("**`/metrics` is shared**") : doc.index("A memory shared by several users")]
     for name in memory_series | {n for n in moved if n.startswith("edgespec_draft")}:
         assert f"`{name.split('{')[0]}" in shared, name
     assert "**`/metrics` is shared.**" in (DOCS / "server-safety.md").read_text()

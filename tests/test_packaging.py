@@ -40,7 +40,9 @@ def wheel_files(tmp_path_factory) -> set[str]:
     shutil.copytree(PACKAGE, src / "edgespec", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = out.glob("edgespec-*.whl")

@@ -130,9 +130,9 @@ def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monk
     """llama.cpp's kernels unless --exact; on a CPU the automatic choice is prompt lookup
     (its policy drafts only where it pays, so it cannot lose); --exact counts the exact
     kernels' slowdown, and then plain decoding wins."""
+    from edgespec import profiles
     from edgespec.costmodel import adaptive
     from edgespec.planning import planner
-    from edgespec import profiles
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     auto = planner.plan("cpu-small")
@@ -149,8 +149,15 @@ def test_kernels_follow_exact_and_prompt_lookup_is_the_cpu_choice(tmp_path, monk
     # the target's own c(n): its weight type's curve (the embedded Q4_K_M's), not the profile's for any weights
     c = plan_costs.target_verify(prof, ng.target).cost
     assert ng.target and c is not prof.verify.cost
-    k, s = adaptive.best_k(prof.alpha_ngram.value, c, prof.gamma_ngram.value, k_min=prof.k_min,
-                           k_max=prof.k_max, hit=prof.ngram_hit.value, slowdown=prof.exact_slowdown.value)
+    k, s = adaptive.best_k(
+        prof.alpha_ngram.value,
+        c,
+        prof.gamma_ngram.value,
+        k_min=prof.k_min,
+        k_max=prof.k_max,
+        hit=prof.ngram_hit.value,
+        slowdown=prof.exact_slowdown.value,
+    )
     # prompt lookup's policy cannot lose: predicted at least its floor (plain speed on the exact kernels)
     assert (ng.k, ng.predicted_speedup) == (k, pytest.approx(max(s, 1.0 / prof.exact_slowdown.value)))
     assert "batch-invariant kernels" not in auto.reason

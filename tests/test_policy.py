@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from edgespec.costmodel.adaptive import VerifyCost
-from edgespec.decoding.drafters import BaseDrafter, Proposal
-from edgespec.events import Stats
 from edgespec.costmodel.costs import CPU_VERIFY_PRIOR, OnlineCost
 from edgespec.decoding.acceptance import MatchAcceptance, match_bucket
-from edgespec.decoding.policy import DraftPolicy, best_length
+from edgespec.decoding.drafters import BaseDrafter, Proposal
 from edgespec.decoding.params import SamplingParams
+from edgespec.decoding.policy import DraftPolicy, best_length
 from edgespec.decoding.speculative import SpeculativeLoop
+from edgespec.events import Stats
 
 FLAT = VerifyCost((1, 16), (1.0, 1.05))
 LINEAR = VerifyCost(tuple(range(1, 17)), tuple(float(n) for n in range(1, 17)))
@@ -133,8 +133,14 @@ def simulate(policy: DraftPolicy, accept: callable, rounds: int, match_len: int 
         # as the loop does: when every draft was kept, the next proposed id is judged
         # by the round's own next token, for free
         next_ok = accept(r, n) if acc == n and n < len(ids) else None
-        policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * TILED(n + 1),
-                       match_len=match_len, next_ok=next_ok)
+        policy.observe(
+            batch=n + 1,
+            tested=n,
+            accepted=acc,
+            verify_seconds=0.02 * TILED(n + 1),
+            match_len=match_len,
+            next_ok=next_ok,
+        )
         verified.append(n)
     return verified
 
@@ -185,8 +191,7 @@ def test_model_drafter_learns_gamma_from_timings():
     for _ in range(30):
         policy.limit(8)
         policy.observe(batch=1, tested=0, accepted=0, verify_seconds=0.010)  # plain steps
-        policy.observe(batch=3, tested=2, accepted=2, verify_seconds=0.0105,
-                       draft_seconds=0.002 * 2, drafted=2)
+        policy.observe(batch=3, tested=2, accepted=2, verify_seconds=0.0105, draft_seconds=0.002 * 2, drafted=2)
     assert policy.gamma == pytest.approx(0.2, abs=0.03)
 
 
@@ -198,8 +203,9 @@ def test_cpu_prior_has_the_tiles():
 # -- where a copied span ends: the break bucket, and outcomes seen for free ------------------
 
 
-def quoting(policy: DraftPolicy, rounds: int, breaks: bool, rng: np.random.Generator,
-            continues: bool = False) -> tuple[int, int, float]:
+def quoting(
+    policy: DraftPolicy, rounds: int, breaks: bool, rng: np.random.Generator, continues: bool = False
+) -> tuple[int, int, float]:
     """Rounds over a text that copies sentences of varying length: each proposal's
     span ends at a sentence break (at a random draft position, whatever the match
     length) unless ``continues`` (code: copying goes on across lines). Returns drafts
@@ -214,8 +220,15 @@ def quoting(policy: DraftPolicy, rounds: int, breaks: bool, rng: np.random.Gener
         n = policy.choose(ids, m, (), after)
         acc = n if continues else min(n, end)
         next_ok = (continues or n < end) if acc == n and n < l_max else None
-        policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * TILED(n + 1),
-                       match_len=m, next_ok=next_ok, after_break=after)
+        policy.observe(
+            batch=n + 1,
+            tested=n,
+            accepted=acc,
+            verify_seconds=0.02 * TILED(n + 1),
+            match_len=m,
+            next_ok=next_ok,
+            after_break=after,
+        )
         verified, accepted, cost = verified + n, accepted + acc, cost + TILED(n + 1)
     return verified, accepted, cost
 
@@ -309,19 +322,29 @@ class _Verifies:
         self.seen.append(kw)
 
 
-@pytest.mark.parametrize("n, ids, next_ok", [
-    (0, [6, 7, 8], True),    # plain step: the target's token 6 is the proposal's first id
-    (0, [9, 7, 8], False),   # ... and here it is not
-    (2, [6, 7, 8], True),    # both drafts kept: the bonus token 8 judges the third id
-    (2, [6, 7, 3], False),
-    (2, [6, 0, 8], None),    # a draft rejected: nothing more is known
-    (3, [6, 7, 8], None),    # everything proposed was verified
-])
+@pytest.mark.parametrize(
+    "n, ids, next_ok",
+    [
+        (0, [6, 7, 8], True),  # plain step: the target's token 6 is the proposal's first id
+        (0, [9, 7, 8], False),  # ... and here it is not
+        (2, [6, 7, 8], True),  # both drafts kept: the bonus token 8 judges the third id
+        (2, [6, 7, 3], False),
+        (2, [6, 0, 8], None),  # a draft rejected: nothing more is known
+        (3, [6, 7, 8], None),  # everything proposed was verified
+    ],
+)
 def test_the_loop_tells_the_policy_the_outcome_of_the_first_unverified_id(n, ids, next_ok):
     policy = _Verifies(n)
-    loop = SpeculativeLoop(target=_CountingTarget(), drafter=_Proposes(ids, (False, True, False)),
-                           committed=[4, 5], params=SamplingParams(temperature=0.0),
-                           rng=np.random.default_rng(0), policy=policy, stats=Stats(), n_vocab=64)
+    loop = SpeculativeLoop(
+        target=_CountingTarget(),
+        drafter=_Proposes(ids, (False, True, False)),
+        committed=[4, 5],
+        params=SamplingParams(temperature=0.0),
+        rng=np.random.default_rng(0),
+        policy=policy,
+        stats=Stats(),
+        n_vocab=64,
+    )
     res = loop.round(16)
     assert res.tokens[: len(res.tokens) - 1] == ids[: len(res.tokens) - 1]
     seen = policy.seen[-1]

@@ -22,8 +22,7 @@ PROFILE_ANY = VerifyCost((1, 2), (1.0, 1.03))
 
 
 def test_a_measured_curve_for_the_file_comes_first():
-    c = priors.choose_verify_prior("cpu", "Q4_0", {"Q4_0": PROFILE_Q4_0, "default": PROFILE_ANY},
-                                   measured=MEASURED)
+    c = priors.choose_verify_prior("cpu", "Q4_0", {"Q4_0": PROFILE_Q4_0, "default": PROFILE_ANY}, measured=MEASURED)
     assert c.cost is MEASURED and c.origin == "measured"
 
 
@@ -101,7 +100,6 @@ def test_every_row_has_a_source_and_every_published_row_a_url_and_its_arithmetic
 # -- the mix of a file -------------------------------------------------------------------------
 
 
-
 def _layers(*parts: tuple[str, int]) -> list[tuple[str, str, int, int]]:
     return [(f"blk.{i}.w", kind, n, 2) for i, (kind, n) in enumerate(parts)]
 
@@ -116,8 +114,15 @@ def _layers(*parts: tuple[str, int]) -> list[tuple[str, str, int, int]]:
         (_layers(("Q8_0", 60), ("Q4_0", 40)), "Q8_0+Q4_0"),
         (_layers(("IQ4_NL", 100)), "IQ4_NL"),
         # the embedding, the output head and 1-D tensors (norms, biases) do not count
-        (_layers(("Q4_0", 10)) + [("token_embd.weight", "Q6_K", 1000, 2), ("output.weight", "Q8_0", 1000, 2),
-                                   ("blk.0.attn_norm.weight", "F32", 1000, 1)], "Q4_0"),
+        (
+            _layers(("Q4_0", 10))
+            + [
+                ("token_embd.weight", "Q6_K", 1000, 2),
+                ("output.weight", "Q8_0", 1000, 2),
+                ("blk.0.attn_norm.weight", "F32", 1000, 1),
+            ],
+            "Q4_0",
+        ),
         ([("token_embd.weight", "F16", 10, 2)], ""),
     ],
 )

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from conftest import ISSUE_PROFILES
 from edgespec import catalog, profiles
-from edgespec.planning import planner
 from edgespec.errors import ProfileError
+from edgespec.planning import planner
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,8 @@ def test_every_verify_curve_has_a_published_source_or_says_measured_with_its_fil
                 assert "Qwen2.5-Coder-1.5B" in fig.source, (p.name, key)  # the file it was measured on
             else:
                 assert "https://github.com/ggml-org/llama.cpp/" in fig.source or "this project's measurement" in (
-                    fig.source), (p.name, key)
+                    fig.source
+                ), (p.name, key)
                 assert "memory-bound arithmetic (" not in fig.source, (p.name, key)  # the old unsourced estimate
 
 
@@ -127,7 +128,9 @@ def test_unknown_profile_lists_the_known_ones():
 
 
 def test_a_user_file_named_like_a_shipped_profile_overrides_it_key_by_key(user_dir):
-    write_user(user_dir, "m2max", '[memory]\nmodels_gb = { value = 90, status = "measured", source = "my 128 GB Mac" }\n')
+    write_user(
+        user_dir, "m2max", '[memory]\nmodels_gb = { value = 90, status = "measured", source = "my 128 GB Mac" }\n'
+    )
     p = profiles.load_profile("m2max")
     assert p.origin == "user over shipped" and p.path.endswith("m2max.toml")
     assert p.models_gb.value == 90 and p.models_gb.status == "measured"
@@ -155,27 +158,54 @@ def test_extends_cycles_are_reported(user_dir):
     [
         ('backend = "vulkan"', "backend", '"vulkan"'),
         ('[run]\nn_threads = "many"', "run.n_threads", '"many"'),
-        ('[run]\nn_gpu_layers = 10', "run.n_gpu_layers", "10"),  # on a cpu profile
-        ('[choice]\nk_max = 0', "choice.k_max", "0"),
+        ("[run]\nn_gpu_layers = 10", "run.n_gpu_layers", "10"),  # on a cpu profile
+        ("[choice]\nk_max = 0", "choice.k_max", "0"),
         ('[choice]\npairs = ["gpt-5+gpt-1"]', "choice.pairs", '"gpt-5+gpt-1"'),
         ('[choice]\ndrafters = ["eagle"]', "choice.drafters", '"eagle"'),
-        ('[memory]\nmodels_gb = 12', "memory.models_gb", "12"),
-        ('[memory]\nmodels_gb = { value = 12, status = "guessed", source = "me" }', "memory.models_gb.status", '"guessed"'),
+        ("[memory]\nmodels_gb = 12", "memory.models_gb", "12"),
+        (
+            '[memory]\nmodels_gb = { value = 12, status = "guessed", source = "me" }',
+            "memory.models_gb.status",
+            '"guessed"',
+        ),
         ('[memory]\nmodels_gb = { value = 12, status = "measured" }', "memory.models_gb.source", "nothing (missing)"),
-        ('[cost]\nverify = { n = [4, 2], c = [1.1, 1.2], status = "measured", source = "x" }', "cost.verify.n", "[4, 2]"),
+        (
+            '[cost]\nverify = { n = [4, 2], c = [1.1, 1.2], status = "measured", source = "x" }',
+            "cost.verify.n",
+            "[4, 2]",
+        ),
         ('[cost]\nalpha_model = { value = 1.5, status = "measured", source = "x" }', "cost.alpha_model.value", "1.5"),
-        ('[cost.pair."nope+nope"]\nalpha = { value = 0.5, status = "measured", source = "x" }', 'cost.pair."nope+nope"', "an unknown key"),
-        ('[choice]\nk_maxx = 4', "choice.k_maxx", "an unknown key"),
-        ('[cost.verify_weights]\nQ3_X = { n = [2], c = [1.5], status = "measured", source = "x" }',
-         "cost.verify_weights.Q3_X", "an unknown key"),
-        ('[cost.verify_weights]\nQ4_0 = { n = [2], c = [0.5], status = "measured", source = "x" }',
-         "cost.verify_weights.Q4_0.c", "[0.5]"),
-        ('[cost.verify_weights]\nQ4_0 = { n = [2], c = [1.5], status = "measured", source = "x", k_max = 0 }',
-         "cost.verify_weights.Q4_0.k_max", "0"),
-        ('[cost.verify_weights]\nQ4_0 = { n = [2], c = [1.5], status = "measured", source = "x", drafters = ["x"] }',
-         "cost.verify_weights.Q4_0.drafters", '"x"'),
-        ('[cost]\nverify = { n = [2], c = [1.5], status = "measured", source = "x", k_max = 2 }',
-         "cost.verify.k_max", "an unknown key"),
+        (
+            '[cost.pair."nope+nope"]\nalpha = { value = 0.5, status = "measured", source = "x" }',
+            'cost.pair."nope+nope"',
+            "an unknown key",
+        ),
+        ("[choice]\nk_maxx = 4", "choice.k_maxx", "an unknown key"),
+        (
+            '[cost.verify_weights]\nQ3_X = { n = [2], c = [1.5], status = "measured", source = "x" }',
+            "cost.verify_weights.Q3_X",
+            "an unknown key",
+        ),
+        (
+            '[cost.verify_weights]\nQ4_0 = { n = [2], c = [0.5], status = "measured", source = "x" }',
+            "cost.verify_weights.Q4_0.c",
+            "[0.5]",
+        ),
+        (
+            '[cost.verify_weights]\nQ4_0 = { n = [2], c = [1.5], status = "measured", source = "x", k_max = 0 }',
+            "cost.verify_weights.Q4_0.k_max",
+            "0",
+        ),
+        (
+            '[cost.verify_weights]\nQ4_0 = { n = [2], c = [1.5], status = "measured", source = "x", drafters = ["x"] }',
+            "cost.verify_weights.Q4_0.drafters",
+            '"x"',
+        ),
+        (
+            '[cost]\nverify = { n = [2], c = [1.5], status = "measured", source = "x", k_max = 2 }',
+            "cost.verify.k_max",
+            "an unknown key",
+        ),
         ('name = "other"', "name", '"other"'),
     ],
 )
@@ -189,8 +219,11 @@ def test_a_malformed_user_profile_names_the_file_the_key_the_value_and_what_is_a
 
 
 def test_an_unknown_weight_mix_names_the_allowed_ones(user_dir):
-    write_user(user_dir, "cpu-small",
-               '[cost.verify_weights]\nQ3_X = { n = [2], c = [1.5], status = "measured", source = "x" }\n')
+    write_user(
+        user_dir,
+        "cpu-small",
+        '[cost.verify_weights]\nQ3_X = { n = [2], c = [1.5], status = "measured", source = "x" }\n',
+    )
     with pytest.raises(ProfileError, match=r"allowed: weight-type mixes: Q4_K_M, .*Q4_0, .*IQ4_NL, .*Q8_0, F16"):
         profiles.load_profile("cpu-small")
 
@@ -215,8 +248,13 @@ def test_an_incomplete_new_user_profile_names_the_missing_table(user_dir):
 def test_record_measurements_writes_a_dated_measured_user_profile(user_dir):
     when = dt.date(2026, 11, 29)
     path = profiles.record_measurements(
-        "cpu-small", pair=catalog.DEFAULT_PAIR, gamma=0.12, alpha=0.85,
-        verify={2: 1.1, 4: 1.3, 8: 1.9}, source="edgespec tune (test)", when=when,
+        "cpu-small",
+        pair=catalog.DEFAULT_PAIR,
+        gamma=0.12,
+        alpha=0.85,
+        verify={2: 1.1, 4: 1.3, 8: 1.9},
+        source="edgespec tune (test)",
+        when=when,
     )
     assert path == user_dir / "cpu-small.toml"
     text = path.read_text()
@@ -334,9 +372,7 @@ def test_cli_malformed_user_profile_is_one_line_and_exit_7(cli, user_dir):
     path = write_user(user_dir, "m2max", '[choice]\nk_max = "lots"\n')
     r = cli("profiles", "show", "m2max")
     assert r.exit_code == 7
-    assert r.stderr.strip() == (
-        f'error: {path}: choice.k_max: found "lots"; allowed: an integer from 1 to 64'
-    )
+    assert r.stderr.strip() == (f'error: {path}: choice.k_max: found "lots"; allowed: an integer from 1 to 64')
     assert "Traceback" not in r.output
     r = cli("profiles", "list")
     assert r.exit_code == 7 and str(path) in r.stderr

@@ -37,31 +37,38 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgespec import Engine
-from edgespec.decoding import sampling
 from edgespec.batching.jobs import ALLOWED_KEYS, id_key, read_jobs
 from edgespec.batching.results import run_batch
 from edgespec.batching.writer import ResultWriter
-from edgespec.decoding.params import SAMPLING_KEYS
+from edgespec.decoding import sampling
+from edgespec.decoding.params import SAMPLING_KEYS, SamplingParams
 from edgespec.errors import InputError
 from edgespec.events import Stats, Token
-from edgespec.decoding.params import SamplingParams
-
 from tiny_models import make_tiny_model
 
 
 def fast(max_examples: int):
-    return settings(max_examples=max_examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 # -- batch input -----------------------------------------------------------------------------------
 
-JSON_SCALARS = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
-                | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=6))
-JSON_VALUES = st.recursive(JSON_SCALARS, lambda c: st.lists(c, max_size=3)
-                           | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=6)
-MESSAGES = st.lists(st.fixed_dictionaries({"role": st.text(max_size=6), "content": st.text(max_size=8)}),
-                    max_size=3)
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6)
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3), max_leaves=6
+)
+MESSAGES = st.lists(st.fixed_dictionaries({"role": st.text(max_size=6), "content": st.text(max_size=8)}), max_size=3)
 PLAUSIBLE = {
     "id": st.integers(-5, 5) | st.text(max_size=4),
     "prompt": st.text(max_size=10),
@@ -76,7 +83,8 @@ PLAUSIBLE = {
     "raw": st.booleans() | st.integers(0, 1),
 }
 LINE_OBJECTS = st.fixed_dictionaries(
-    {}, optional={k: v | JSON_VALUES for k, v in PLAUSIBLE.items()} | {"extra": JSON_VALUES})
+    {}, optional={k: v | JSON_VALUES for k, v in PLAUSIBLE.items()} | {"extra": JSON_VALUES}
+)
 
 
 @st.composite
@@ -112,8 +120,9 @@ def test_any_input_bytes_make_jobs_or_numbered_bad_lines(lines, final_newline):
         assert set(job.options) <= ALLOWED_KEYS
         if "max_tokens" in job.options:
             assert isinstance(job.options["max_tokens"], int) and job.options["max_tokens"] >= 1
-        json.dumps({"id": job.id, "prompt": job.prompt, "stop": job.options.get("stop")},
-                   ensure_ascii=False).encode("utf-8")
+        json.dumps({"id": job.id, "prompt": job.prompt, "stop": job.options.get("stop")}, ensure_ascii=False).encode(
+            "utf-8"
+        )
 
 
 # -- sampling -----------------------------------------------------------------------------------------
@@ -136,8 +145,7 @@ def accepted_params(draw) -> SamplingParams:
 
 
 @fast(150)
-@given(st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=40), accepted_params(),
-       st.data())
+@given(st.lists(st.floats(-1e4, 1e4, width=32), min_size=1, max_size=40), accepted_params(), st.data())
 def test_every_accepted_sampling_setting_gives_a_distribution(logits, params, data):
     params.validate()
     row = np.asarray(logits, dtype=np.float32)
@@ -158,10 +166,12 @@ def test_every_accepted_sampling_setting_gives_a_distribution(logits, params, da
 # -- batch resume ------------------------------------------------------------------------------------
 
 IDS = st.integers(-3, 40) | st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=4)
-FOREIGN_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"),
-                       min_size=1, max_size=12).filter(lambda s: s.strip() and not s.lstrip().startswith("{"))
-FOREIGN_JSON = st.dictionaries(st.sampled_from(["id", "prompt", "note", "txt"]),
-                               st.integers(0, 9) | st.text(max_size=4), max_size=3).map(json.dumps)
+FOREIGN_TEXT = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), min_size=1, max_size=12
+).filter(lambda s: s.strip() and not s.lstrip().startswith("{"))
+FOREIGN_JSON = st.dictionaries(
+    st.sampled_from(["id", "prompt", "note", "txt"]), st.integers(0, 9) | st.text(max_size=4), max_size=3
+).map(json.dumps)
 
 
 def result_bytes(rec_id, text: str, compact: bool) -> bytes:
@@ -217,8 +227,9 @@ def resume_cases(draw):
 def test_resume_answers_every_id_once_and_loses_only_torn_records(case):
     ids, body, tail_kind, tail, tail_id, kills = case
     original = b"".join(line + b"\n" for _, line, _ in body) + tail
-    jobs = read_jobs(io.StringIO("".join(json.dumps({"id": i, "prompt": f"p{n}"}) + "\n"
-                                         for n, i in enumerate(ids)))).jobs
+    jobs = read_jobs(
+        io.StringIO("".join(json.dumps({"id": i, "prompt": f"p{n}"}) + "\n" for n, i in enumerate(ids)))
+    ).jobs
     assert len(jobs) == len(ids)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.jsonl"
@@ -273,15 +284,19 @@ def test_resume_answers_every_id_once_and_loses_only_torn_records(case):
 
 # (target, drafter): model names from ``models`` below, "ngram", or None (plain)
 PAIRS = [
-    ("t320", None), ("t320", "ngram"), ("t320", "same"), ("t320", "noisy"),
-    ("t320", "t328"), ("t328", "t320"), ("t328", "ngram"),
+    ("t320", None),
+    ("t320", "ngram"),
+    ("t320", "same"),
+    ("t320", "noisy"),
+    ("t320", "t328"),
+    ("t328", "t320"),
+    ("t328", "ngram"),
 ]
 
 
 @pytest.fixture(scope="module")
 def models(tiny_models_dir, tiny_target, tiny_same, tiny_noisy) -> dict[str, Path]:
-    t328 = make_tiny_model(tiny_models_dir / "target_328.gguf", seed=0, n_vocab=328,
-                           name="edgespec-tiny-328")
+    t328 = make_tiny_model(tiny_models_dir / "target_328.gguf", seed=0, n_vocab=328, name="edgespec-tiny-328")
     return {"t320": tiny_target, "same": tiny_same, "noisy": tiny_noisy, "t328": t328}
 
 
@@ -296,8 +311,7 @@ def engines(models):
             d = None if draft is None else draft if draft == "ngram" else models[draft]
             # one thread: a tiny model gains nothing from more, and on a loaded machine
             # OpenMP's spinning threads make each decode hundreds of times slower
-            cache[key] = Engine(models[target], d, n_batch=n_batch, n_ctx=n_ctx, n_threads=1,
-                                exact=True)
+            cache[key] = Engine(models[target], d, n_batch=n_batch, n_ctx=n_ctx, n_threads=1, exact=True)
         return cache[key]
 
     yield get
@@ -329,11 +343,16 @@ def engine_cases(draw):
         stop=draw(st.sampled_from([(), (), ("e",), ("th", "\n")])),
     )
     return dict(
-        target=target, draft=draft, n_ctx=n_ctx, n_batch=draw(st.sampled_from([2, 3, 8, 512])),
-        k=draw(st.integers(1, 10)), p_min=draw(st.sampled_from([0.0, 0.0, 0.4])),
+        target=target,
+        draft=draft,
+        n_ctx=n_ctx,
+        n_batch=draw(st.sampled_from([2, 3, 8, 512])),
+        k=draw(st.integers(1, 10)),
+        p_min=draw(st.sampled_from([0.0, 0.0, 0.4])),
         # the learned drafting policy, or exactly k per round (which always drafts)
         adaptive=draw(st.booleans()),
-        prompt=prompt[: n_ctx - 1], options=options,
+        prompt=prompt[: n_ctx - 1],
+        options=options,
         close_after=draw(st.none() | st.integers(0, 10)),
     )
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from rich.console import Console
 
-from edgespec.events import Done, Round, Stats, Token
 from edgespec.cli.readout import STYLE_DRAFT, STYLE_REJECTED, Readout, SpeedupEstimate
+from edgespec.events import Done, Round, Stats, Token
 
 ESC = "\x1b"
 
@@ -31,8 +31,18 @@ def fake_stream(rounds, drafter="ngram", k=4, finish="stop"):
         tid += 1
         n_rej = len(rejected.split()) if rejected else 0
         drafted = len(accepted) + n_rej
-        events.append(Round(index=i, drafted=drafted, accepted=len(accepted), rejected=n_rej, k=k,
-                            drafter=drafter, rejected_ids=tuple(range(n_rej)), rejected_text=rejected))
+        events.append(
+            Round(
+                index=i,
+                drafted=drafted,
+                accepted=len(accepted),
+                rejected=n_rej,
+                k=k,
+                drafter=drafter,
+                rejected_ids=tuple(range(n_rej)),
+                rejected_text=rejected,
+            )
+        )
         stats.rounds += 1
         stats.drafted += drafted
         stats.accepted += len(accepted)
@@ -47,15 +57,23 @@ def fake_stream(rounds, drafter="ngram", k=4, finish="stop"):
 ROUNDS = [
     (["def", " add"], "(", " foo bar"),
     ([], "a", ""),
-    (["," " b"], ")", "):"),
+    ([", b"], ")", "):"),
     ([":\n", "    return"], " a", ""),
     ([" +", " b", "\n"], "", ""),
 ]
 
 
 def tty_console(width=100):
-    return Console(file=io.StringIO(), force_terminal=True, color_system="standard", width=width,
-                   height=30, record=True, highlight=False, legacy_windows=False)
+    return Console(
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="standard",
+        width=width,
+        height=30,
+        record=True,
+        highlight=False,
+        legacy_windows=False,
+    )
 
 
 def sgr_before(ansi: str, piece: str) -> str:
@@ -205,8 +223,17 @@ def test_empty_rounds_of_a_draft_model_are_not_taken_as_plain_steps():
 
 
 def _stats(rounds: int, drafting: int, drafted: int, accepted: int, tokens: int, seconds: float) -> Stats:
-    st = Stats(drafter="ngram", rounds=rounds, drafted=drafted, accepted=accepted, generated_tokens=tokens,
-               t_generate=seconds, k_final=15, prompt_tokens=10, prompt_tokens_processed=10)
+    st = Stats(
+        drafter="ngram",
+        rounds=rounds,
+        drafted=drafted,
+        accepted=accepted,
+        generated_tokens=tokens,
+        t_generate=seconds,
+        k_final=15,
+        prompt_tokens=10,
+        prompt_tokens_processed=10,
+    )
     st.drafted_by_position = [drafting] if drafting else []
     return st
 

@@ -57,8 +57,15 @@ def test_edits_are_a_tool_loop_with_modest_prompts():
 def test_the_ticket_schema_is_valid_and_strict():
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft202012Validator.check_schema(rp.TICKET_SCHEMA)
-    record = {"customer": "Ana Lima", "product": "billing", "severity": "low", "category": "bug",
-              "summary": "Blurry font in Firefox.", "wants_refund": False, "order_id": None}
+    record = {
+        "customer": "Ana Lima",
+        "product": "billing",
+        "severity": "low",
+        "category": "bug",
+        "summary": "Blurry font in Firefox.",
+        "wants_refund": False,
+        "order_id": None,
+    }
     assert rb.valid_json(json.dumps(record), rp.TICKET_SCHEMA)
     assert not rb.valid_json(json.dumps({**record, "extra": 1}), rp.TICKET_SCHEMA)
     assert not rb.valid_json('{"customer": ', rp.TICKET_SCHEMA)
@@ -66,27 +73,52 @@ def test_the_ticket_schema_is_valid_and_strict():
 
 
 def _rec(tps, text="x", tokens=64, **extra):
-    return {"text": text, "tokens": tokens, "seconds": tokens / tps, "tokens_per_second": tps, "drafted": 10,
-            "accepted": 8, "t_total": tokens / tps + 1, "valid": None, **extra}
+    return {
+        "text": text,
+        "tokens": tokens,
+        "seconds": tokens / tps,
+        "tokens_per_second": tps,
+        "drafted": 10,
+        "accepted": 8,
+        "t_total": tokens / tps + 1,
+        "valid": None,
+        **extra,
+    }
 
 
 def _engine(tps, **extra):
-    return _rec(tps, t_draft=0.001 * 64 / tps, drafted_by_source={"prompt": 4, "memory": 6},
-                accepted_by_source={"prompt": 3, "memory": 5}, **extra)
+    return _rec(
+        tps,
+        t_draft=0.001 * 64 / tps,
+        drafted_by_source={"prompt": 4, "memory": 6},
+        accepted_by_source={"prompt": 3, "memory": 5},
+        **extra,
+    )
 
 
 def test_summary_and_goals_from_synthetic_runs():
     n, split = 32, 24
-    runs = {"plain": [_rec(10.0) for _ in range(n)],
-            "lookup": [_engine(11.0) for _ in range(n)],
-            "suffix": [_engine(10.0 if i < 8 else 16.0) for i in range(n)],
-            "ngram-mod": [_rec(12.0, text="y", prompt_seconds=1.0) for _ in range(n)]}
-    warm = {"loaded_tokens": 1000, "t_load": 0.01, "memory_after": None,
-            "runs": {"plain": [_rec(9.0) for _ in range(n - split)], "warm": [_engine(14.0) for _ in range(n - split)]}}
-    summary = {"workloads": {"extraction": rs.summarize_workload(WL["extraction"], runs, warm, split),
-                             "tests": rs.summarize_workload(WL["tests"], runs, None, split)},
-               "memory": {"tests": {"tokens": 900, "cap": 1000, "bytes": 1, "proposals": 0, "hits": 0,
-                                    "proposed": 0, "accepted": 0}}}
+    runs = {
+        "plain": [_rec(10.0) for _ in range(n)],
+        "lookup": [_engine(11.0) for _ in range(n)],
+        "suffix": [_engine(10.0 if i < 8 else 16.0) for i in range(n)],
+        "ngram-mod": [_rec(12.0, text="y", prompt_seconds=1.0) for _ in range(n)],
+    }
+    warm = {
+        "loaded_tokens": 1000,
+        "t_load": 0.01,
+        "memory_after": None,
+        "runs": {"plain": [_rec(9.0) for _ in range(n - split)], "warm": [_engine(14.0) for _ in range(n - split)]},
+    }
+    summary = {
+        "workloads": {
+            "extraction": rs.summarize_workload(WL["extraction"], runs, warm, split),
+            "tests": rs.summarize_workload(WL["tests"], runs, None, split),
+        },
+        "memory": {
+            "tests": {"tokens": 900, "cap": 1000, "bytes": 1, "proposals": 0, "hits": 0, "proposed": 0, "accepted": 0}
+        },
+    }
     ex = summary["workloads"]["extraction"]
     assert ex["windows"]["1-8"]["suffix"]["x_plain"] == 1.0
     assert ex["windows"]["9+"]["suffix"]["x_plain"] == 1.6
@@ -106,8 +138,16 @@ def test_summary_and_goals_from_synthetic_runs():
     assert warm_goal["extraction"]["value"] == round(round(14 / 9, 3) / 1.6, 3)
     assert warm_goal["extraction"]["met"]  # 1.556 / 1.6 = 0.972 >= 0.9
     assert goals["memory: bounded by the cap in tokens"]["tests"]["met"]
-    md = rs.markdown({"summary": summary, "goals": goals, "date": "2026-12-02", "git": {"commit": "abc"},
-                      "machine": {"cpu_count": 2}, "settings": {"target_name": "t.gguf", "threads": 2}})
+    md = rs.markdown(
+        {
+            "summary": summary,
+            "goals": goals,
+            "date": "2026-12-02",
+            "git": {"commit": "abc"},
+            "machine": {"cpu_count": 2},
+            "settings": {"target_name": "t.gguf", "threads": 2},
+        }
+    )
     assert "| extraction | suffix |" in md and "warm (2nd process" in md and "**met**" in md
 
 
@@ -151,17 +191,45 @@ def test_the_warm_pass_loads_a_saved_index_by_its_file(tmp_path):
 
 def test_the_batch_table_reads_its_passes():
     runs = {"plain": [_rec(10.0)] * 3, "suffix": [_engine(20.0)] * 3}
-    summary = {"workloads": {"sql": rs.summarize_workload(WL["sql"], runs, None, None)},
-               "batch": {"workload": "extraction", "requests": 3, "parallel": 4, "passes": 2, "one_at_a_time": {},
-                         "runs": {"plain": {"tokens_per_second": 10.0, "accepted": 0, "drafted": 0, "errors": [],
-                                            "batch_cost": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5]},
-                                  "suffix": {"tokens_per_second": 11.0, "x_plain": 1.1, "accepted": 9, "drafted": 10,
-                                             "errors": [], "accepted_by_source": {"grammar": 9},
-                                             "drafted_by_source": {"grammar": 10},
-                                             "batch_cost": [1.0, 1.2, 1.4, 1.9, 2.2, 3.0, 3.9, 4.3]}}}}
-    md = rs.markdown({"summary": summary, "goals": rs.conclude(summary, 3), "date": "2026-12-02",
-                      "git": {"commit": "abc"}, "machine": {"cpu_count": 2},
-                      "settings": {"target_name": "t.gguf", "threads": 2}})
+    summary = {
+        "workloads": {"sql": rs.summarize_workload(WL["sql"], runs, None, None)},
+        "batch": {
+            "workload": "extraction",
+            "requests": 3,
+            "parallel": 4,
+            "passes": 2,
+            "one_at_a_time": {},
+            "runs": {
+                "plain": {
+                    "tokens_per_second": 10.0,
+                    "accepted": 0,
+                    "drafted": 0,
+                    "errors": [],
+                    "batch_cost": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5],
+                },
+                "suffix": {
+                    "tokens_per_second": 11.0,
+                    "x_plain": 1.1,
+                    "accepted": 9,
+                    "drafted": 10,
+                    "errors": [],
+                    "accepted_by_source": {"grammar": 9},
+                    "drafted_by_source": {"grammar": 10},
+                    "batch_cost": [1.0, 1.2, 1.4, 1.9, 2.2, 3.0, 3.9, 4.3],
+                },
+            },
+        },
+    }
+    md = rs.markdown(
+        {
+            "summary": summary,
+            "goals": rs.conclude(summary, 3),
+            "date": "2026-12-02",
+            "git": {"commit": "abc"},
+            "machine": {"cpu_count": 2},
+            "settings": {"target_name": "t.gguf", "threads": 2},
+        }
+    )
     assert "2 passes per engine" in md
     assert "| suffix | 11.00 | 1.10× | - | 9/10 | grammar 9/10 | 1.20 1.40 1.90 2.20 3.00 3.90 4.30 | 0 |" in md
     assert "| plain | 10.00 | 1.00× |" in md

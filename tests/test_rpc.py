@@ -38,16 +38,22 @@ def servers():
 
 
 def _cli(*args, timeout=120, env=None):
-    return subprocess.run([sys.executable, "-m", "edgespec", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def test_target_split_over_two_servers_matches_the_local_run(servers, tiny_target, tiny_noisy):
     eps = ",".join(s.endpoint for s in servers)
     with Engine(tiny_target, draft=None, n_ctx=256, n_threads=1, exact=True) as local:
         want = local.generate(PROMPT, max_tokens=40, raw=True).token_ids
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=256, n_threads=1, exact=True, rpc=eps,
-                drafting=DraftingOptions(k=3)) as remote:
+    with Engine(
+        tiny_target, draft=tiny_noisy, n_ctx=256, n_threads=1, exact=True, rpc=eps, drafting=DraftingOptions(k=3)
+    ) as remote:
         assert remote.target_model.rpc == rpc.parse_endpoints(eps)
         assert remote.draft_model.rpc == ()
         got = remote.generate(PROMPT, max_tokens=40, raw=True)
@@ -67,8 +73,25 @@ def test_tensor_split_must_name_one_share_per_server(servers, tiny_target):
 
 def test_cli_generate_over_rpc_answers(servers, tiny_target):
     eps = ",".join(s.endpoint for s in servers)
-    r = _cli("generate", "--target", str(tiny_target), "--draft", "ngram", "--rpc", eps, "--tensor-split", "1,3",
-             "--raw", "--max-tokens", "16", "--threads", "1", "--json", "-q", PROMPT)
+    r = _cli(
+        "generate",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "ngram",
+        "--rpc",
+        eps,
+        "--tensor-split",
+        "1,3",
+        "--raw",
+        "--max-tokens",
+        "16",
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        PROMPT,
+    )
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["token_ids"]) > 0
 
@@ -115,8 +138,19 @@ def test_one_server_named_twice_is_refused_at_once(servers, tiny_target):
     """Before: llama.cpp connected twice to the one-client server and waited forever for
     the second connection's hello."""
     port = servers[0].port
-    r = _cli("generate", "--target", str(tiny_target), "--rpc", f"localhost:{port},127.0.0.1:{port}", "--raw",
-             "-n", "4", "-q", "hi", timeout=60)
+    r = _cli(
+        "generate",
+        "--target",
+        str(tiny_target),
+        "--rpc",
+        f"localhost:{port},127.0.0.1:{port}",
+        "--raw",
+        "-n",
+        "4",
+        "-q",
+        "hi",
+        timeout=60,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"localhost:{port} and 127.0.0.1:{port} are the same server" in r.stderr
     assert rpc.probe(rpc.Endpoint("127.0.0.1", port), timeout=5)  # and the server is free again
@@ -125,10 +159,24 @@ def test_one_server_named_twice_is_refused_at_once(servers, tiny_target):
 def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_target):
     jobs = tmp_path / "in.jsonl"
     out = tmp_path / "out.jsonl"
-    jobs.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n"
-                            for i in range(40)))
-    args = ["generate", "--target", str(tiny_target), "--draft", "none", "--raw", "--threads", "1",
-            "--input", str(jobs), "--output", str(out), "-q"]
+    jobs.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n" for i in range(40))
+    )
+    args = [
+        "generate",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "none",
+        "--raw",
+        "--threads",
+        "1",
+        "--input",
+        str(jobs),
+        "--output",
+        str(out),
+        "-q",
+    ]
     first = RpcServer()
     # a 2 ms link slows the tiny model down enough to kill its server mid-batch
     with LatencyProxy(("127.0.0.1", first.port), delay_ms=2) as proxy:
@@ -153,7 +201,7 @@ def test_server_killed_mid_batch_names_it_and_keeps_the_results(tmp_path, tiny_t
         r = _cli(*args, "--rpc", second.endpoint, timeout=300)
     assert r.returncode == 0, r.stderr
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
-    assert sorted(ids) == sorted(f"p{i}" for i in range(40)) and ids[:len(done)] == done
+    assert sorted(ids) == sorted(f"p{i}" for i in range(40)) and ids[: len(done)] == done
 
 
 def test_a_frozen_server_ends_the_run_with_an_error_naming_it(tmp_path, tiny_target):
@@ -161,13 +209,37 @@ def test_a_frozen_server_ends_the_run_with_an_error_naming_it(tmp_path, tiny_tar
     SIGSTOP (frozen, its connection still open) hung generation forever."""
     jobs = tmp_path / "in.jsonl"
     out = tmp_path / "out.jsonl"
-    jobs.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n"
-                            for i in range(40)))
+    jobs.write_text(
+        "".join(json.dumps({"id": f"p{i}", "prompt": f"{PROMPT} {i}", "max_tokens": 48}) + "\n" for i in range(40))
+    )
     with RpcServer() as server:
-        cmd = [sys.executable, "-m", "edgespec", "generate", "--target", str(tiny_target), "--draft", "none", "--raw",
-               "--threads", "1", "--input", str(jobs), "--output", str(out), "-q", "--rpc", server.endpoint]
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=dict(os.environ, EDGESPEC_RPC_TIMEOUT="3"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "generate",
+            "--target",
+            str(tiny_target),
+            "--draft",
+            "none",
+            "--raw",
+            "--threads",
+            "1",
+            "--input",
+            str(jobs),
+            "--output",
+            str(out),
+            "-q",
+            "--rpc",
+            server.endpoint,
+        ]
+        child = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, EDGESPEC_RPC_TIMEOUT="3"),
+        )
         try:
             deadline = time.monotonic() + 60
             while (not out.exists() or out.read_text().count("\n") < 2) and time.monotonic() < deadline:
@@ -210,8 +282,20 @@ def test_a_server_taken_after_the_check_ends_llama_cpps_handshake_with_an_error(
     threading.Thread(target=first_hello_only, daemon=True).start()
     ep = f"127.0.0.1:{srv.getsockname()[1]}"
     with srv:
-        r = _cli("generate", "--target", str(tiny_target), "--rpc", ep, "--raw", "-n", "4", "-q", "hi", timeout=60,
-                 env={"EDGESPEC_RPC_TIMEOUT": "2"})
+        r = _cli(
+            "generate",
+            "--target",
+            str(tiny_target),
+            "--rpc",
+            ep,
+            "--raw",
+            "-n",
+            "4",
+            "-q",
+            "hi",
+            timeout=60,
+            env={"EDGESPEC_RPC_TIMEOUT": "2"},
+        )
     _assert_one_line_naming(r, ep)
     assert f"lost the RPC server {ep} while connecting to it (no answer for 2 s" in r.stderr, r.stderr
 
@@ -223,9 +307,12 @@ def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():
         r = _cli("rpc-server", "--port", str(s.getsockname()[1]), timeout=30)
     assert r.returncode == 2 and "cannot listen on 127.0.0.1" in r.stderr and "Traceback" not in r.stderr
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-m", "edgespec", "rpc-server", "--host", "0.0.0.0", "--port",
-                              str(port), "--threads", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "rpc-server", "--host", "0.0.0.0", "--port", str(port), "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while rpc._hello(rpc.Endpoint("127.0.0.1", port), 1.0)[0] != "ok" and time.monotonic() < deadline:
@@ -238,9 +325,30 @@ def test_rpc_server_refuses_a_busy_port_and_warns_off_loopback():
 
 
 def test_tune_over_rpc_measures_and_saves_the_network_cost(servers, tiny_target, tmp_path):
-    r = _cli("tune", "--target", str(tiny_target), "--draft", "ngram", "--rpc", servers[0].endpoint, "--k-grid", "2",
-             "--max-tokens", "8", "--repeat", "1", "--limit", "1", "--threads", "1", "--json", "-q", "--save",
-             env={"XDG_CONFIG_HOME": str(tmp_path)}, timeout=300)
+    r = _cli(
+        "tune",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "ngram",
+        "--rpc",
+        servers[0].endpoint,
+        "--k-grid",
+        "2",
+        "--max-tokens",
+        "8",
+        "--repeat",
+        "1",
+        "--limit",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        "--save",
+        env={"XDG_CONFIG_HOME": str(tmp_path)},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     net = data["rpc"]

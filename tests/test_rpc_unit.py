@@ -24,15 +24,18 @@ def test_parse_endpoints_keeps_order_and_refuses_bad_ones():
             rpc.parse_endpoints(bad)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("127.0.0.1:\u00b2", "the port must be a number from 1 to 65535"),  # "²".isdigit() is True
-    ("127.0.0.1:\u0665", "the port must be a number"),  # an Arabic-Indic five
-    ("127.0.0.1:50052:1", "has 2 colons where HOST:PORT has one"),
-    ("box:1:2:3", "has 3 colons"),
-    ("::1:50052", "is an IPv6 address"),
-    ("[::1]:50052", "is an IPv6 address"),
-    ("fe80::1:50052", "is an IPv6 address"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("127.0.0.1:\u00b2", "the port must be a number from 1 to 65535"),  # "²".isdigit() is True
+        ("127.0.0.1:\u0665", "the port must be a number"),  # an Arabic-Indic five
+        ("127.0.0.1:50052:1", "has 2 colons where HOST:PORT has one"),
+        ("box:1:2:3", "has 3 colons"),
+        ("::1:50052", "is an IPv6 address"),
+        ("[::1]:50052", "is an IPv6 address"),
+        ("fe80::1:50052", "is an IPv6 address"),
+    ],
+)
 def test_parse_endpoints_says_what_is_wrong(text, message):
     with pytest.raises(InputError, match=message) as e:
         rpc.parse_endpoints(text)
@@ -75,6 +78,7 @@ def _hello_reply(major: int, minor: int = 0):
         req = conn.recv(33)
         assert req[0] == 14 and struct.unpack("<Q", req[1:9])[0] == 24
         conn.sendall(struct.pack("<Q", 28) + bytes([major, minor, 0, 0]) + bytes(24))
+
     return handler
 
 
@@ -84,15 +88,23 @@ def test_probe_accepts_a_server_of_this_protocol():
         assert rpc.probe(ep, timeout=2) == f"{rpc.RPC_PROTO_MAJOR}.0.0"
 
 
-@pytest.mark.parametrize("handler, message", [
-    (_hello_reply(rpc.RPC_PROTO_MAJOR - 1), "speaks protocol 6.0.0"),
-    (lambda c: c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"),
-     "not a llama.cpp RPC server: it answered 'HTTP/1.1 400 Bad Request' \\(an HTTP server\\)"),
-    (lambda c: c.sendall(b"SSH-2.0-OpenSSH_9.6\r\n"), "not a llama.cpp RPC server: it answered 'SSH-2.0-OpenSSH_9.6'"),
-    (lambda c: c.recv(100) and c.sendall(b"no\n"), "not a llama.cpp RPC server: it answered 'no'"),
-    (lambda c: None, "hung up at the RPC hello"),
-    (lambda c: time.sleep(3), "did not answer the RPC hello within 0.5 s"),
-])
+@pytest.mark.parametrize(
+    "handler, message",
+    [
+        (_hello_reply(rpc.RPC_PROTO_MAJOR - 1), "speaks protocol 6.0.0"),
+        (
+            lambda c: c.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"),
+            "not a llama.cpp RPC server: it answered 'HTTP/1.1 400 Bad Request' \\(an HTTP server\\)",
+        ),
+        (
+            lambda c: c.sendall(b"SSH-2.0-OpenSSH_9.6\r\n"),
+            "not a llama.cpp RPC server: it answered 'SSH-2.0-OpenSSH_9.6'",
+        ),
+        (lambda c: c.recv(100) and c.sendall(b"no\n"), "not a llama.cpp RPC server: it answered 'no'"),
+        (lambda c: None, "hung up at the RPC hello"),
+        (lambda c: time.sleep(3), "did not answer the RPC hello within 0.5 s"),
+    ],
+)
 def test_probe_names_the_endpoint_and_what_it_found(handler, message):
     srv, ep = _server(handler)
     with srv:
@@ -237,8 +249,10 @@ def test_network_cost_flattens_c_and_shrinks_gamma():
     far, g_far = adaptive.over_network(c, 0.5, step_ms=30, round_trip_ms=3000)
     assert far(16) < 1.2 and g_far < 0.01
     # the model drafter's best speedup grows with the link's latency
-    s = [adaptive.best_k(0.8, *adaptive.over_network(c, 0.5, step_ms=30, round_trip_ms=r), k_min=1, k_max=8)[1]
-         for r in (0, 5, 30, 100)]
+    s = [
+        adaptive.best_k(0.8, *adaptive.over_network(c, 0.5, step_ms=30, round_trip_ms=r), k_min=1, k_max=8)[1]
+        for r in (0, 5, 30, 100)
+    ]
     assert s == sorted(s) and s[0] < 1.0 < s[-1]
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from edgespec.decoding import sampling
-from edgespec.errors import DecodeError, InputError
 from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.sampling import (
     apply_penalties,
@@ -18,6 +17,7 @@ from edgespec.decoding.sampling import (
     residual,
     sample,
 )
+from edgespec.errors import DecodeError, InputError
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -126,9 +126,7 @@ def test_params_are_frozen():
 def test_penalties_match_hand_computed_values():
     logits = np.array([2.0, -1.0, 0.5, 3.0, 0.0, -2.0], dtype=np.float32)
     before = logits.copy()
-    sp = SamplingParams(
-        repeat_penalty=2.0, frequency_penalty=0.25, presence_penalty=0.5, penalty_last_n=64
-    )
+    sp = SamplingParams(repeat_penalty=2.0, frequency_penalty=0.25, presence_penalty=0.5, penalty_last_n=64)
     history = [0, 1, 1, 4, 0, 0]  # token 0 x3, token 1 x2, token 4 x1
     out = apply_penalties(logits, history, sp)
     expected = np.array(

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from edgespec import Engine
-from edgespec.errors import InputError
 from edgespec.batching.run import PreparedBatch, Request
-from edgespec.events import Token
 from edgespec.decoding.params import SamplingParams, params_from
 from edgespec.decoding.sampling import apply_logit_bias, ban
 from edgespec.decoding.text import TextAssembler
+from edgespec.errors import InputError
+from edgespec.events import Token
 from tiny_models import make_tiny_model
 
 PROMPT = "the quick brown fox"
@@ -25,7 +25,7 @@ def test_logit_bias_adds_and_bans_and_ban_sets_minus_infinity():
     row = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
     out = apply_logit_bias(row, ((0, 5.0), (3, -math.inf), (0, 1.0)))
     assert out.tolist() == [7.0, 2.0, 3.0, -math.inf]  # an id given twice gets both
-    assert row.tolist() == [1.0, 2.0, 3.0, 4.0]        # the caller's row is left alone
+    assert row.tolist() == [1.0, 2.0, 3.0, 4.0]  # the caller's row is left alone
     assert ban(row, (1, 2)).tolist() == [1.0, -math.inf, -math.inf, 4.0]
 
 
@@ -62,7 +62,7 @@ def test_ignore_eos_and_min_tokens_keep_generating(plain):
     least = plain.generate(PROMPT, max_tokens=12, min_tokens=5)
     # EOS is banned for the first 5 tokens, then greedy picks it soon (it often leads)
     assert least.finish_reason == "stop" and 5 <= len(least.token_ids) < 12
-    assert least.token_ids == free.token_ids[:len(least.token_ids)]
+    assert least.token_ids == free.token_ids[: len(least.token_ids)]
 
 
 def test_min_tokens_holds_stop_strings_back_too(plain):
@@ -86,12 +86,22 @@ def test_logit_bias_changes_greedy_choices(tiny_target):
 @pytest.mark.parametrize("draft", ["same", "ngram"])
 def test_speculation_follows_the_same_bias_and_bans(tiny_target, tiny_same, eos_first, plain, draft):
     """Speculative decoding under these options gives plain decoding's tokens (exact kernels)."""
-    cases = [(tiny_target, {"logit_bias": {50: 6.0, 51: -math.inf}}),
-             (eos_first, {"ignore_eos": True}), (eos_first, {"min_tokens": 7})]
+    cases = [
+        (tiny_target, {"logit_bias": {50: 6.0, 51: -math.inf}}),
+        (eos_first, {"ignore_eos": True}),
+        (eos_first, {"min_tokens": 7}),
+    ]
     for model, options in cases:
-        with Engine(model, draft=None, n_ctx=256, exact=True, n_threads=1) as ref, \
-                Engine(model, draft=(tiny_same if draft == "same" and model == tiny_target else "ngram"),
-                       n_ctx=256, exact=True, n_threads=1) as spec:
+        with (
+            Engine(model, draft=None, n_ctx=256, exact=True, n_threads=1) as ref,
+            Engine(
+                model,
+                draft=(tiny_same if draft == "same" and model == tiny_target else "ngram"),
+                n_ctx=256,
+                exact=True,
+                n_threads=1,
+            ) as spec,
+        ):
             prompt = PROMPT + " " + PROMPT
             want = ref.generate(prompt, max_tokens=16, **options)
             got = spec.generate(prompt, max_tokens=16, **options)
@@ -100,10 +110,12 @@ def test_speculation_follows_the_same_bias_and_bans(tiny_target, tiny_same, eos_
 
 
 def test_batch_sequences_honour_the_options_like_solo_runs(eos_first, plain):
-    reqs = [Request(0, PROMPT, {"max_tokens": 10, "ignore_eos": True}),
-            Request(1, PROMPT, {"max_tokens": 10, "min_tokens": 4}),
-            Request(2, PROMPT, {"max_tokens": 10}),
-            Request(3, PROMPT, {"max_tokens": 10, "ignore_eos": True, "logit_bias": {60: 50.0}})]
+    reqs = [
+        Request(0, PROMPT, {"max_tokens": 10, "ignore_eos": True}),
+        Request(1, PROMPT, {"max_tokens": 10, "min_tokens": 4}),
+        Request(2, PROMPT, {"max_tokens": 10}),
+        Request(3, PROMPT, {"max_tokens": 10, "ignore_eos": True, "logit_bias": {60: 50.0}}),
+    ]
     out = {o.key: o for o in PreparedBatch(plain, reqs, parallel=4)}
     for r in reqs:
         want = plain.generate(r.prompt, **r.options)
@@ -118,7 +130,7 @@ def test_a_stop_string_straddling_min_tokens_counts_and_one_ending_before_does_n
     at its start, with none of it released; one that ends before is text."""
     t = TextAssembler(["bc"])
     assert t.push("ab", check=False) == ("a", False)  # "b" may start the stop string: held
-    assert t.push("cd", check=True) == ("", True)      # it ends here: the reply ends at "a"
+    assert t.push("cd", check=True) == ("", True)  # it ends here: the reply ends at "a"
     assert t.text == "a" and t.hit
     t = TextAssembler(["bc"])
     assert t.push("abc", check=False) == ("abc", False)  # ended before the boundary: text
@@ -136,20 +148,26 @@ def test_a_stop_string_across_the_min_tokens_boundary_ends_the_reply(plain):
     text = "".join(ev.text for ev in free)
     # the stop string: the last character of one token's text and the first of the next
     # one's, where it first occurs in the reply (token j + 1 completes it, 1-based)
-    j = next(j for j in range(2, len(pieces)) if pieces[j - 1] and pieces[j]
-             and text.index(pieces[j - 1][-1] + pieces[j][0]) == len("".join(pieces[:j])) - 1)
+    j = next(
+        j
+        for j in range(2, len(pieces))
+        if pieces[j - 1] and pieces[j] and text.index(pieces[j - 1][-1] + pieces[j][0]) == len("".join(pieces[:j])) - 1
+    )
     stop = pieces[j - 1][-1] + pieces[j][0]
     start = text.index(stop)
     for min_tokens in (j, j + 1):  # the boundary's token is the one before, or the one completing it
         got = plain.generate(PROMPT, max_tokens=24, ignore_eos=True, stop=stop, min_tokens=min_tokens)
         assert got.finish_reason == "stop" and got.text == text[:start], min_tokens
         assert len(got.token_ids) == j + 1
-        streamed = "".join(ev.text for ev in plain.stream(PROMPT, max_tokens=24, ignore_eos=True, stop=stop,
-                                                          min_tokens=min_tokens) if isinstance(ev, Token))
+        streamed = "".join(
+            ev.text
+            for ev in plain.stream(PROMPT, max_tokens=24, ignore_eos=True, stop=stop, min_tokens=min_tokens)
+            if isinstance(ev, Token)
+        )
         assert streamed == got.text  # nothing of the stop string was streamed
     # it ends in token j + 1: with min_tokens j + 2 it does not count
     late = plain.generate(PROMPT, max_tokens=24, ignore_eos=True, stop=stop, min_tokens=j + 2)
-    assert late.text.startswith(text[:start + len(stop)]) and len(late.token_ids) >= j + 2
+    assert late.text.startswith(text[: start + len(stop)]) and len(late.token_ids) >= j + 2
     # a batch sequence ends at the same token (it builds its reply the same way)
     options = {"max_tokens": 24, "ignore_eos": True, "stop": stop, "min_tokens": j + 1}
     out = next(iter(PreparedBatch(plain, [Request(0, PROMPT, options)], parallel=2)))

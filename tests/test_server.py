@@ -55,6 +55,7 @@ def stream_chunks(client, path: str, body: dict, **kw) -> list:
 
 # -- the endpoints ----------------------------------------------------------------------------
 
+
 def test_models_lists_the_one_model(client, tiny_target):
     body = client.get("/v1/models").json()
     assert body["object"] == "list" and len(body["data"]) == 1
@@ -65,8 +66,9 @@ def test_models_lists_the_one_model(client, tiny_target):
 
 def test_chat_completion_equals_plain_greedy_with_usage_and_timings(client, reference):
     start = time.perf_counter()
-    resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 20, "temperature": 0,
-                                                     "return_tokens": True})
+    resp = client.post(
+        "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 20, "temperature": 0, "return_tokens": True}
+    )
     wall_ms = (time.perf_counter() - start) * 1000
     assert resp.status_code == 200
     body = resp.json()
@@ -95,9 +97,11 @@ def test_chat_completion_equals_plain_greedy_with_usage_and_timings(client, refe
 
 
 def test_streamed_chat_completion(client, reference):
-    events = stream_chunks(client, "/v1/chat/completions",
-                           {"messages": MESSAGES, "max_tokens": 20, "temperature": 0,
-                            "stream_options": {"include_usage": True}})
+    events = stream_chunks(
+        client,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "max_tokens": 20, "temperature": 0, "stream_options": {"include_usage": True}},
+    )
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -141,8 +145,9 @@ def test_completion_raw_prompt_streamed_and_not(client, reference):
 
 def test_completion_from_token_ids(client, reference, engine):
     ids = engine.tokenize(PROMPT)
-    body = client.post("/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0,
-                                                "return_tokens": True}).json()
+    body = client.post(
+        "/v1/completions", json={"prompt": ids, "max_tokens": 8, "temperature": 0, "return_tokens": True}
+    ).json()
     assert body["token_ids"] == reference.generate(ids, max_tokens=8).token_ids
 
 
@@ -150,8 +155,9 @@ def test_stop_strings_and_max_completion_tokens(client, reference):
     full = reference.generate(PROMPT, raw=True, max_tokens=30).text
     stop = full[8:11]
     assert stop
-    body = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 30, "temperature": 0,
-                                                "stop": [stop]}).json()
+    body = client.post(
+        "/v1/completions", json={"prompt": PROMPT, "max_tokens": 30, "temperature": 0, "stop": [stop]}
+    ).json()
     assert body["choices"][0]["text"] == full[: full.index(stop)]
     assert body["choices"][0]["finish_reason"] == "stop"
     body = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_completion_tokens": 3}).json()
@@ -182,11 +188,14 @@ def test_chat_continuation_reuses_the_kv_prefix(client):
 
 
 def test_content_parts_and_developer_role(client, reference):
-    msgs = [{"role": "developer", "content": "be brief"},
-            {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}]
+    msgs = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+    ]
     body = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 6, "temperature": 0}).json()
-    want = reference.generate([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}],
-                              max_tokens=6)
+    want = reference.generate(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}], max_tokens=6
+    )
     assert body["choices"][0]["message"]["content"] == want.text
 
 
@@ -207,8 +216,11 @@ def test_health_metrics_and_page(client):
     assert re.search(r"^edgespec_queue_length 0$", text, re.M)
     assert re.search(r"^edgespec_draft_acceptance_ratio [0-9.]+$", text, re.M)
     for line in text.splitlines():  # the exposition format, line by line
-        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or re.match(
-            r"^[a-z_]+(\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\})? -?[0-9.e+-]+$", line), line
+        assert (
+            line.startswith("# HELP ")
+            or line.startswith("# TYPE ")
+            or re.match(r"^[a-z_]+(\{[a-z_]+=\"[^\"]*\"(,[a-z_]+=\"[^\"]*\")*\})? -?[0-9.e+-]+$", line)
+        ), line
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     # one file, nothing fetched from elsewhere: it works offline
@@ -217,6 +229,7 @@ def test_health_metrics_and_page(client):
 
 
 # -- one test per bad input (issue 9) -------------------------------------------------------------
+
 
 def test_malformed_json_is_400(client):
     resp = client.post("/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"})
@@ -283,18 +296,21 @@ def test_prompt_longer_than_the_context_is_400(client, stream):
     assert client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2}).status_code == 200
 
 
-@pytest.mark.parametrize("body, param, words", [
-    ({"messages": MESSAGES, "temperature": "hot"}, "temperature", "valid number"),
-    ({"messages": MESSAGES, "temperature": 3}, "temperature", "less than or equal to 2"),
-    ({"messages": MESSAGES, "top_p": 0}, "top_p", "greater than 0"),
-    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role", "'system'"),
-    ({"messages": []}, "messages", "at least 1"),
-    ({"messages": "hello"}, "messages", "Input should be a valid"),
-    ({"messages": MESSAGES, "stream": "yes"}, "stream", "valid boolean"),
-    ({"messages": MESSAGES, "logprobs": "yes"}, "logprobs", "valid boolean"),
-    ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools.0.function", "required"),
-    ({"messages": MESSAGES, "seed": -2}, "seed", "greater than or equal to -1"),
-])
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        ({"messages": MESSAGES, "temperature": "hot"}, "temperature", "valid number"),
+        ({"messages": MESSAGES, "temperature": 3}, "temperature", "less than or equal to 2"),
+        ({"messages": MESSAGES, "top_p": 0}, "top_p", "greater than 0"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role", "'system'"),
+        ({"messages": []}, "messages", "at least 1"),
+        ({"messages": "hello"}, "messages", "Input should be a valid"),
+        ({"messages": MESSAGES, "stream": "yes"}, "stream", "valid boolean"),
+        ({"messages": MESSAGES, "logprobs": "yes"}, "logprobs", "valid boolean"),
+        ({"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools.0.function", "required"),
+        ({"messages": MESSAGES, "seed": -2}, "seed", "greater than or equal to -1"),
+    ],
+)
 def test_wrong_fields_are_400_naming_the_field(client, body, param, words):
     resp = client.post("/v1/chat/completions", json=body)
     assert resp.status_code == 400, resp.text
@@ -302,12 +318,15 @@ def test_wrong_fields_are_400_naming_the_field(client, body, param, words):
     assert err["param"] == param and words in err["message"], err
 
 
-@pytest.mark.parametrize("body, words", [
-    ({"prompt": ["a", "b"]}, "one prompt per request"),
-    ({"prompt": PROMPT, "echo": True}, "echo=true is not supported"),
-    ({"max_tokens": 3}, "required"),
-    ([1, 2, 3], "must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"prompt": ["a", "b"]}, "one prompt per request"),
+        ({"prompt": PROMPT, "echo": True}, "echo=true is not supported"),
+        ({"max_tokens": 3}, "required"),
+        ([1, 2, 3], "must be a JSON object"),
+    ],
+)
 def test_bad_completion_requests_are_400(client, body, words):
     resp = client.post("/v1/completions", json=body)
     assert resp.status_code == 400 and words in error_of(resp)["message"]
@@ -339,11 +358,13 @@ def test_an_unexpected_failure_is_a_500_object_without_traceback(engine):
 
 # -- sharing the model: the queue and hang-ups (real uvicorn) ----------------------------------
 
+
 def test_full_queue_is_503_with_retry_after(engine):
     gated = GatedEngine(engine)
     app = create_app(gated, max_queue=1, max_tokens=6, retry_after=7)
     results: dict[str, int] = {}
     with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
+
         def ask(name: str) -> None:
             results[name] = http.post("/v1/chat/completions", json={"messages": MESSAGES}).status_code
 
@@ -355,10 +376,10 @@ def test_full_queue_is_503_with_retry_after(engine):
 
         first = threading.Thread(target=ask, args=("first",))
         first.start()
-        wait_for(lambda h: h["busy"])           # running, held at the gate
+        wait_for(lambda h: h["busy"])  # running, held at the gate
         second = threading.Thread(target=ask, args=("second",))
         second.start()
-        wait_for(lambda h: h["queue"] == 1)     # waiting
+        wait_for(lambda h: h["queue"] == 1)  # waiting
         third = http.post("/v1/chat/completions", json={"messages": MESSAGES})
         assert third.status_code == 503 and third.headers["retry-after"] == "7"
         assert error_of(third)["code"] == "queue_full"
@@ -428,8 +449,9 @@ def test_shutdown_stops_a_running_generation(engine):
 
     def read() -> None:
         try:
-            with httpx.stream("POST", f"{srv.url}/v1/chat/completions", timeout=30,
-                              json={"messages": MESSAGES, "stream": True}) as resp:
+            with httpx.stream(
+                "POST", f"{srv.url}/v1/chat/completions", timeout=30, json={"messages": MESSAGES, "stream": True}
+            ) as resp:
                 for line in resp.iter_lines():
                     lines.append(line)
         except httpx.HTTPError:

@@ -42,6 +42,7 @@ def chat(client, path="/v1/chat/completions", headers=None, **extra):
 
 # -- the routes without /v1 --------------------------------------------------------------------
 
+
 def test_every_v1_route_is_also_served_without_v1(client):
     assert client.get("/models").json() == client.get("/v1/models").json()
     a, b = chat(client).json(), chat(client, "/chat/completions").json()
@@ -55,8 +56,14 @@ def test_every_v1_route_is_also_served_without_v1(client):
 
 def test_the_aliases_need_the_key_too(engine):
     with TestClient(create_app(engine, api_key="k", max_tokens=4)) as c:
-        for method, path in (("GET", "/models"), ("POST", "/chat/completions"), ("POST", "/completions"),
-                             ("POST", "/tokenize"), ("POST", "/detokenize"), ("POST", "/responses")):
+        for method, path in (
+            ("GET", "/models"),
+            ("POST", "/chat/completions"),
+            ("POST", "/completions"),
+            ("POST", "/tokenize"),
+            ("POST", "/detokenize"),
+            ("POST", "/responses"),
+        ):
             assert c.request(method, path, json={}).status_code == 401, path
         # and the Host guard: a rebound name is refused before the key is even looked at
         assert c.get("/models", headers={"host": "evil.example"}).status_code == 403
@@ -64,13 +71,17 @@ def test_the_aliases_need_the_key_too(engine):
 
 # -- system_fingerprint ------------------------------------------------------------------------
 
+
 def test_system_fingerprint_in_every_response_and_chunk(client, engine):
     want = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3}).json()
     fp = want["system_fingerprint"]
     assert re.fullmatch(rf"edgespec-{re.escape(__version__)}-[0-9a-f]{{10}}", fp), fp
     assert client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}).json()["system_fingerprint"] == fp
-    with client.stream("POST", "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3, "stream": True,
-                                                              "stream_options": {"include_usage": True}}) as r:
+    with client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"messages": MESSAGES, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}},
+    ) as r:
         chunks = [c for c in sse_events(r.iter_lines()) if c != "[DONE]"]
     assert chunks and all(c["system_fingerprint"] == fp for c in chunks)
     with client.stream("POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 3, "stream": True}) as r:
@@ -88,6 +99,7 @@ def test_system_fingerprint_changes_with_the_configuration(engine, reference):
 
 
 # -- X-Api-Key ------------------------------------------------------------------------------
+
 
 def test_x_api_key_is_accepted_beside_bearer(engine):
     with TestClient(create_app(engine, api_key="s3cret", max_tokens=4)) as c:
@@ -115,6 +127,7 @@ def test_key_ok_unit():
 
 # -- a final assistant message: continued ------------------------------------------------------
 
+
 def test_a_final_assistant_message_is_continued(client, reference):
     prefill = "the dog"
     msgs = [*MESSAGES, {"role": "assistant", "content": prefill}]
@@ -122,16 +135,20 @@ def test_a_final_assistant_message_is_continued(client, reference):
     text = reference.apply_chat_template(MESSAGES) + prefill
     ids = tokenize_rendered(reference.target_model, text)
     want = reference.generate(ids, max_tokens=8)
-    for extra in ({}, {"continue_final_message": True}, {"continue_final_message": True,
-                                                         "add_generation_prompt": False}):
+    for extra in (
+        {},
+        {"continue_final_message": True},
+        {"continue_final_message": True, "add_generation_prompt": False},
+    ):
         resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 8, **extra})
         assert resp.status_code == 200, (extra, resp.text)
         body = resp.json()
         assert body["usage"]["prompt_tokens"] == len(ids), extra
         assert body["choices"][0]["message"]["content"] == want.text  # the continuation only
     # false: the message is closed and a new turn opens after it (what it was before)
-    closed = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 8,
-                                                       "continue_final_message": False}).json()
+    closed = client.post(
+        "/v1/chat/completions", json={"messages": msgs, "max_tokens": 8, "continue_final_message": False}
+    ).json()
     assert closed["usage"]["prompt_tokens"] == len(reference.prompt_tokens(msgs))
 
 
@@ -146,13 +163,18 @@ def test_add_generation_prompt_with_continue_final_message_is_a_400_naming_them(
     """Issue 34: both true asked for two different prompts, and the server continued the
     final message quietly; llama-server and vLLM answer 400, and so does this server."""
     msgs = [*MESSAGES, {"role": "assistant", "content": "Hello"}]
-    resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "add_generation_prompt": True,
-                                                     "continue_final_message": True})
+    resp = client.post(
+        "/v1/chat/completions",
+        json={"messages": msgs, "max_tokens": 4, "add_generation_prompt": True, "continue_final_message": True},
+    )
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
     assert err["param"] == "add_generation_prompt" and "continue_final_message" in err["message"], err
-    for extra in ({"add_generation_prompt": True}, {"add_generation_prompt": False, "continue_final_message": True},
-                  {"add_generation_prompt": True, "continue_final_message": False}):
+    for extra in (
+        {"add_generation_prompt": True},
+        {"add_generation_prompt": False, "continue_final_message": True},
+        {"add_generation_prompt": True, "continue_final_message": False},
+    ):
         resp = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, **extra})
         assert resp.status_code == 200, (extra, resp.text)
 
@@ -168,11 +190,13 @@ def test_two_trailing_assistant_messages_need_continue_final_message_to_say_whic
     assert err["param"] == "messages" and "two assistant messages" in err["message"], err
     stream = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "stream": True})
     assert stream.status_code == 400
-    closed = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4,
-                                                       "continue_final_message": False}).json()
+    closed = client.post(
+        "/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "continue_final_message": False}
+    ).json()
     assert closed["usage"]["prompt_tokens"] == len(reference.prompt_tokens(msgs))
-    continued = client.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 4,
-                                                          "continue_final_message": True}).json()
+    continued = client.post(
+        "/v1/chat/completions", json={"messages": msgs, "max_tokens": 4, "continue_final_message": True}
+    ).json()
     assert continued["usage"]["prompt_tokens"] < closed["usage"]["prompt_tokens"]
 
 
@@ -184,6 +208,7 @@ def test_an_empty_final_assistant_message_is_the_new_turn(client, reference):
 
 
 # -- /tokenize and /detokenize -----------------------------------------------------------------
+
 
 def test_tokenize_and_detokenize(client, engine):
     ids = engine.tokenize(PROMPT, add_special=False)
@@ -203,18 +228,22 @@ def test_tokenize_splits_a_character_into_its_bytes(client, engine):
     assert bytes(b for p in pieces for b in p["piece"]) == text.encode()
 
 
-@pytest.mark.parametrize("path, body, param", [
-    ("/tokenize", {}, "content"),
-    ("/tokenize", {"content": 5}, "content"),
-    ("/detokenize", {"tokens": [1, 99999]}, "tokens"),
-    ("/detokenize", {"tokens": "abc"}, "tokens"),
-])
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/tokenize", {}, "content"),
+        ("/tokenize", {"content": 5}, "content"),
+        ("/detokenize", {"tokens": [1, 99999]}, "tokens"),
+        ("/detokenize", {"tokens": "abc"}, "tokens"),
+    ],
+)
 def test_tokenize_bad_input_is_400(client, path, body, param):
     resp = client.post(path, json=body)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == param, resp.text
 
 
 # -- the Responses API through the openai client -----------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def live(engine):
@@ -239,16 +268,21 @@ def test_openai_client_whose_base_url_lacks_v1(live):
 
 def test_responses_create_equals_the_chat_answer(oai, reference):
     want = reference.generate([{"role": "system", "content": "be brief"}, *MESSAGES], max_tokens=6)
-    r = oai.responses.create(model="x", input=MESSAGES[0]["content"], instructions="be brief",
-                             max_output_tokens=6, temperature=0)
+    r = oai.responses.create(
+        model="x", input=MESSAGES[0]["content"], instructions="be brief", max_output_tokens=6, temperature=0
+    )
     assert r.object == "response" and r.id.startswith("resp_")
     assert r.output_text == want.text
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"  # cut at 6
     assert r.usage.input_tokens == want.stats.prompt_tokens and r.usage.output_tokens == 6
     assert r.usage.total_tokens == r.usage.input_tokens + 6
     # a list of messages, text parts included
-    r2 = oai.responses.create(model="x", max_output_tokens=6, instructions="be brief", input=[
-        {"role": "user", "content": [{"type": "input_text", "text": MESSAGES[0]["content"]}]}])
+    r2 = oai.responses.create(
+        model="x",
+        max_output_tokens=6,
+        instructions="be brief",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": MESSAGES[0]["content"]}]}],
+    )
     assert r2.output_text == want.text
 
 
@@ -257,10 +291,18 @@ def test_responses_stream_events(oai, reference):
     with oai.responses.create(model="x", input=MESSAGES, max_output_tokens=7, stream=True) as stream:
         events = list(stream)
     kinds = [e.type for e in events]
-    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added"]
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.incomplete"]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == want.text
     assert [e.sequence_number for e in events] == list(range(len(events)))
     final = events[-1].response
@@ -268,49 +310,75 @@ def test_responses_stream_events(oai, reference):
     # ended by a stop string (passed through to the chat path): completed
     full = reference.generate(MESSAGES, max_tokens=20).text
     stop = full[6:9]
-    with oai.responses.create(model="x", input=MESSAGES, max_output_tokens=20, stream=True,
-                              extra_body={"stop": [stop]}) as stream:
+    with oai.responses.create(
+        model="x", input=MESSAGES, max_output_tokens=20, stream=True, extra_body={"stop": [stop]}
+    ) as stream:
         last = list(stream)[-1]
     assert last.type == "response.completed" and last.response.status == "completed"
     assert last.response.output_text == full[: full.index(stop)]
 
 
 def test_responses_json_schema_through_the_structured_path(oai):
-    schema = {"type": "object", "properties": {"pick": {"enum": ["left", "right"]}}, "required": ["pick"],
-              "additionalProperties": False}
-    r = oai.responses.create(model="x", input="left or right?", max_output_tokens=40,
-                             text={"format": {"type": "json_schema", "name": "choice", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"pick": {"enum": ["left", "right"]}},
+        "required": ["pick"],
+        "additionalProperties": False,
+    }
+    r = oai.responses.create(
+        model="x",
+        input="left or right?",
+        max_output_tokens=40,
+        text={"format": {"type": "json_schema", "name": "choice", "schema": schema}},
+    )
     assert r.status == "completed" and json.loads(r.output_text)["pick"] in ("left", "right")
     assert r.text.format.type == "json_schema"
     bad = {"type": "object", "properties": {"a": {"type": "strng"}}}
     openai = pytest.importorskip("openai")
     with pytest.raises(openai.BadRequestError) as e:  # compiled before any model work, named as sent
-        oai.responses.create(model="x", input="hi", text={"format": {"type": "json_schema", "name": "x",
-                                                                       "schema": bad}})
+        oai.responses.create(
+            model="x", input="hi", text={"format": {"type": "json_schema", "name": "x", "schema": bad}}
+        )
     assert e.value.body["param"].startswith("text.format"), e.value.body
 
 
-@pytest.mark.parametrize("extra, param", [
-    ({"previous_response_id": "resp_123"}, "previous_response_id"),
-    ({"store": True}, "store"),
-    ({"background": True}, "background"),
-    ({"include": ["reasoning.encrypted_content"]}, "include"),
-    ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
-    ({"tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, "tools"),  # ChatML: no call format
-    ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
-    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input.0.content.0.type"),
-    ({"max_output_tokens": 0}, "max_output_tokens"),
-    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
-])
+@pytest.mark.parametrize(
+    "extra, param",
+    [
+        ({"previous_response_id": "resp_123"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"background": True}, "background"),
+        ({"include": ["reasoning.encrypted_content"]}, "include"),
+        ({"tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"tools": [{"type": "function", "name": "f"}], "tool_choice": "required"}, "tools"),  # ChatML: no call format
+        ({"input": [{"type": "reasoning", "summary": []}]}, "input.0.type"),
+        ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input.0.call_id"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input.0.content.0.type",
+        ),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ],
+)
 def test_responses_unsupported_fields_are_400_naming_them(live, extra, param):
     body = {"model": "x", "input": "hi", **extra}
     resp = httpx.post(f"{live.url}/v1/responses", json=body, timeout=30)
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == param, resp.json()
     # the defaults clients send are fine
-    ok = httpx.post(f"{live.url}/responses", json={"input": "hi", "max_output_tokens": 2, "store": False,
-                                                   "tools": [], "include": [], "truncation": "disabled"}, timeout=30)
+    ok = httpx.post(
+        f"{live.url}/responses",
+        json={
+            "input": "hi",
+            "max_output_tokens": 2,
+            "store": False,
+            "tools": [],
+            "include": [],
+            "truncation": "disabled",
+        },
+        timeout=30,
+    )
     assert ok.status_code == 200 and ok.json()["status"] in ("completed", "incomplete")
 
 
@@ -322,6 +390,7 @@ def test_responses_openai_client_error_names_the_field(oai):
 
 
 # -- how a request ends, as /metrics and /health see it ----------------------------------------
+
 
 class SlowToClose(_Wrapped):
     """Its generations take a while to wind down after their last event (``Done``)."""
@@ -360,9 +429,14 @@ def hang_up_while_generating(url: str, http: httpx.Client, body: dict) -> None:
         assert time.monotonic() < deadline, "the worker stayed busy"
         time.sleep(0.005)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: " + f"{host}:{port}".encode()
-                     + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(data)).encode()
-                     + b"\r\n\r\n" + data)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: "
+            + f"{host}:{port}".encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(data)).encode()
+            + b"\r\n\r\n"
+            + data
+        )
         while not http.get("/health").json()["busy"]:
             assert time.monotonic() < deadline, "the request never reached the worker"
             time.sleep(0.005)
@@ -374,8 +448,9 @@ def test_a_hang_up_is_counted_as_499_whatever_the_parallelism(reference, paralle
     served = SlowEngine(reference, delay=0.02) if parallel == 1 else reference
     app = create_app(served, max_tokens=400, parallel=parallel)
     with LiveServer(app) as srv, httpx.Client(base_url=srv.url, timeout=30) as http:
-        with http.stream("POST", "/v1/chat/completions", json={"messages": MESSAGES, "stream": True,
-                                                               "ignore_eos": True}) as resp:
+        with http.stream(
+            "POST", "/v1/chat/completions", json={"messages": MESSAGES, "stream": True, "ignore_eos": True}
+        ) as resp:
             assert resp.status_code == 200
             seen = 0
             for line in resp.iter_lines():
@@ -389,8 +464,12 @@ def test_a_hang_up_is_counted_as_499_whatever_the_parallelism(reference, paralle
         while True:
             text = http.get("/metrics").text
             stopped = re.findall(r'^edgespec_requests_cancelled_total\{stage="\w+"\} (\d+)$', text, re.M)
-            counted = re.findall(r'^edgespec_requests_total\{endpoint="/v1/chat/completions",status="(\d+)"\} '
-                                 r'(\d+)$', text, re.M)
+            counted = re.findall(
+                r'^edgespec_requests_total\{endpoint="/v1/chat/completions",status="(\d+)"\} '
+                r"(\d+)$",
+                text,
+                re.M,
+            )
             if sum(map(int, stopped)) == 2 and counted == [("499", "2")]:
                 break
             assert time.monotonic() < deadline, text
@@ -399,9 +478,17 @@ def test_a_hang_up_is_counted_as_499_whatever_the_parallelism(reference, paralle
 
 # -- the Responses API's tools, on a tiny model with Qwen2.5's template ---------------------------
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"],
-                          "additionalProperties": False}}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Rome"]}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -411,23 +498,43 @@ def tool_live(tmp_path_factory):
     from tiny_models import make_tiny_model
 
     template = (Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja").read_text()
-    path = make_tiny_model(tmp_path_factory.mktemp("tools") / "qwen_template.gguf", seed=0,
-                           chat_template=template, name="edgespec-tiny-tools")
-    with Engine(path, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as e, \
-            LiveServer(create_app(e, max_tokens=64, defaults={"temperature": 0.0})) as srv:
+    path = make_tiny_model(
+        tmp_path_factory.mktemp("tools") / "qwen_template.gguf",
+        seed=0,
+        chat_template=template,
+        name="edgespec-tiny-tools",
+    )
+    with (
+        Engine(path, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as e,
+        LiveServer(create_app(e, max_tokens=64, defaults={"temperature": 0.0})) as srv,
+    ):
         yield srv
 
 
 def test_responses_tools_as_the_chat_path_calls_them(tool_live):
     openai = pytest.importorskip("openai")
     chat_tool = {"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}
-    want = httpx.post(f"{tool_live.url}/v1/chat/completions", timeout=60, json={
-        "messages": MESSAGES, "tools": [chat_tool], "tool_choice": "required", "max_tokens": 64,
-        "parallel_tool_calls": False}).json()
+    want = httpx.post(
+        f"{tool_live.url}/v1/chat/completions",
+        timeout=60,
+        json={
+            "messages": MESSAGES,
+            "tools": [chat_tool],
+            "tool_choice": "required",
+            "max_tokens": 64,
+            "parallel_tool_calls": False,
+        },
+    ).json()
     (want_call,) = want["choices"][0]["message"]["tool_calls"]
     with openai.OpenAI(base_url=f"{tool_live.url}/v1", api_key="none", max_retries=0) as c:
-        r = c.responses.create(model="x", input=MESSAGES, tools=[WEATHER], tool_choice="required",
-                               max_output_tokens=64, parallel_tool_calls=False)
+        r = c.responses.create(
+            model="x",
+            input=MESSAGES,
+            tools=[WEATHER],
+            tool_choice="required",
+            max_output_tokens=64,
+            parallel_tool_calls=False,
+        )
         calls = [o for o in r.output if o.type == "function_call"]
         assert [(o.name, o.arguments) for o in calls] == [("get_weather", want_call["function"]["arguments"])]
         # (the tiny model may go on after its call until max_tokens: then it is incomplete, as on chat)
@@ -435,9 +542,15 @@ def test_responses_tools_as_the_chat_path_calls_them(tool_live):
         assert r.status == status and r.usage.input_tokens == want["usage"]["prompt_tokens"]
         json.loads(calls[0].arguments)  # held to the parameters' schema
         # streamed: the call's item, its arguments piece by piece, then done
-        with c.responses.create(model="x", input=MESSAGES, tools=[WEATHER], stream=True, max_output_tokens=64,
-                                tool_choice={"type": "function", "name": "get_weather"},
-                                parallel_tool_calls=False) as stream:
+        with c.responses.create(
+            model="x",
+            input=MESSAGES,
+            tools=[WEATHER],
+            stream=True,
+            max_output_tokens=64,
+            tool_choice={"type": "function", "name": "get_weather"},
+            parallel_tool_calls=False,
+        ) as stream:
             events = list(stream)
         added = [e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
         assert len(added) == 1 and added[0].item.name == "get_weather"
@@ -447,16 +560,37 @@ def test_responses_tools_as_the_chat_path_calls_them(tool_live):
         assert events[-1].type == f"response.{status}"
         assert [o.type for o in events[-1].response.output][-1] == "function_call"
         # the round trip: the call and its result go back as input items, as the chat path renders them
-        back = [*MESSAGES, {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather",
-                            "arguments": calls[0].arguments},
-                {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}]
+        back = [
+            *MESSAGES,
+            {
+                "type": "function_call",
+                "call_id": calls[0].call_id,
+                "name": "get_weather",
+                "arguments": calls[0].arguments,
+            },
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"},
+        ]
         r2 = c.responses.create(model="x", input=back, tools=[WEATHER], tool_choice="none", max_output_tokens=8)
-    chat_back = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": calls[0].call_id, "type": "function", "function": {"name": "get_weather",
-                                                                   "arguments": calls[0].arguments}}]},
-                 {"role": "tool", "tool_call_id": calls[0].call_id, "content": "sunny, 21 C"}]
-    want2 = httpx.post(f"{tool_live.url}/v1/chat/completions", timeout=60, json={
-        "messages": chat_back, "tools": [chat_tool], "tool_choice": "none", "max_tokens": 8}).json()
+    chat_back = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": calls[0].call_id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": calls[0].arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": calls[0].call_id, "content": "sunny, 21 C"},
+    ]
+    want2 = httpx.post(
+        f"{tool_live.url}/v1/chat/completions",
+        timeout=60,
+        json={"messages": chat_back, "tools": [chat_tool], "tool_choice": "none", "max_tokens": 8},
+    ).json()
     assert r2.usage.input_tokens == want2["usage"]["prompt_tokens"]
     assert r2.output_text == want2["choices"][0]["message"]["content"]
 

@@ -45,10 +45,21 @@ def _chromium(tmp_path, *extra: str):
     os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium never phones home
     opts = Options()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-                "--window-size=1000,900", "--force-device-scale-factor=1", *extra):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1000,900",
+        "--force-device-scale-factor=1",
+        *extra,
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(30)
@@ -102,16 +113,20 @@ def api_pieces(url: str, messages: list[dict], max_tokens: int) -> list[tuple[st
     body = {"messages": messages, "stream": True, "temperature": 0, "max_tokens": max_tokens}
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as resp:
         events = list(sse_events(resp.iter_lines()))
-    return [(c["choices"][0]["delta"]["content"], c["choices"][0]["from_draft"])
-            for c in events[:-1] if c["choices"] and c["choices"][0]["delta"].get("content")]
+    return [
+        (c["choices"][0]["delta"]["content"], c["choices"][0]["from_draft"])
+        for c in events[:-1]
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
 
 
 @needs_chromium
 def test_chat_page_streams_and_highlights_accepted_drafts(browser, tiny_target, tiny_noisy):
     from selenium.webdriver.common.by import By
 
-    with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, drafting=DraftingOptions(k=4), exact=True,
-                n_threads=1) as engine:
+    with Engine(
+        tiny_target, draft=tiny_noisy, n_ctx=512, drafting=DraftingOptions(k=4), exact=True, n_threads=1
+    ) as engine:
         with LiveServer(create_app(engine)) as srv:
             message = "hello world, tell me about the dog"
             pieces = chat_in_page(browser, srv.url, message, max_tokens=40, timeout=60)
@@ -140,8 +155,10 @@ def test_chat_page_on_the_real_model_screenshot(browser, tmp_path):
     from edgespec.catalog import resolve_model
 
     qwen = resolve_model("qwen2.5-coder-0.5b")
-    message = ("Rename the variable `x` to `total` in this code and return the whole code:\n\n"
-               "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n")
+    message = (
+        "Rename the variable `x` to `total` in this code and return the whole code:\n\n"
+        "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n"
+    )
     with Engine(qwen, draft="ngram", n_ctx=2048, exact=True) as engine:
         with LiveServer(create_app(engine)) as srv:
             pieces = chat_in_page(browser, srv.url, message, max_tokens=120, timeout=240)
@@ -205,8 +222,11 @@ def page_fetch(driver, url: str, *, no_cors: bool = False) -> dict:
     preflight), or with ``no_cors`` a text/plain POST (no preflight, an opaque answer)."""
     import json
 
-    init = {"method": "POST", "body": json.dumps(CHAT),
-            "headers": {"Content-Type": "text/plain" if no_cors else "application/json"}}
+    init = {
+        "method": "POST",
+        "body": json.dumps(CHAT),
+        "headers": {"Content-Type": "text/plain" if no_cors else "application/json"},
+    }
     if no_cors:
         init["mode"] = "no-cors"
     return driver.execute_async_script(FETCH_JS, url, init)

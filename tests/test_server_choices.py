@@ -38,8 +38,11 @@ def ok(resp) -> dict:
 
 
 def test_chat_logprobs_are_plain_decodings(client, reference):
-    body = ok(client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 12,
-                                                        "logprobs": True, "top_logprobs": 3}))
+    body = ok(
+        client.post(
+            "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 12, "logprobs": True, "top_logprobs": 3}
+        )
+    )
     choice = body["choices"][0]
     content = choice["logprobs"]["content"]
     want = reference.generate(MESSAGES, max_tokens=12, logprobs=3)
@@ -76,8 +79,10 @@ def test_completions_legacy_logprobs(client, reference):
     want = reference.generate(PROMPT, max_tokens=10, raw=True, logprobs=2)
     assert choice["text"] == want.text and len(lp["tokens"]) == len(want.token_ids)
     assert lp["token_logprobs"] == pytest.approx([x.logprob for x in want.logprobs], abs=1e-4)
-    assert all(len(alt) <= 2 and max(alt.values()) == pytest.approx(v) for alt, v in
-               zip(lp["top_logprobs"], lp["token_logprobs"]))
+    assert all(
+        len(alt) <= 2 and max(alt.values()) == pytest.approx(v)
+        for alt, v in zip(lp["top_logprobs"], lp["token_logprobs"])
+    )
     assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][0] == 0
     for tok, offset in zip(lp["tokens"], lp["text_offset"]):
         if "\ufffd" not in tok:  # (a token that splits a character has no text of its own)
@@ -85,22 +90,26 @@ def test_completions_legacy_logprobs(client, reference):
     # the chat name counts the same on completions
     again = ok(client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 10, "top_logprobs": 2}))
     assert again["choices"][0]["logprobs"] == lp
-    with client.stream("POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 10, "logprobs": 2,
-                                                         "stream": True}) as resp:
+    with client.stream(
+        "POST", "/v1/completions", json={"prompt": PROMPT, "max_tokens": 10, "logprobs": 2, "stream": True}
+    ) as resp:
         chunks = [c for c in sse_events(resp.iter_lines()) if c != "[DONE]"]
     offsets = [o for c in chunks for ch in c["choices"] if ch["logprobs"] for o in ch["logprobs"]["text_offset"]]
     assert offsets == lp["text_offset"]
 
 
-@pytest.mark.parametrize("endpoint, body, param", [
-    ("chat", {"top_logprobs": 2}, "top_logprobs"),
-    ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ("chat", {"logprobs": 3}, "logprobs"),
-    ("completions", {"logprobs": 21}, "logprobs"),
-    ("completions", {"logprobs": 2, "top_logprobs": 3}, "top_logprobs"),
-    ("chat", {"n": 0}, "n"),
-    ("chat", {"n": 17}, "n"),
-])
+@pytest.mark.parametrize(
+    "endpoint, body, param",
+    [
+        ("chat", {"top_logprobs": 2}, "top_logprobs"),
+        ("chat", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ("chat", {"logprobs": 3}, "logprobs"),
+        ("completions", {"logprobs": 21}, "logprobs"),
+        ("completions", {"logprobs": 2, "top_logprobs": 3}, "top_logprobs"),
+        ("chat", {"n": 0}, "n"),
+        ("chat", {"n": 17}, "n"),
+    ],
+)
 def test_bad_logprobs_and_n_are_400s_naming_the_field(client, endpoint, body, param):
     if endpoint == "chat":
         resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, **body})
@@ -130,8 +139,15 @@ def test_n_choices_on_one_stream_are_the_single_runs_with_seed_plus_i(client):
     check_choices(body, singles)
     # one after another on the engine's own context: the later ones find the prompt in the
     # KV cache, so the request computes it once at most
-    fresh = ok(client.post("/v1/chat/completions", json={**sampled(3, 7), "messages": [
-        {"role": "user", "content": "seven wizards quietly hex the lazy dog " * 3}]}))
+    fresh = ok(
+        client.post(
+            "/v1/chat/completions",
+            json={
+                **sampled(3, 7),
+                "messages": [{"role": "user", "content": "seven wizards quietly hex the lazy dog " * 3}],
+            },
+        )
+    )
     usage = fresh["usage"]
     assert 0 < fresh["timings"]["prompt_n"] <= usage["prompt_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - fresh["timings"]["prompt_n"]
@@ -149,7 +165,8 @@ def test_n_streamed_chunks_carry_their_choice_index(client):
     assert chunks[-1] == "[DONE]"
     usage = chunks[-2]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == sum(
-        s["usage"]["completion_tokens"] for s in singles)
+        s["usage"]["completion_tokens"] for s in singles
+    )
     for i, single in enumerate(singles):
         mine = [ch for c in chunks[:-2] for ch in c["choices"] if ch["index"] == i]
         assert mine[0]["delta"]["role"] == "assistant"
@@ -161,8 +178,11 @@ def test_n_streamed_chunks_carry_their_choice_index(client):
 
 
 def test_n_on_completions_and_greedy_choices_agree(client):
-    body = ok(client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "n": 2, "return_tokens": True,
-                                                   "best_of": 2}))  # best_of equal to n asks for nothing more
+    body = ok(
+        client.post(
+            "/v1/completions", json={"prompt": PROMPT, "max_tokens": 8, "n": 2, "return_tokens": True, "best_of": 2}
+        )
+    )  # best_of equal to n asks for nothing more
     a, b = body["choices"]
     assert (a["index"], b["index"]) == (0, 1) and a["text"] == b["text"] and a["token_ids"] == b["token_ids"]
     assert "token_ids" not in body  # each choice has its own
@@ -197,8 +217,9 @@ def test_the_openai_client_reads_logprobs_and_choices(engine):
     openai = pytest.importorskip("openai")
     with LiveServer(create_app(engine, max_tokens=8)) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none")
-        chat = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=6, temperature=1.0, seed=1,
-                                              n=2, logprobs=True, top_logprobs=2)
+        chat = client.chat.completions.create(
+            model="m", messages=MESSAGES, max_tokens=6, temperature=1.0, seed=1, n=2, logprobs=True, top_logprobs=2
+        )
         assert [c.index for c in chat.choices] == [0, 1]
         for c in chat.choices:
             assert b"".join(bytes(t.bytes) for t in c.logprobs.content).decode(errors="replace") == c.message.content
@@ -206,8 +227,9 @@ def test_the_openai_client_reads_logprobs_and_choices(engine):
         text = client.completions.create(model="m", prompt=PROMPT, max_tokens=6, logprobs=2)
         lp = text.choices[0].logprobs
         assert len(lp.tokens) == len(lp.text_offset) == len(lp.token_logprobs) == text.usage.completion_tokens
-        stream = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=6, n=2, stream=True,
-                                                logprobs=True)
+        stream = client.chat.completions.create(
+            model="m", messages=MESSAGES, max_tokens=6, n=2, stream=True, logprobs=True
+        )
         seen = {ch.index for chunk in stream for ch in chunk.choices}
         assert seen == {0, 1}
 

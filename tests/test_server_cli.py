@@ -23,26 +23,58 @@ from serve_support import free_port
 def test_help_lists_the_options():
     r = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
-    for opt in ("--profile", "--target", "--draft", "--k", "--temperature", "--top-p", "--seed", "--max-tokens",
-                "--n-ctx", "--threads", "--exact", "--host", "--port", "--api-key", "--max-queue",
-                "--allow-origin", "--parallel", "--alias", "--no-memory"):
+    for opt in (
+        "--profile",
+        "--target",
+        "--draft",
+        "--k",
+        "--temperature",
+        "--top-p",
+        "--seed",
+        "--max-tokens",
+        "--n-ctx",
+        "--threads",
+        "--exact",
+        "--host",
+        "--port",
+        "--api-key",
+        "--max-queue",
+        "--allow-origin",
+        "--parallel",
+        "--alias",
+        "--no-memory",
+    ):
         assert opt in r.stdout, opt
 
 
-@pytest.mark.parametrize("host, loop", [("127.0.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True),
-                                        ("127.0.0.2", True), ("0.0.0.0", False), ("192.168.1.5", False),
-                                        ("::", False), ("myhost.lan", False)])
+@pytest.mark.parametrize(
+    "host, loop",
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("127.0.0.2", True),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("::", False),
+        ("myhost.lan", False),
+    ],
+)
 def test_is_loopback(host, loop):
     assert is_loopback(host) is loop
 
 
 def test_an_open_host_without_a_key_warns(tmp_path):
-    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--target", str(tmp_path / "missing.gguf"),
-                                 "--draft", "none"])
+    r = CliRunner().invoke(
+        app, ["serve", "--host", "0.0.0.0", "--target", str(tmp_path / "missing.gguf"), "--draft", "none"]
+    )
     assert "warning: listening on 0.0.0.0 without --api-key" in r.stderr
     assert r.exit_code == 3 and "missing.gguf" in r.stderr  # then the usual one-line error
-    r = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--api-key", "k", "--target",
-                                 str(tmp_path / "missing.gguf"), "--draft", "none"])
+    r = CliRunner().invoke(
+        app,
+        ["serve", "--host", "0.0.0.0", "--api-key", "k", "--target", str(tmp_path / "missing.gguf"), "--draft", "none"],
+    )
     assert "warning" not in r.stderr
 
 
@@ -50,9 +82,30 @@ def start(tiny_target, tiny_same, *extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "EDGESPEC_LOG_LEVEL": "warning"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgespec", "serve", "--target", str(tiny_target), "--draft", str(tiny_same),
-         "--port", str(port), "--temperature", "0", "--max-tokens", "8", "--n-ctx", "512", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "serve",
+            "--target",
+            str(tiny_target),
+            "--draft",
+            str(tiny_same),
+            "--port",
+            str(port),
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "--n-ctx",
+            "512",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:

@@ -58,9 +58,28 @@ def test_a_batch_that_cannot_be_built_refuses_to_start(engine, monkeypatch):
 
 def test_serve_parallel_300_exits_2_before_listening(tiny_target):
     port = free_port()
-    r = subprocess.run([sys.executable, "-m", "edgespec", "serve", "--target", str(tiny_target), "--draft", "none",
-                        "--port", str(port), "--n-ctx", "64", "--parallel", "300"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgespec",
+            "serve",
+            "--target",
+            str(tiny_target),
+            "--draft",
+            "none",
+            "--port",
+            str(port),
+            "--n-ctx",
+            "64",
+            "--parallel",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "EDGESPEC_LOG_LEVEL": "warning"},
+    )
     assert r.returncode == 2, r.stderr
     assert "holds in one context (256)" in r.stderr and "Traceback" not in r.stderr
     assert "chat page http" not in r.stderr  # it never said it was ready
@@ -96,8 +115,7 @@ def test_an_exception_in_a_batch_step_reaches_its_callers_and_the_next_request_r
         assert http.get("/health").json()["status"] == "ok"
 
 
-def test_an_exception_in_a_single_stream_reaches_its_caller_and_the_next_request_runs(engine, reference,
-                                                                                     monkeypatch):
+def test_an_exception_in_a_single_stream_reaches_its_caller_and_the_next_request_runs(engine, reference, monkeypatch):
     app = create_app(engine, max_tokens=16)
     real, calls = engine.ctx.decode, []
 

@@ -43,20 +43,50 @@ OTHERS = ["min_tokens"]
 
 # a value that asks for something, per refused field
 ASKING = {
-    "best_of": 2, "n_probs": 5, "post_sampling_probs": True,
-    "echo": True, "suffix": "x", "functions": [{"name": "f"}], "function_call": "auto",
-    "grammar_lazy": True, "grammar_triggers": [{"type": "word", "value": "<tool_call>"}], "typical_p": 0.5,
-    "dynatemp_range": 0.5, "mirostat": 2, "dry_multiplier": 0.8, "xtc_probability": 0.5, "top_n_sigma": 1.0,
-    "adaptive_target": 0.5, "min_keep": 5, "samplers": ["top_k"], "n_indent": 4, "t_max_predict_ms": 100,
-    "t_max_prompt_ms": 100, "n_cmpl": 2, "lora": [{"id": 0, "scale": 1.0}], "response_fields": ["content"],
-    "chat_template_kwargs": {"enable_thinking": False}, "add_generation_prompt": False, "audio": {"voice": "alloy", "format": "wav"},
-    "modalities": ["text", "audio"], "web_search_options": {"search_context_size": "low"},
-    "reasoning_budget_tokens": 100, "thinking_budget_tokens": 100,
+    "best_of": 2,
+    "n_probs": 5,
+    "post_sampling_probs": True,
+    "echo": True,
+    "suffix": "x",
+    "functions": [{"name": "f"}],
+    "function_call": "auto",
+    "grammar_lazy": True,
+    "grammar_triggers": [{"type": "word", "value": "<tool_call>"}],
+    "typical_p": 0.5,
+    "dynatemp_range": 0.5,
+    "mirostat": 2,
+    "dry_multiplier": 0.8,
+    "xtc_probability": 0.5,
+    "top_n_sigma": 1.0,
+    "adaptive_target": 0.5,
+    "min_keep": 5,
+    "samplers": ["top_k"],
+    "n_indent": 4,
+    "t_max_predict_ms": 100,
+    "t_max_prompt_ms": 100,
+    "n_cmpl": 2,
+    "lora": [{"id": 0, "scale": 1.0}],
+    "response_fields": ["content"],
+    "chat_template_kwargs": {"enable_thinking": False},
+    "add_generation_prompt": False,
+    "audio": {"voice": "alloy", "format": "wav"},
+    "modalities": ["text", "audio"],
+    "web_search_options": {"search_context_size": "low"},
+    "reasoning_budget_tokens": 100,
+    "thinking_budget_tokens": 100,
 }
 # values clients send as defaults: accepted
-INERT = {"best_of": 1, "grammar_lazy": False, "typical_p": 1.0,
-         "mirostat": 0, "top_n_sigma": -1, "add_generation_prompt": True, "modalities": ["text"],
-         "function_call": "none", "dry_multiplier": 0.0}
+INERT = {
+    "best_of": 1,
+    "grammar_lazy": False,
+    "typical_p": 1.0,
+    "mirostat": 0,
+    "top_n_sigma": -1,
+    "add_generation_prompt": True,
+    "modalities": ["text"],
+    "function_call": "none",
+    "dry_multiplier": 0.0,
+}
 MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
 PROMPT = "the quick brown fox"
 
@@ -71,8 +101,19 @@ def test_every_openai_and_llama_server_field_is_in_the_table():
     for name in OPENAI_COMPLETIONS:
         assert "completions" in BY_NAME[name].where or BY_NAME[name].status == IGNORED, name
     # the fields: none of them is quietly ignored any more
-    for name in ("logit_bias", "response_format", "tool_choice", "top_logprobs", "n_predict", "grammar",
-                 "json_schema", "ignore_eos", "min_tokens", "seed", "top_k"):
+    for name in (
+        "logit_bias",
+        "response_format",
+        "tool_choice",
+        "top_logprobs",
+        "n_predict",
+        "grammar",
+        "json_schema",
+        "ignore_eos",
+        "min_tokens",
+        "seed",
+        "top_k",
+    ):
         assert BY_NAME[name].status in (HONOURED, REFUSED), name
 
 
@@ -130,11 +171,13 @@ def test_logit_bias_in_openai_and_llama_server_forms(client, engine):
     plain = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 6, "return_tokens": True}).json()
     first = plain["token_ids"][0]
     for bias in ({str(first): -100}, [[first, False]], {str(first): False}):
-        got = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 6, "return_tokens": True,
-                                                    "logit_bias": bias}).json()
+        got = client.post(
+            "/v1/completions", json={"prompt": PROMPT, "max_tokens": 6, "return_tokens": True, "logit_bias": bias}
+        ).json()
         assert got["token_ids"][0] != first, bias
-    forced = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "return_tokens": True,
-                                                   "logit_bias": [["e", 80.0]]}).json()
+    forced = client.post(
+        "/v1/completions", json={"prompt": PROMPT, "max_tokens": 4, "return_tokens": True, "logit_bias": [["e", 80.0]]}
+    ).json()
     e_ids = engine.tokenize("e", add_special=False, parse_special=False)
     assert forced["token_ids"] == e_ids * (4 // len(e_ids))  # text keys: each of its tokens
     bad = client.post("/v1/completions", json={"prompt": PROMPT, "logit_bias": {"99999": 5}})
@@ -166,11 +209,15 @@ def test_seed_minus_one_is_random_and_top_k_minus_one_is_off(engine):
 
 def test_ignore_eos_and_min_tokens_through_the_api(tmp_path):
     model = make_tiny_model(tmp_path / "eos.gguf", eos_bias=30.0)  # stops at once when free
-    with Engine(model, draft="ngram", n_ctx=256, exact=True, n_threads=1) as e, \
-            TestClient(create_app(e, max_tokens=10, defaults={"temperature": 0.0})) as c:
+    with (
+        Engine(model, draft="ngram", n_ctx=256, exact=True, n_threads=1) as e,
+        TestClient(create_app(e, max_tokens=10, defaults={"temperature": 0.0})) as c,
+    ):
+
         def usage(extra):
             body = c.post("/v1/completions", json={"prompt": PROMPT, **extra}).json()
             return body["usage"]["completion_tokens"], body["choices"][0]["finish_reason"]
+
         n, why = usage({})
         assert why == "stop" and n <= 1
         assert usage({"ignore_eos": True}) == (10, "length")

@@ -34,8 +34,9 @@ N_BASE = build_vocab("base").n_vocab
 
 @pytest.fixture(scope="module")
 def fim_model(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("fim") / "fim.gguf", seed=0, n_vocab=N_BASE + 5, fim=True,
-                           name="edgespec-tiny-fim")
+    return make_tiny_model(
+        tmp_path_factory.mktemp("fim") / "fim.gguf", seed=0, n_vocab=N_BASE + 5, fim=True, name="edgespec-tiny-fim"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,9 @@ def client(engine):
 
 
 def test_the_fim_tokens_come_from_the_gguf(engine, tiny_target):
-    assert fim_tokens(engine.target_model) == FimTokens(pre=N_BASE, suf=N_BASE + 1, mid=N_BASE + 2, rep=N_BASE + 3,
-                                                        sep=N_BASE + 4)
+    assert fim_tokens(engine.target_model) == FimTokens(
+        pre=N_BASE, suf=N_BASE + 1, mid=N_BASE + 2, rep=N_BASE + 3, sep=N_BASE + 4
+    )
     with Engine(tiny_target, draft=None, n_ctx=256, n_threads=1) as plain:
         with pytest.raises(Exception, match="no fill-in-the-middle prefix, suffix and middle tokens"):
             fim_tokens(plain.target_model)
@@ -62,19 +64,40 @@ def test_the_prompt_is_llama_servers_repository_layout(engine):
     model = engine.target_model
     fim = fim_tokens(model)
     text = lambda s: model.tokenize(s, add_special=False, parse_special=False)  # noqa: E731
-    ids = infill_prompt(model, fim, prefix=PREFIX, suffix=SUFFIX, prompt=PROMPT,
-                        extra=[type("C", (), {"text": EXTRA[0]["text"], "filename": "llama.h"})()], n_ctx=1024)
+    ids = infill_prompt(
+        model,
+        fim,
+        prefix=PREFIX,
+        suffix=SUFFIX,
+        prompt=PROMPT,
+        extra=[type("C", (), {"text": EXTRA[0]["text"], "filename": "llama.h"})()],
+        n_ctx=1024,
+    )
     bos = [model.bos] if model.add_bos else []
-    want = [*bos, fim.rep, *text("myproject\n"), fim.sep, *text("llama.h\n"), *text(EXTRA[0]["text"]),
-            fim.sep, *text("filename\n"), fim.pre, *text(PREFIX), *text(PROMPT), fim.suf, *text(SUFFIX), fim.mid]
+    want = [
+        *bos,
+        fim.rep,
+        *text("myproject\n"),
+        fim.sep,
+        *text("llama.h\n"),
+        *text(EXTRA[0]["text"]),
+        fim.sep,
+        *text("filename\n"),
+        fim.pre,
+        *text(PREFIX),
+        *text(PROMPT),
+        fim.suf,
+        *text(SUFFIX),
+        fim.mid,
+    ]
     assert ids == want
     # the budgets: the prefix's end and the suffix's start are kept
     long_prefix, long_suffix = "x = 1\n" * 400, "y = 2\n" * 400
     ids = infill_prompt(model, fim, prefix=long_prefix, suffix=long_suffix, n_ctx=512)
     pre, suf = ids.index(fim.pre), ids.index(fim.suf)
     assert suf - pre - 1 == 3 * (256 // 4) and ids[-1] == fim.mid
-    assert ids[pre + 1:suf] == text(long_prefix)[-(suf - pre - 1):]
-    assert ids[suf + 1:-1] == text(long_suffix)[:256 // 4 - 2]
+    assert ids[pre + 1 : suf] == text(long_prefix)[-(suf - pre - 1) :]
+    assert ids[suf + 1 : -1] == text(long_suffix)[: 256 // 4 - 2]
 
 
 def test_the_suffix_stop_is_its_first_non_blank_line():
@@ -103,8 +126,16 @@ def test_infill_answers_in_llama_servers_shape(client, engine, extra):
     assert body["generation_settings"]["n_ctx"] == 1024
     # the same middle as the engine writes from the same ids
     chunks = [type("C", (), c)() for c in extra.get("input_extra", [])]
-    ids = infill_prompt(engine.target_model, fim_tokens(engine.target_model), prefix=PREFIX, suffix=SUFFIX,
-                        prompt=PROMPT, extra=chunks, n_ctx=1024, n_predict=24)
+    ids = infill_prompt(
+        engine.target_model,
+        fim_tokens(engine.target_model),
+        prefix=PREFIX,
+        suffix=SUFFIX,
+        prompt=PROMPT,
+        extra=chunks,
+        n_ctx=1024,
+        n_predict=24,
+    )
     assert body["tokens_evaluated"] == len(ids)
     assert body["content"] == engine.generate(ids, raw=True, max_tokens=24, temperature=0.0).text
 
@@ -116,26 +147,32 @@ def test_a_repeated_request_reuses_the_cached_prompt(client):
     assert again["timings"]["prompt_n"] < 8
 
 
-@pytest.mark.parametrize("input_extra", [
-    {},
-    {"filename": "ok"},
-    {"filename": 123},
-    {"filename": 123, "text": "abc"},
-    {"filename": 123, "text": 456},
-])
+@pytest.mark.parametrize(
+    "input_extra",
+    [
+        {},
+        {"filename": "ok"},
+        {"filename": 123},
+        {"filename": 123, "text": "abc"},
+        {"filename": 123, "text": 456},
+    ],
+)
 def test_invalid_input_extra_is_a_400(client, input_extra):
     resp = _infill(client, input_extra=[input_extra])
     assert resp.status_code == 400 and "error" in resp.json()
     assert resp.json()["error"]["param"].startswith("input_extra")
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"input_suffix": SUFFIX}, "input_prefix"),
-    ({"input_prefix": PREFIX}, "input_suffix"),
-    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": 1}, "prompt"),
-    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "mirostat": 2}, "mirostat"),
-    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n": 2}, "n"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"input_suffix": SUFFIX}, "input_prefix"),
+        ({"input_prefix": PREFIX}, "input_suffix"),
+        ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": 1}, "prompt"),
+        ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "mirostat": 2}, "mirostat"),
+        ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n": 2}, "n"),
+    ],
+)
 def test_bad_infill_requests_are_400_naming_the_field(client, body, param):
     resp = client.post("/infill", json=body)
     assert resp.status_code == 400, resp.text
@@ -144,8 +181,11 @@ def test_bad_infill_requests_are_400_naming_the_field(client, body, param):
 
 def test_streamed_is_the_same_answer(client):
     body = _infill(client, input_extra=EXTRA).json()
-    with client.stream("POST", "/infill", json={"input_prefix": PREFIX, "prompt": PROMPT, "input_suffix": SUFFIX,
-                                                "input_extra": EXTRA, "stream": True}) as resp:
+    with client.stream(
+        "POST",
+        "/infill",
+        json={"input_prefix": PREFIX, "prompt": PROMPT, "input_suffix": SUFFIX, "input_extra": EXTRA, "stream": True},
+    ) as resp:
         assert resp.status_code == 200
         events = list(sse_events(resp.iter_lines()))
     assert "[DONE]" not in events  # llama-server's own streams end without it
@@ -163,9 +203,20 @@ def test_response_fields_keep_only_the_paths_asked_for(client):
 
 def test_llama_vim_request_is_served(client):
     """What llama.vim sends (its samplers, n_indent, the time limits, cache_prompt, id_slot)."""
-    resp = _infill(client, input_extra=EXTRA, n_predict=16, n_indent=0, top_k=40, top_p=0.99, stream=False,
-                   samplers=["top_k", "top_p", "infill"], cache_prompt=True, id_slot=0, t_max_prompt_ms=500,
-                   t_max_predict_ms=1000)
+    resp = _infill(
+        client,
+        input_extra=EXTRA,
+        n_predict=16,
+        n_indent=0,
+        top_k=40,
+        top_p=0.99,
+        stream=False,
+        samplers=["top_k", "top_p", "infill"],
+        cache_prompt=True,
+        id_slot=0,
+        t_max_prompt_ms=500,
+        t_max_predict_ms=1000,
+    )
     assert resp.status_code == 200, resp.text
     assert resp.json()["tokens_predicted"] <= 16
 
@@ -190,7 +241,7 @@ def test_n_indent_cuts_a_line_indented_less(client, engine):
     indent = len(lines[1]) - len(lines[1].lstrip(" \t"))
     body = _infill(client, n_predict=24, n_indent=indent + 1, **NEWLINES).json()
     assert body["stop_type"] == "limit"
-    assert body["content"] == free[:len(lines[0]) + 1 + indent]
+    assert body["content"] == free[: len(lines[0]) + 1 + indent]
 
 
 def test_t_max_predict_ms_ends_at_the_next_newline(fim_model):
@@ -203,7 +254,7 @@ def test_t_max_predict_ms_ends_at_the_next_newline(fim_model):
     # the first piece of text that holds a newline (after the first token) ends it, that
     # piece included (a newline may be held back with the suffix's stop string "\n}")
     assert body["stop_type"] == "limit" and "\n" in body["content"]
-    assert body["content"] == free["content"][:len(body["content"])] and body["content"].count("\n") <= 2
+    assert body["content"] == free["content"][: len(body["content"])] and body["content"].count("\n") <= 2
     assert body["tokens_predicted"] < free["tokens_predicted"]
     assert body["timings"]["predicted_n"] == body["tokens_predicted"]
 
@@ -236,9 +287,18 @@ def test_shutdown_ends_an_open_infill_stream_with_an_error(fim_model):
         with live:
             import httpx
 
-            with httpx.stream("POST", f"{live.url}/infill", json={
-                    "input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 400, "ignore_eos": True,
-                    "stream": True}, timeout=30) as resp:
+            with httpx.stream(
+                "POST",
+                f"{live.url}/infill",
+                json={
+                    "input_prefix": PREFIX,
+                    "input_suffix": SUFFIX,
+                    "n_predict": 400,
+                    "ignore_eos": True,
+                    "stream": True,
+                },
+                timeout=30,
+            ) as resp:
                 events = []
                 for ev in sse_events(resp.iter_lines()):
                     events.append(ev)
@@ -250,14 +310,40 @@ def test_shutdown_ends_an_open_infill_stream_with_an_error(fim_model):
 def test_generate_fills_in_the_middle_from_two_files(fim_model, tiny_target, tmp_path, engine):
     (tmp_path / "pre.c").write_text(PREFIX + PROMPT)
     (tmp_path / "suf.c").write_text(SUFFIX)
-    cmd = [sys.executable, "-m", "edgespec", "generate", "--target", str(fim_model), "--draft", "none",
-           "--fim-prefix", str(tmp_path / "pre.c"), "--fim-suffix", str(tmp_path / "suf.c"), "-n", "12", "-q",
-           "--temperature", "0", "--json", "--n-ctx", "1024", "--exact"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgespec",
+        "generate",
+        "--target",
+        str(fim_model),
+        "--draft",
+        "none",
+        "--fim-prefix",
+        str(tmp_path / "pre.c"),
+        "--fim-suffix",
+        str(tmp_path / "suf.c"),
+        "-n",
+        "12",
+        "-q",
+        "--temperature",
+        "0",
+        "--json",
+        "--n-ctx",
+        "1024",
+        "--exact",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
-    ids = infill_prompt(engine.target_model, fim_tokens(engine.target_model), prefix=PREFIX + PROMPT, suffix=SUFFIX,
-                        n_ctx=1024, n_predict=12)
+    ids = infill_prompt(
+        engine.target_model,
+        fim_tokens(engine.target_model),
+        prefix=PREFIX + PROMPT,
+        suffix=SUFFIX,
+        n_ctx=1024,
+        n_predict=12,
+    )
     assert got["text"] == engine.generate(ids, raw=True, max_tokens=12, temperature=0.0).text
     bad = subprocess.run([*cmd[:5], str(tiny_target), *cmd[6:]], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "fill-in-the-middle" in bad.stderr

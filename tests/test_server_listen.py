@@ -81,15 +81,28 @@ def test_ipv6_loopback_alone_with_the_host_check(engine):
 
 @needs_ipv6
 def test_serve_on_ipv4_and_ipv6_loopback_with_an_alias(tiny_target):
-    args = ["--target", str(tiny_target), "--draft", "none", "--n-ctx", "256", "--max-tokens", "4",
-            "--host", "127.0.0.1,::1", "--alias", "my-model"]
+    args = [
+        "--target",
+        str(tiny_target),
+        "--draft",
+        "none",
+        "--n-ctx",
+        "256",
+        "--max-tokens",
+        "4",
+        "--host",
+        "127.0.0.1,::1",
+        "--alias",
+        "my-model",
+    ]
     with serve_process(args, start_timeout=120) as url:
         port = url.rsplit(":", 1)[1]
         for base in (url, f"http://[::1]:{port}"):
             resp = models_id(base)
             assert resp.status_code == 200, (base, resp.text)
             assert [m["id"] for m in resp.json()["data"]] == ["my-model"]
-            body = httpx.post(f"{base}/v1/chat/completions", timeout=30,
-                              json={"messages": [{"role": "user", "content": "hi"}]}).json()
+            body = httpx.post(
+                f"{base}/v1/chat/completions", timeout=30, json={"messages": [{"role": "user", "content": "hi"}]}
+            ).json()
             assert body["model"] == "my-model"
         assert models_id(f"http://[::1]:{port}", host="evil.example").status_code == 403

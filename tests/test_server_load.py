@@ -26,10 +26,13 @@ def test_sixteen_clients_two_requests_four_hang_ups(tiny_target, tiny_noisy):
     with Engine(tiny_target, draft=tiny_noisy, n_ctx=1024, drafting=DraftingOptions(k=4), n_threads=1) as engine:
         app = create_app(engine, max_queue=32)
         with LiveServer(app) as srv:
-            report = run_load(srv.url, clients=CLIENTS, requests=REQUESTS, hang_ups=HANG_UPS,
-                              max_tokens=MAX_TOKENS, timeout=60)
-            print(f"\nload test (tiny models, {CLIENTS} clients x {REQUESTS} streamed requests, "
-                  f"{HANG_UPS} hang-ups): {report.summary()}")
+            report = run_load(
+                srv.url, clients=CLIENTS, requests=REQUESTS, hang_ups=HANG_UPS, max_tokens=MAX_TOKENS, timeout=60
+            )
+            print(
+                f"\nload test (tiny models, {CLIENTS} clients x {REQUESTS} streamed requests, "
+                f"{HANG_UPS} hang-ups): {report.summary()}"
+            )
             assert report.errors == []
             assert report.statuses == [200] * (CLIENTS * REQUESTS)
             assert report.hung_up == HANG_UPS
@@ -54,6 +57,7 @@ def test_sixteen_clients_two_requests_four_hang_ups(tiny_target, tiny_noisy):
                 # every hang-up was stopped (while generating, or before it started)
                 assert done == report.completed and running + queued == HANG_UPS
                 # and the server still answers
-                r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                             "max_tokens": 4})
+                r = http.post(
+                    "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+                )
                 assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4

@@ -40,9 +40,11 @@ def ask(client, messages=QUESTION, key: str | None = None, header: str = "author
     headers = {}
     if key is not None:
         headers = {"authorization": f"Bearer {key}"} if header == "authorization" else {"x-api-key": key}
-    resp = client.post("/v1/chat/completions", headers=headers,
-                       json={"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0,
-                             "return_tokens": True, **extra})
+    resp = client.post(
+        "/v1/chat/completions",
+        headers=headers,
+        json={"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, "return_tokens": True, **extra},
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -50,7 +52,7 @@ def ask(client, messages=QUESTION, key: str | None = None, header: str = "author
 def holds(index: SuffixIndex, ids: list[int]) -> bool:
     """Whether ``ids`` were written into ``index``, in order, within one document."""
     n = len(ids)
-    return any(ids == toks[i:i + n] for _, toks, _ in index.documents() for i in range(len(toks) - n + 1))
+    return any(ids == toks[i : i + n] for _, toks, _ in index.documents() for i in range(len(toks) - n + 1))
 
 
 def memories(client) -> KeyMemories:
@@ -116,8 +118,9 @@ def test_no_memory_writes_into_no_index(engine):
 
 
 def test_an_engine_without_a_memory_has_no_cross_request_drafting(tiny_target):
-    with Engine(tiny_target, draft="ngram", n_ctx=256, exact=True, n_threads=1,
-                drafting=DraftingOptions(memory=False)) as plain:
+    with Engine(
+        tiny_target, draft="ngram", n_ctx=256, exact=True, n_threads=1, drafting=DraftingOptions(memory=False)
+    ) as plain:
         with TestClient(create_app(plain, max_tokens=8)) as client:
             ask(client, key="a")
             assert not memories(client).enabled and len(memories(client)) == 0
@@ -155,8 +158,11 @@ def test_timings_and_metrics_count_drafts_by_source(engine):
         assert sum(s["draft_n_accepted"] for s in two["draft_by_source"].values()) == two["draft_n_accepted"]
         assert two["draft_by_source"]["memory"]["draft_n_accepted"] > 0
         metrics = client.get("/metrics").text
-        line = next(l for l in metrics.splitlines()
-                    if l.startswith('edgespec_draft_tokens_accepted_by_source_total{source="memory"}'))
+        line = next(
+            l
+            for l in metrics.splitlines()
+            if l.startswith('edgespec_draft_tokens_accepted_by_source_total{source="memory"}')
+        )
         assert int(line.split()[-1]) > 0
         assert "edgespec_memory_keys 1" in metrics
 

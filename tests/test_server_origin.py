@@ -33,8 +33,9 @@ def srv(engine):
 
 
 def post(url: str, **headers: str) -> httpx.Response:
-    return httpx.post(f"{url}/v1/chat/completions", content=BODY, timeout=30,
-                      headers={"content-type": "text/plain", **headers})
+    return httpx.post(
+        f"{url}/v1/chat/completions", content=BODY, timeout=30, headers={"content-type": "text/plain", **headers}
+    )
 
 
 def generations(url: str) -> int:
@@ -61,15 +62,27 @@ def test_a_host_that_is_not_this_server_is_refused(srv):
         resp = post(srv.url, host=host)
         assert resp.status_code == 403, host
         assert resp.json()["error"]["code"] == "host_not_allowed"
-    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"host.docker.internal:{port}",
-                 f"gpu-box.local:{port}", f"app.localhost:{port}", f"{socket.gethostname()}:{port}"):
+    for host in (
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        f"LOCALHOST:{port}",
+        f"host.docker.internal:{port}",
+        f"gpu-box.local:{port}",
+        f"app.localhost:{port}",
+        f"{socket.gethostname()}:{port}",
+    ):
         assert post(srv.url, host=host).status_code == 200, host  # names no one can register (Ollama's rule)
     assert post(srv.url, host=f"host.docker.internal:{port + 1}").status_code == 403
 
 
 def test_the_own_origin_and_loopback_pages_are_allowed_with_cors_headers(srv):
-    for origin in (srv.url, f"http://localhost:{srv.port}", "http://localhost:5173", "http://127.0.0.1:3000",
-                   "http://[::1]:8000"):
+    for origin in (
+        srv.url,
+        f"http://localhost:{srv.port}",
+        "http://localhost:5173",
+        "http://127.0.0.1:3000",
+        "http://[::1]:8000",
+    ):
         resp = post(srv.url, origin=origin)
         assert resp.status_code == 200, origin
         assert resp.headers["access-control-allow-origin"] == origin and "Origin" in resp.headers["vary"]
@@ -79,9 +92,11 @@ def test_the_own_origin_and_loopback_pages_are_allowed_with_cors_headers(srv):
 
 
 def test_preflights_are_answered_for_allowed_origins_only(srv):
-    ask = {"access-control-request-method": "POST",
-           "access-control-request-headers": "authorization, content-type",
-           "access-control-request-private-network": "true"}
+    ask = {
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization, content-type",
+        "access-control-request-private-network": "true",
+    }
     ok = httpx.options(f"{srv.url}/v1/chat/completions", headers={"origin": "http://localhost:5173", **ask})
     assert ok.status_code == 204
     assert ok.headers["access-control-allow-origin"] == "http://localhost:5173"
@@ -113,8 +128,12 @@ def test_bad_origins_are_refused_when_the_server_starts(engine, monkeypatch):
         with pytest.raises(InputError, match="--allow-origin"):
             create_app(engine, allow_origins=[bad])
     monkeypatch.setenv("EDGESPEC_ORIGINS", "http://a.example, https://b.example  http://c.example")
-    assert allowed_origins(["http://x.example"]) == ["http://x.example", "http://a.example", "https://b.example",
-                                                     "http://c.example"]
+    assert allowed_origins(["http://x.example"]) == [
+        "http://x.example",
+        "http://a.example",
+        "https://b.example",
+        "http://c.example",
+    ]
 
 
 def test_split_host():

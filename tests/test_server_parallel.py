@@ -22,8 +22,10 @@ def engine(tiny_target, engines):
 
 
 def ask(http: httpx.Client, content: str, max_tokens: int, out: dict, key) -> None:
-    r = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": content}],
-                                                "max_tokens": max_tokens, "temperature": 0})
+    r = http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0},
+    )
     out[key] = r
 
 
@@ -76,11 +78,13 @@ def test_streaming_from_a_slot_and_a_hang_up_frees_it(engine, reference):
             assert time.monotonic() < deadline, "the hung-up generation was not counted as cancelled"
             time.sleep(0.05)
         # a streamed answer from a slot ends like a solo one
-        with http.stream("POST", "/v1/chat/completions",
-                         json={"messages": msgs, "stream": True, "max_tokens": 8, "temperature": 0}) as resp:
+        with http.stream(
+            "POST", "/v1/chat/completions", json={"messages": msgs, "stream": True, "max_tokens": 8, "temperature": 0}
+        ) as resp:
             chunks = list(sse_events(resp.iter_lines()))
-        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks
-                       if isinstance(c, dict) and c.get("choices"))
+        text = "".join(
+            c["choices"][0]["delta"].get("content", "") for c in chunks if isinstance(c, dict) and c.get("choices")
+        )
         assert text == reference.generate(msgs, max_tokens=8).text
 
 

@@ -54,15 +54,19 @@ def test_open_requests_at_shutdown_end_with_an_error_and_one_log_line(tiny_targe
         with live:
             waiting: list[httpx.Response] = []
             events: list = []
-            with httpx.stream("POST", f"{live.url}/v1/chat/completions", json={**body, "stream": True},
-                              timeout=30) as resp:
+            with httpx.stream(
+                "POST", f"{live.url}/v1/chat/completions", json={**body, "stream": True}, timeout=30
+            ) as resp:
                 assert resp.status_code == 200
                 lines = resp.iter_lines()
                 for event in sse_events(lines):
                     events.append(event)
                     if len(events) == 3:  # generating: queue one more, then stop the server
-                        behind = threading.Thread(target=lambda: waiting.append(httpx.post(
-                            f"{live.url}/v1/chat/completions", json=body, timeout=30)))
+                        behind = threading.Thread(
+                            target=lambda: waiting.append(
+                                httpx.post(f"{live.url}/v1/chat/completions", json=body, timeout=30)
+                            )
+                        )
                         behind.start()
                         time.sleep(0.3)
                         t0 = time.monotonic()
@@ -89,8 +93,13 @@ def test_a_request_that_ends_within_the_grace_is_answered(tiny_target, records):
         live = LiveServer(app)
         with live:
             answer: list[httpx.Response] = []
-            t = threading.Thread(target=lambda: answer.append(httpx.post(
-                f"{live.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 8}, timeout=30)))
+            t = threading.Thread(
+                target=lambda: answer.append(
+                    httpx.post(
+                        f"{live.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 8}, timeout=30
+                    )
+                )
+            )
             t.start()
             time.sleep(0.2)
             live.server.should_exit = True

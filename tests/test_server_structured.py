@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
@@ -30,22 +29,42 @@ from tiny_models import make_tiny_model
 
 pytest.importorskip("llguidance")
 
-SCHEMA = {"type": "object", "properties": {
-    "ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99},
-    "tag": {"enum": ["alpha", "beta"]}, "note": {"type": "string", "maxLength": 3}},
-    "required": ["ok", "n", "tag", "note"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "tag": {"enum": ["alpha", "beta"]},
+        "note": {"type": "string", "maxLength": 3},
+    },
+    "required": ["ok", "n", "tag", "note"],
+    "additionalProperties": False,
+}
 FORMAT = {"type": "json_schema", "json_schema": {"name": "record", "schema": SCHEMA, "strict": True}}
 MESSAGES = [{"role": "user", "content": "hello world, tell me about the dog"}]
 PROMPT = "the quick brown fox"
 QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja").read_text()
-PARAMS = {"type": "object", "properties": {
-    "unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-    "required": ["unit", "days"], "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "forecast", "description": "The forecast",
-                                           "parameters": PARAMS}},
-         {"type": "function", "function": {"name": "clock", "parameters": {
-             "type": "object", "properties": {"utc": {"type": "boolean"}}, "required": ["utc"],
-             "additionalProperties": False}}}]
+PARAMS = {
+    "type": "object",
+    "properties": {"unit": {"enum": ["c", "f"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["unit", "days"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "forecast", "description": "The forecast", "parameters": PARAMS}},
+    {
+        "type": "function",
+        "function": {
+            "name": "clock",
+            "parameters": {
+                "type": "object",
+                "properties": {"utc": {"type": "boolean"}},
+                "required": ["utc"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +80,12 @@ def client(engine):
 
 @pytest.fixture(scope="module")
 def tool_engine(tmp_path_factory):
-    path = make_tiny_model(tmp_path_factory.mktemp("tools") / "qwen_template.gguf", seed=0,
-                           chat_template=QWEN_TEMPLATE, name="edgespec-tiny-tools")
+    path = make_tiny_model(
+        tmp_path_factory.mktemp("tools") / "qwen_template.gguf",
+        seed=0,
+        chat_template=QWEN_TEMPLATE,
+        name="edgespec-tiny-tools",
+    )
     with Engine(path, draft="ngram", n_ctx=1024, exact=True, n_threads=1) as e:
         yield e
 
@@ -90,11 +113,14 @@ def chunks_text(events: list, chat: bool) -> tuple[str, str, dict]:
     return text, finish, structure
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/chat/completions", {"messages": MESSAGES, "response_format": FORMAT}),
-    ("/v1/completions", {"prompt": PROMPT, "response_format": FORMAT}),
-    ("/v1/chat/completions", {"messages": MESSAGES, "json_schema": SCHEMA}),  # llama-server's field
-])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/chat/completions", {"messages": MESSAGES, "response_format": FORMAT}),
+        ("/v1/completions", {"prompt": PROMPT, "response_format": FORMAT}),
+        ("/v1/chat/completions", {"messages": MESSAGES, "json_schema": SCHEMA}),  # llama-server's field
+    ],
+)
 def test_json_schema_answers_validate_streamed_and_not(client, path, body):
     chat = "messages" in body
     resp = client.post(path, json=body)
@@ -110,16 +136,23 @@ def test_json_schema_answers_validate_streamed_and_not(client, path, body):
 
 
 def test_json_object_regex_and_grammar(client):
-    resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 64,
-                                                     "response_format": {"type": "json_object"}})
+    resp = client.post(
+        "/v1/chat/completions",
+        json={"messages": MESSAGES, "max_tokens": 64, "response_format": {"type": "json_object"}},
+    )
     choice = resp.json()["choices"][0]
     if choice["finish_reason"] == "stop":
         assert isinstance(json.loads(choice["message"]["content"]), dict)
     else:
-        assert choice["structure"] == {"type": "json_object", "complete": False,
-                                       "error": "max_tokens (64) ran out before the JSON was complete"}
-    for fmt in ({"type": "regex", "regex": "(yes|no), [0-9]{2}"},
-                {"type": "grammar", "grammar": 'root ::= ("yes" | "no") ", " [0-9] [0-9]'}):
+        assert choice["structure"] == {
+            "type": "json_object",
+            "complete": False,
+            "error": "max_tokens (64) ran out before the JSON was complete",
+        }
+    for fmt in (
+        {"type": "regex", "regex": "(yes|no), [0-9]{2}"},
+        {"type": "grammar", "grammar": 'root ::= ("yes" | "no") ", " [0-9] [0-9]'},
+    ):
         resp = client.post("/v1/completions", json={"prompt": PROMPT, "response_format": fmt})
         choice = resp.json()["choices"][0]
         assert choice["finish_reason"] == "stop" and choice["structure"]["complete"], choice
@@ -132,8 +165,11 @@ def test_max_tokens_inside_the_structure_is_length_and_incomplete(client):
     body = {"messages": MESSAGES, "response_format": FORMAT, "max_tokens": 3}
     choice = client.post("/v1/chat/completions", json=body).json()["choices"][0]
     assert choice["finish_reason"] == "length"
-    assert choice["structure"] == {"type": "json_schema", "complete": False,
-                                   "error": "max_tokens (3) ran out before the JSON was complete"}
+    assert choice["structure"] == {
+        "type": "json_schema",
+        "complete": False,
+        "error": "max_tokens (3) ran out before the JSON was complete",
+    }
     with pytest.raises(json.JSONDecodeError):
         json.loads(choice["message"]["content"])
     _, finish, structure = chunks_text(streamed(client, "/v1/chat/completions", body), chat=True)
@@ -167,25 +203,49 @@ def test_json_nested_past_the_parsers_limit_is_a_400_naming_it(client):
     named, not called invalid JSON. One level less than the limit is read."""
     from edgespec.server.bodies import JSON_DEPTH_LIMIT
 
-    ok = client.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2,
-                                                   "json_schema": deep_schema(JSON_DEPTH_LIMIT - 1)})
+    ok = client.post(
+        "/v1/chat/completions",
+        json={"messages": MESSAGES, "max_tokens": 2, "json_schema": deep_schema(JSON_DEPTH_LIMIT - 1)},
+    )
     assert "levels deep" not in ok.text and "not valid JSON" not in ok.text, ok.text
-    resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, "json_schema": deep_schema(JSON_DEPTH_LIMIT)})
+    resp = client.post(
+        "/v1/chat/completions", json={"messages": MESSAGES, "json_schema": deep_schema(JSON_DEPTH_LIMIT)}
+    )
     assert resp.status_code == 400
     message = resp.json()["error"]["message"]
     assert f"more than {JSON_DEPTH_LIMIT} levels deep" in message and "not valid JSON" not in message
 
 
-@pytest.mark.parametrize("body, param, words", [
-    ({"json_schema": {"$ref": "#"}}, "json_schema", "no finite value"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}}}},
-     "response_format.json_schema.schema", "'#/properties/a' refers to '#'"),
-    ({"json_schema": {"oneOf": [{"type": "number"}, {"type": "integer"}]}}, "json_schema", '"lenient_schema": true'),
-    ({"response_format": {"type": "grammar", "grammar": 'start: <tool_call> "x"'}}, "response_format.grammar",
-     "<tool_call>"),
-    ({"grammar": "root ::= x\nx ::= x"}, "grammar", "can never be satisfied"),
-])
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        ({"json_schema": {"$ref": "#"}}, "json_schema", "no finite value"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
+                    },
+                }
+            },
+            "response_format.json_schema.schema",
+            "'#/properties/a' refers to '#'",
+        ),
+        (
+            {"json_schema": {"oneOf": [{"type": "number"}, {"type": "integer"}]}},
+            "json_schema",
+            '"lenient_schema": true',
+        ),
+        (
+            {"response_format": {"type": "grammar", "grammar": 'start: <tool_call> "x"'}},
+            "response_format.grammar",
+            "<tool_call>",
+        ),
+        ({"grammar": "root ::= x\nx ::= x"}, "grammar", "can never be satisfied"),
+    ],
+)
 def test_structures_that_can_never_be_satisfied_are_400_before_any_model_work(client, body, param, words):
     """issue 28 items 6 and 7: these were 500s (a 200 and an error event when streamed)."""
     for stream in (False, True):
@@ -196,16 +256,30 @@ def test_structures_that_can_never_be_satisfied_are_400_before_any_model_work(cl
         assert "\n" not in err["message"] and "NoExtensionBias" not in err["message"]
 
 
-@pytest.mark.parametrize("body, param, words", [
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
-     "response_format.json_schema.schema", "invalid JSON schema"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "array", "uniqueItems": True}}}}, "response_format.json_schema.schema", "'uniqueItems'"),
-    ({"response_format": {"type": "regex", "regex": "(unclosed"}}, "response_format.regex", "regex"),
-    ({"response_format": {"type": "grammar", "grammar": "root ::= (("}}, "response_format.grammar", "grammar"),
-    ({"json_schema": {"type": "objekt"}}, "json_schema", "invalid JSON schema"),
-    ({"grammar": "root ::= (("}, "grammar", "grammar"),
-])
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
+            "response_format.json_schema.schema",
+            "invalid JSON schema",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}},
+                }
+            },
+            "response_format.json_schema.schema",
+            "'uniqueItems'",
+        ),
+        ({"response_format": {"type": "regex", "regex": "(unclosed"}}, "response_format.regex", "regex"),
+        ({"response_format": {"type": "grammar", "grammar": "root ::= (("}}, "response_format.grammar", "grammar"),
+        ({"json_schema": {"type": "objekt"}}, "json_schema", "invalid JSON schema"),
+        ({"grammar": "root ::= (("}, "grammar", "grammar"),
+    ],
+)
 def test_structures_that_do_not_compile_are_400_naming_the_field(client, body, param, words):
     for path, base in (("/v1/chat/completions", {"messages": MESSAGES}), ("/v1/completions", {"prompt": PROMPT})):
         for stream in (False, True):
@@ -217,8 +291,15 @@ def test_structures_that_do_not_compile_are_400_naming_the_field(client, body, p
 
 
 def test_tool_parameters_that_do_not_compile_are_400_naming_tools(tool_client):
-    bad = [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}]
+    bad = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+            },
+        }
+    ]
     body = {"messages": MESSAGES, "tools": bad, "tool_choice": "required", "max_tokens": 40}
     err = tool_client.post("/v1/chat/completions", json=body).json()["error"]
     assert err["param"] == "tools" and "'uniqueItems'" in err["message"], err
@@ -254,8 +335,9 @@ def test_the_parallel_server_serves_structures_beside_free_requests(engine, tool
         with LiveServer(create_app(eng, parallel=3, max_tokens=96, defaults={"temperature": 0.0})) as srv:
             bodies = [req, {"messages": MESSAGES, "max_tokens": 40}, req]
             with ThreadPoolExecutor(3) as pool:
-                answers = list(pool.map(lambda b: httpx.post(f"{srv.url}/v1/chat/completions", json=b,
-                                                             timeout=120), bodies))
+                answers = list(
+                    pool.map(lambda b: httpx.post(f"{srv.url}/v1/chat/completions", json=b, timeout=120), bodies)
+                )
         assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
         for a in (answers[0], answers[2]):
             got = a.json()["choices"][0]
@@ -297,6 +379,7 @@ def test_a_matcher_error_ends_the_request_with_an_error(engine, monkeypatch, par
 
 # -- tool calls ------------------------------------------------------------------------------
 
+
 def calls_of(message: dict, cut: bool = False) -> list[tuple[str, dict]]:
     """(name, arguments) of each call; ``cut``: the last one may have been cut short
     (``finish_reason`` length), and is left out if its arguments are not complete."""
@@ -333,8 +416,10 @@ def assemble(events: list) -> tuple[str, dict[int, dict], str]:
     return content, calls, finish
 
 
-@pytest.mark.parametrize("choice, parallel", [("required", True), ("required", False),
-                                              ({"type": "function", "function": {"name": "clock"}}, True)])
+@pytest.mark.parametrize(
+    "choice, parallel",
+    [("required", True), ("required", False), ({"type": "function", "function": {"name": "clock"}}, True)],
+)
 def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, choice, parallel):
     body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": choice, "parallel_tool_calls": parallel}
     resp = tool_client.post("/v1/chat/completions", json=body)
@@ -349,14 +434,18 @@ def test_required_and_named_tool_calls_validate_streamed_and_not(tool_client, ch
     else:
         assert len(calls) == 1 and out["finish_reason"] == "tool_calls", out
     complete = out["finish_reason"] == "tool_calls"
-    assert out["structure"] == {"type": "tool_calls", "complete": complete, **(
-        {} if complete else {"error": "max_tokens (96) ran out before the structure was complete"})}
+    assert out["structure"] == {
+        "type": "tool_calls",
+        "complete": complete,
+        **({} if complete else {"error": "max_tokens (96) ran out before the structure was complete"}),
+    }
     if isinstance(choice, dict):
         assert [n for n, _ in calls] == ["clock"] * len(calls)
     content, streamed_calls, finish = assemble(streamed(tool_client, "/v1/chat/completions", body))
     assert finish == out["finish_reason"] and content == (out["message"]["content"] or "")
     assert [(c["name"], c["arguments"]) for c in streamed_calls.values()] == [
-        (c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"]]
+        (c["function"]["name"], c["function"]["arguments"]) for c in out["message"]["tool_calls"]
+    ]
 
 
 def test_auto_and_none_leave_free_text_alone_and_none_keeps_the_tools(tool_client, tool_engine):
@@ -365,17 +454,20 @@ def test_auto_and_none_leave_free_text_alone_and_none_keeps_the_tools(tool_clien
     those; ``logit_bias`` bans them here in both requests): the answer is the same
     prompt's unconstrained answer, token for token."""
     model = tool_engine.target_model
-    ascii_only = {str(t): -100 for t in range(model.n_vocab)
-                  if t != model.eos and (max(model.token_to_bytes(t) or b"\x80") > 0x7F)}
-    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 24, "return_tokens": True,
-            "logit_bias": ascii_only}
+    ascii_only = {
+        str(t): -100
+        for t in range(model.n_vocab)
+        if t != model.eos and (max(model.token_to_bytes(t) or b"\x80") > 0x7F)
+    }
+    body = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 24, "return_tokens": True, "logit_bias": ascii_only}
     resp = tool_client.post("/v1/chat/completions", json=body).json()
     auto = resp["choices"][0]
     assert auto["finish_reason"] in ("stop", "length") and "tool_calls" not in auto["message"]
     assert "structure" not in auto  # free text: no structure began
     ids = tokenize_rendered(model, render(model, MESSAGES, tools=TOOLS))
-    free = tool_client.post("/v1/completions", json={
-        "prompt": ids, "max_tokens": 24, "return_tokens": True, "logit_bias": ascii_only}).json()
+    free = tool_client.post(
+        "/v1/completions", json={"prompt": ids, "max_tokens": 24, "return_tokens": True, "logit_bias": ascii_only}
+    ).json()
     assert free["choices"][0]["text"].strip() and "<tool_call>" not in free["choices"][0]["text"]
     assert resp["token_ids"] == free["token_ids"] and auto["message"]["content"] == free["choices"][0]["text"]
     # none (issue 34): "do not call", not "forget the tools": the same prompt, tools
@@ -393,9 +485,21 @@ def test_none_keeps_the_tools_in_the_prompt_and_the_mask_forbids_a_call(tool_eng
     from edgespec.server.structured import plan_chat
 
     model = tool_engine.target_model
-    history = [*MESSAGES, {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-               "function": {"name": "forecast", "arguments": '{"unit": "c", "days": 2}'}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    history = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "forecast", "arguments": '{"unit": "c", "days": 2}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     req = ChatRequest.model_validate({"messages": history, "tools": TOOLS, "tool_choice": "none"})
     structure = plan_chat(tool_engine, req)
     assert structure.prompt == tokenize_rendered(model, render(model, history, tools=TOOLS))
@@ -403,12 +507,24 @@ def test_none_keeps_the_tools_in_the_prompt_and_the_mask_forbids_a_call(tool_eng
     ids = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
     call = '{"name": "forecast", "arguments": {"unit": "c", "days": 2}}'
     # tagged, bare, and the near misses Qwen2.5-Coder-1.5B wrote when only the exact ones were refused
-    for text in (f"<tool_call>\n{call}\n</tool_call>", call, f"Here: <tool_call>\n{call}", "{" + call + "}",
-                 '{{"name ": "forecast"}}', "{\"name': 1", "```json\n" + call, " { 'name': 1"):
+    for text in (
+        f"<tool_call>\n{call}\n</tool_call>",
+        call,
+        f"Here: <tool_call>\n{call}",
+        "{" + call + "}",
+        '{{"name ": "forecast"}}',
+        "{\"name': 1",
+        "```json\n" + call,
+        " { 'name': 1",
+    ):
         tokens = ids(text)
         assert structure.constraint.matcher().validate(tokens) < len(tokens), text
-    for text in ("It is sunny, {\"a\": 1} <tool> and <tool_call without its end.", '{"city": "Paris"} is sunny',
-                 "```python\nx = {'name': 1}\n```", 'The "name" is forecast'):
+    for text in (
+        'It is sunny, {"a": 1} <tool> and <tool_call without its end.',
+        '{"city": "Paris"} is sunny',
+        "```python\nx = {'name': 1}\n```",
+        'The "name" is forecast',
+    ):
         answer = ids(text)
         assert structure.constraint.matcher().validate(answer) == len(answer), text
 

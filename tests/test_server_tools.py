@@ -16,18 +16,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgespec import Engine
-from edgespec.llama.chat_template import render, validate_messages
 from edgespec.errors import InputError
+from edgespec.llama.chat_template import render, validate_messages
 from edgespec.server import create_app
 from edgespec.server.schema import ChatRequest
 from edgespec.server.tools import CallStream, NoToolFormat, argument_schema, call_grammar, read_calls, tool_format
 
 QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5_chat_template.jinja").read_text()
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city <now>",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city <now>",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa}ris \\" {[", "n": [1, {"a": 2}]}}\n</tool_call>'
-BARE = CALL[len("<tool_call>\n"):-len("\n</tool_call>")]  # the same call without its tags
+BARE = CALL[len("<tool_call>\n") : -len("\n</tool_call>")]  # the same call without its tags
 FENCED = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
 # in doubled braces, as the example in Qwen2.5-Coder-1.5B's template writes a call (issue 28)
 DOUBLE = '{{"name": "get_weather", "arguments": {"city": "Pa}}ris", "n": [{"a": 2}]}}}'
@@ -107,7 +112,9 @@ def test_reading_whole_answers():
     assert content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Paris"}
     assert read_calls("```python\nprint(1)\n```") == ("```python\nprint(1)\n```", [])
     content, calls = read_calls(DOUBLE)  # in doubled braces: both are the call's
-    assert content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Pa}}ris", "n": [{"a": 2}]}
+    assert (
+        content == "" and calls[0].complete and json.loads(calls[0].arguments) == {"city": "Pa}}ris", "n": [{"a": 2}]}
+    )
     assert read_calls("{{ jinja }}") == ("{{ jinja }}", [])
 
 
@@ -140,7 +147,9 @@ def test_the_call_grammar():
     tools = _tools(WEATHER, {"type": "function", "function": {"name": "now"}})
     g = call_grammar(tools, _Vocab(set()), parallel=True)
     assert g.startswith('start: calls\ncalls: call ("\\n" call)* "\\n"?\ncall: call_0 | call_1\n')
-    assert 'call_0: "<tool_call>" "\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": " args_0 "}\\n" "</tool_call>"' in g
+    assert (
+        'call_0: "<tool_call>" "\\n{\\"name\\": \\"get_weather\\", \\"arguments\\": " args_0 "}\\n" "</tool_call>"' in g
+    )
     schema = json.loads(g.split("args_0: %json ")[1].split("\n")[0])
     assert schema["required"] == ["city"] and schema["x-guidance"]["item_separator"] == ", "
     assert json.loads(g.split("args_1: %json ")[1].split("\n")[0])["type"] == "object"  # no parameters: any object
@@ -149,7 +158,10 @@ def test_the_call_grammar():
     assert call_grammar(tools, _Vocab(set()), parallel=False).startswith('start: calls\ncalls: call "\\n"?\n')
     auto = call_grammar(tools, _Vocab({"<tool_call>"}), free=True)
     assert auto.startswith("start: bare_calls | FREE? calls?\nbare_calls: bare (")
-    assert "bare: bare_0 | fenced_0 | double_0 | bare_1 | fenced_1 | double_1" in auto and '"get_weather"[ \\t\\n]*,' in auto
+    assert (
+        "bare: bare_0 | fenced_0 | double_0 | bare_1 | fenced_1 | double_1" in auto
+        and '"get_weather"[ \\t\\n]*,' in auto
+    )
     assert "FREE: " in auto and "<tool_call>" in auto.split("FREE: ")[1]
     bad = _tools({"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}})
     with pytest.raises(InputError, match=r"tools\[0\].function.parameters must describe an object"):
@@ -201,16 +213,27 @@ def _model(template):
 def test_the_template_renders_tools_calls_and_tool_results():
     messages = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
     ]
     text = render(_model(QWEN_TEMPLATE), messages, tools=[WEATHER])
     # the tools in the system prompt, as json.dumps writes them (no HTML escaping)
     assert '"description": "The weather in a city <now>"' in text and "# Tools" in text
     # the call as the model writes one: arguments an object, not a quoted string
-    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
-            "</tool_call><|im_end|>") in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        "</tool_call><|im_end|>"
+    ) in text
     assert '<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response><|im_end|>' in text
     assert text.endswith("<|im_start|>assistant\n")
     assert "# Tools" not in render(_model(QWEN_TEMPLATE), messages)  # no tools: none described
@@ -219,17 +242,23 @@ def test_the_template_renders_tools_calls_and_tool_results():
 def test_templates_may_use_loop_controls_as_in_transformers():
     """transformers renders templates with Jinja's loop controls; a template that stops
     at the last user message with ``{% break %}`` renders here too."""
-    template = ("{% for m in messages | reverse %}{% if m.role == 'user' %}{{ m.content }}{% break %}"
-                "{% endif %}{% endfor %}")
-    messages = [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"},
-                {"role": "user", "content": "last"}, {"role": "assistant", "content": "ok"}]
+    template = (
+        "{% for m in messages | reverse %}{% if m.role == 'user' %}{{ m.content }}{% break %}{% endif %}{% endfor %}"
+    )
+    messages = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "last"},
+        {"role": "assistant", "content": "ok"},
+    ]
     assert render(_model(template), messages) == "last"
 
 
 def test_messages_with_bad_tool_calls_are_input_errors():
     with pytest.raises(InputError, match="not JSON"):
-        validate_messages([{"role": "assistant", "content": None, "tool_calls": [
-            {"function": {"name": "f", "arguments": "{oops"}}]}])
+        validate_messages(
+            [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]
+        )
     with pytest.raises(InputError, match="only an assistant message"):
         validate_messages([{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}])
     with pytest.raises(InputError, match="content must be a string"):
@@ -237,6 +266,7 @@ def test_messages_with_bad_tool_calls_are_input_errors():
 
 
 # -- requests refused before any model work ----------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def engine(tiny_target):
@@ -253,25 +283,51 @@ def client(engine):
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
-@pytest.mark.parametrize("body, param, words", [
-    ({"tools": [WEATHER]}, "tools", "this model cannot call tools: its chat template does not render tools"),
-    ({"tool_choice": "required"}, "tool_choice", "tool_choice needs tools"),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-     "tool_choice", "'nope', which is not one of the tools"),
-    ({"tools": [WEATHER, WEATHER]}, "tools", "two tools are named 'get_weather'"),
-    ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools.0.function.name", "match pattern"),
-    ({"tool_choice": "sometimes", "tools": [WEATHER]}, "tool_choice", "must be \"none\", \"auto\""),
-    ({"tool_choice": {"type": "function"}, "tools": [WEATHER]}, "tool_choice", "function: this field is required"),
-    ({"functions": [{"name": "f"}]}, "functions", "use tools"),
-    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format",
-     "cannot be combined with tools"),
-    ({"response_format": {"type": "xml"}}, "response_format", "type must be one of"),
-    ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, "grammar",
-     "give one of response_format, json_schema and grammar"),
-    ({"messages": [{"role": "user", "content": "x", "tool_calls": [
-        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages.0",
-     "only an assistant message can carry tool_calls"),
-])
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        ({"tools": [WEATHER]}, "tools", "this model cannot call tools: its chat template does not render tools"),
+        ({"tool_choice": "required"}, "tool_choice", "tool_choice needs tools"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+            "'nope', which is not one of the tools",
+        ),
+        ({"tools": [WEATHER, WEATHER]}, "tools", "two tools are named 'get_weather'"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "has space"}}]},
+            "tools.0.function.name",
+            "match pattern",
+        ),
+        ({"tool_choice": "sometimes", "tools": [WEATHER]}, "tool_choice", 'must be "none", "auto"'),
+        ({"tool_choice": {"type": "function"}, "tools": [WEATHER]}, "tool_choice", "function: this field is required"),
+        ({"functions": [{"name": "f"}]}, "functions", "use tools"),
+        (
+            {"tools": [WEATHER], "response_format": {"type": "json_object"}},
+            "response_format",
+            "cannot be combined with tools",
+        ),
+        ({"response_format": {"type": "xml"}}, "response_format", "type must be one of"),
+        (
+            {"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'},
+            "grammar",
+            "give one of response_format, json_schema and grammar",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": "x",
+                        "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{}"}}],
+                    }
+                ]
+            },
+            "messages.0",
+            "only an assistant message can carry tool_calls",
+        ),
+    ],
+)
 def test_bad_tool_requests_are_400_naming_the_field(client, body, param, words):
     resp = client.post("/v1/chat/completions", json={"messages": MESSAGES, **body})
     assert resp.status_code == 400, resp.text
@@ -289,13 +345,30 @@ def test_tool_choice_none_answers_without_tools_on_any_template(client):
 
 def test_a_tool_round_trip_renders_through_the_template(client):
     """An assistant tool call and the tool's answer go back through the chat template."""
-    messages = [*MESSAGES,
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    messages = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     resp = client.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 4})
     assert resp.status_code == 200, resp.text
-    resp = client.post("/v1/chat/completions", json={"messages": [*messages[:1], {
-        "role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]})
+    resp = client.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [
+                *messages[:1],
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{not json"}}],
+                },
+            ]
+        },
+    )
     assert resp.status_code == 400 and "not JSON" in resp.json()["error"]["message"]

@@ -10,13 +10,11 @@ Also the proposal helpers the round builds its proposals with (``cut_proposal``,
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import Proposal
 from edgespec.decoding.params import SamplingParams
 from edgespec.decoding.speculative import accept, cut_proposal, with_forced
-
 from test_exact_sampling import chi_square_rejects
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -49,16 +47,18 @@ class Reader:
 
 def test_greedy_keeps_every_matching_draft_and_adds_the_bonus_token():
     row = Reader(peaked(2, 5, 1, 7))
-    assert accept([2, 5, 1], row, None, GREEDY, np.random.default_rng(0), NEVER_EOG) == \
-        ([2, 5, 1, 7], [True, True, True, False], 3)
+    assert accept([2, 5, 1], row, None, GREEDY, np.random.default_rng(0), NEVER_EOG) == (
+        [2, 5, 1, 7],
+        [True, True, True, False],
+        3,
+    )
     # each row is read once, in order, knowing this round's tokens before it (penalties)
     assert row.calls == [(0, []), (1, [2]), (2, [2, 5]), (3, [2, 5, 1])]
 
 
 def test_greedy_replaces_the_first_mismatch_and_reads_no_row_after_it():
     row = Reader(peaked(2, 4, 1, 7))
-    assert accept([2, 5, 1], row, None, GREEDY, np.random.default_rng(0), NEVER_EOG) == \
-        ([2, 4], [True, False], 1)
+    assert accept([2, 5, 1], row, None, GREEDY, np.random.default_rng(0), NEVER_EOG) == ([2, 4], [True, False], 1)
     assert [i for i, _ in row.calls] == [0, 1]
 
 
@@ -104,8 +104,11 @@ def test_a_fixed_proposal_the_row_forces_is_kept_for_sure():
     row[0, 3] = 0.0
     row[1, 1] = 0.0
     for seed in range(5):
-        assert accept([3], Reader(row), None, SAMPLED, np.random.default_rng(seed), NEVER_EOG) == \
-            ([3, 1], [True, False], 1)
+        assert accept([3], Reader(row), None, SAMPLED, np.random.default_rng(seed), NEVER_EOG) == (
+            [3, 1],
+            [True, False],
+            1,
+        )
 
 
 def test_q_acceptance_follows_min_1_p_over_q_with_the_seeded_rng():
@@ -140,8 +143,11 @@ def test_a_fixed_row_among_q_rows_is_verified_by_matching():
     rows = np.full((3, 3), -np.inf, dtype=np.float32)
     rows[0, 2] = rows[1, 0] = rows[2, 1] = 0.0
     q = [None, np.array([0.9, 0.05, 0.05])]
-    assert accept([2, 0], Reader(rows), q, SAMPLED, np.random.default_rng(0), NEVER_EOG) == \
-        ([2, 0, 1], [True, True, False], 2)
+    assert accept([2, 0], Reader(rows), q, SAMPLED, np.random.default_rng(0), NEVER_EOG) == (
+        [2, 0, 1],
+        [True, True, False],
+        2,
+    )
 
 
 def test_the_cut_drafts_token_comes_from_the_residual():
@@ -150,8 +156,11 @@ def test_the_cut_drafts_token_comes_from_the_residual():
     p = np.array([0.5, 0.3, 0.2])
     q = np.array([[0.6, 0.3, 0.1, 0.0]])
     for seed in range(10):
-        assert accept([], Reader(np.log(p)[None, :]), q, SAMPLED, np.random.default_rng(seed), NEVER_EOG,
-                      cut=0) == ([2], [False], 0)
+        assert accept([], Reader(np.log(p)[None, :]), q, SAMPLED, np.random.default_rng(seed), NEVER_EOG, cut=0) == (
+            [2],
+            [False],
+            0,
+        )
 
 
 def test_a_cut_after_kept_drafts_uses_its_own_row_of_q():
@@ -159,20 +168,26 @@ def test_a_cut_after_kept_drafts_uses_its_own_row_of_q():
     rows = np.log(np.stack([np.array([0.0, 1.0, 0.0]) + 1e-12, p]))
     q = np.array([[0.0, 1.0, 0.0, 0.0], [0.6, 0.3, 0.1, 0.0]])
     for seed in range(10):
-        assert accept([1], Reader(rows), q, SAMPLED, np.random.default_rng(seed), NEVER_EOG, cut=1) == \
-            ([1, 2], [True, False], 1)
+        assert accept([1], Reader(rows), q, SAMPLED, np.random.default_rng(seed), NEVER_EOG, cut=1) == (
+            [1, 2],
+            [True, False],
+            1,
+        )
 
 
 def test_greedy_ignores_q_and_the_cut():
     q = np.array([[0.6, 0.3, 0.1, 0.0]])
-    assert accept([], Reader(peaked(1, n_vocab=3)), q, GREEDY, np.random.default_rng(0), NEVER_EOG, cut=0) == \
-        ([1], [False], 0)
+    assert accept([], Reader(peaked(1, n_vocab=3)), q, GREEDY, np.random.default_rng(0), NEVER_EOG, cut=0) == (
+        [1],
+        [False],
+        0,
+    )
 
 
 # -- the committed token follows p ----------------------------------------------------
 
-P = np.array([0.5, 0.3, 0.15, 0.05])          # the target, over 4 ids
-Q = np.array([0.1, 0.2, 0.3, 0.1, 0.3])       # the draft's, with a 5th id the target lacks
+P = np.array([0.5, 0.3, 0.15, 0.05])  # the target, over 4 ids
+Q = np.array([0.1, 0.2, 0.3, 0.1, 0.3])  # the draft's, with a 5th id the target lacks
 
 
 def first_tokens(n: int, seed: int, *, cut_rule: bool = True) -> np.ndarray:
@@ -184,8 +199,7 @@ def first_tokens(n: int, seed: int, *, cut_rule: bool = True) -> np.ndarray:
     for _ in range(n):
         d = sampling.sample(Q, rng)
         drafts, cut = ([d], None) if d < len(P) else ([], 0)
-        out, _, _ = accept(drafts, Reader(rows), Q[None, :], SAMPLED, rng, NEVER_EOG,
-                           cut=cut if cut_rule else None)
+        out, _, _ = accept(drafts, Reader(rows), Q[None, :], SAMPLED, rng, NEVER_EOG, cut=cut if cut_rule else None)
         counts[out[0]] += 1
     return counts
 

@@ -13,8 +13,8 @@ import pytest
 from edgespec.costmodel.adaptive import VerifyCost
 from edgespec.costmodel.costs import OnlineCost
 from edgespec.costmodel.priors import VERIFY_PRIORS
-from edgespec.decoding.policy import DraftPolicy
 from edgespec.decoding import stoploss
+from edgespec.decoding.policy import DraftPolicy
 from edgespec.decoding.stoploss import FIRST_PAUSE, MIN_DRAFTED, REFERENCE_EVERY, StopLoss
 
 T1 = 0.03  # a plain step, seconds
@@ -24,7 +24,9 @@ Q4_0 = VERIFY_PRIORS["cpu"]["Q4_0"].cost
 GPU_ESTIMATE = VerifyCost((1, 2, 4, 8, 16), (1.0, 1.04, 1.1, 1.22, 1.5))
 
 
-def run(policy: DraftPolicy, true_c: VerifyCost, accept, tokens: int, draft_s: float = 0.0005) -> list[tuple[int, float]]:
+def run(
+    policy: DraftPolicy, true_c: VerifyCost, accept, tokens: int, draft_s: float = 0.0005
+) -> list[tuple[int, float]]:
     """Simulate rounds until ``tokens`` are committed: (tokens committed, steps spent) per
     round. ``accept(r, j)``: whether the j-th draft of round r is right."""
     out: list[tuple[int, float]] = []
@@ -39,8 +41,16 @@ def run(policy: DraftPolicy, true_c: VerifyCost, accept, tokens: int, draft_s: f
         seconds = true_c(n + 1) * T1
         drafted = draft_s if l_max > 0 else 0.0
         next_ok = accept(r, acc) if n == 0 and ids else None
-        policy.observe(batch=n + 1, tested=n, accepted=acc, verify_seconds=seconds, draft_seconds=drafted,
-                       match_len=4, next_ok=next_ok, after_break=[False] * n)
+        policy.observe(
+            batch=n + 1,
+            tested=n,
+            accepted=acc,
+            verify_seconds=seconds,
+            draft_seconds=drafted,
+            match_len=4,
+            next_ok=next_ok,
+            after_break=[False] * n,
+        )
         out.append((acc + 1, (seconds + drafted) / T1))
         done += acc + 1
         r += 1

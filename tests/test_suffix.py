@@ -116,8 +116,11 @@ def test_eviction_keeps_a_chain_whose_newer_entries_are_whole():
 def heads_are_whole(ix):
     """Every chain head points at an entry whose n-gram is still whole in the window
     (so that the heads, like the window, are bounded by the cap)."""
-    return all(e >= ix.start and ix._kstart[i][e % ix.cap] >= ix.start
-               for i, head in enumerate(ix._head) for e in head.values())
+    return all(
+        e >= ix.start and ix._kstart[i][e % ix.cap] >= ix.start
+        for i, head in enumerate(ix._head)
+        for e in head.values()
+    )
 
 
 def test_a_chain_head_skips_entries_broken_by_interleaved_evictions():
@@ -167,12 +170,15 @@ def test_bad_arguments_are_refused():
 
 
 # -- properties ---------------------------------------------------------------------
-ops = st.lists(st.one_of(
-    st.tuples(st.just("open")),
-    st.tuples(st.just("append"), st.integers(0, 3), st.integers(0, 3)),
-    st.tuples(st.just("close"), st.integers(0, 3)),
-    st.tuples(st.just("pop"), st.integers(0, 3), st.integers(1, 3)),
-), max_size=80)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("open")),
+        st.tuples(st.just("append"), st.integers(0, 3), st.integers(0, 3)),
+        st.tuples(st.just("close"), st.integers(0, 3)),
+        st.tuples(st.just("pop"), st.integers(0, 3), st.integers(1, 3)),
+    ),
+    max_size=80,
+)
 
 
 def run_history(cap, history, **kw):
@@ -297,5 +303,5 @@ def test_proposals_are_the_brute_force_continuations_of_the_window(cap, history,
         assert p.match_len == m
         # and it is literally there: the matched context followed by the draft
         needle = list(context[-m:]) + p.ids
-        assert any(needle == toks[i:i + len(needle)] for _, toks, _ in ix.documents() for i in range(len(toks)))
+        assert any(needle == toks[i : i + len(needle)] for _, toks, _ in ix.documents() for i in range(len(toks)))
         assert all(a >= b for a, b in zip(p.probs, p.probs[1:])) and p.probs[-1] >= ix.min_prob

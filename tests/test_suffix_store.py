@@ -67,8 +67,10 @@ def test_what_the_drafts_proved_worth_comes_back_with_the_index(tmp_path, cap):
     assert back.rates.beta.mean()[b] < 0.1
 
 
-@pytest.mark.parametrize("saved", [None, {"acc": [1.0, 2.0], "rej": [1.0, 1.0]}, {"acc": "x"},
-                                   "nan", {"acc": [-1.0] * 24, "rej": [1.0] * 24}])
+@pytest.mark.parametrize(
+    "saved",
+    [None, {"acc": [1.0, 2.0], "rej": [1.0, 1.0]}, {"acc": "x"}, "nan", {"acc": [-1.0] * 24, "rej": [1.0] * 24}],
+)
 def test_rates_a_file_lacks_or_cannot_use_leave_the_prior(tmp_path, monkeypatch, saved):
     ix = sample()
     for _ in range(30):
@@ -79,7 +81,7 @@ def test_rates_a_file_lacks_or_cannot_use_leave_the_prior(tmp_path, monkeypatch,
         if saved is None:
             meta.pop("rates")
         else:
-            meta["rates"] = ({"acc": [float("nan")] * 24, "rej": [1.0] * 24} if saved == "nan" else saved)
+            meta["rates"] = {"acc": [float("nan")] * 24, "rej": [1.0] * 24} if saved == "nan" else saved
         return real_dumps(meta, **kw)
 
     monkeypatch.setattr(suffix_store.json, "dumps", dumps)
@@ -128,7 +130,7 @@ def test_a_loaded_index_answers_exactly_like_the_saved_one(tmp_path):
     assert ix.start > 0 and ix._docs  # evicted, and a document still open
     close_all(ix)
     window = [t for _, toks, _ in ix.documents() for t in toks]
-    contexts = [window[i - rng.randint(1, 12):i] for i in (rng.randrange(12, len(window)) for _ in range(400))]
+    contexts = [window[i - rng.randint(1, 12) : i] for i in (rng.randrange(12, len(window)) for _ in range(400))]
     contexts += [[rng.randrange(40) for _ in range(rng.randint(1, 8))] for _ in range(100)]
     save(ix, IDENT, tmp_path)
     with warnings.catch_warnings():
@@ -250,10 +252,17 @@ def damaged(path, how):
     path.write_bytes(data)
 
 
-@pytest.mark.parametrize("how, why", [
-    ("flipped", "checksum"), ("truncated", "truncated"), ("header only", "truncated"),
-    ("empty", "truncated"), ("garbage", "not an edgespec suffix memory"), ("version", "version 1,"),
-])
+@pytest.mark.parametrize(
+    "how, why",
+    [
+        ("flipped", "checksum"),
+        ("truncated", "truncated"),
+        ("header only", "truncated"),
+        ("empty", "truncated"),
+        ("garbage", "not an edgespec suffix memory"),
+        ("version", "version 1,"),
+    ],
+)
 def test_a_damaged_file_is_one_warning_and_a_cold_start(tmp_path, how, why):
     path = save(sample(), IDENT, tmp_path)
     damaged(path, how)
@@ -296,10 +305,16 @@ def test_a_header_with_an_impossible_cap_is_a_warning(tmp_path, monkeypatch):
         assert len(load(IDENT, directory=tmp_path)) == 0
 
 
-@pytest.mark.parametrize("array, value, why", [
-    ("fwd", 0, "document links"), ("back", 11, "document links"), ("prev2", 9, "chain links"),
-    ("headpos2", 99, "chain links"), ("tok", -3, "document links"),
-])
+@pytest.mark.parametrize(
+    "array, value, why",
+    [
+        ("fwd", 0, "document links"),
+        ("back", 11, "document links"),
+        ("prev2", 9, "chain links"),
+        ("headpos2", 99, "chain links"),
+        ("tok", -3, "document links"),
+    ],
+)
 def test_arrays_that_disagree_with_a_valid_checksum_are_a_warning(tmp_path, monkeypatch, array, value, why):
     real = suffix_store._encode
 
@@ -386,8 +401,9 @@ SAVER = textwrap.dedent("""
 
 @pytest.mark.parametrize("where", ["write", "fsync"])
 def test_kill_9_while_saving_leaves_the_previous_file_whole(tmp_path, where):
-    proc = subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), where],
-                            stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SAVER, str(tmp_path), where], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
     try:
         assert proc.stdout.readline().strip() == "stalled"
     finally:

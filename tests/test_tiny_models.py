@@ -134,9 +134,7 @@ class Runner:
             # row i predicts the token after guess[i]
             for i in range(chunk - 1):
                 if verified[i] != guess[i + 1]:
-                    raise AssertionError(
-                        f"batch verify disagrees with single decode at step {len(out) + i}"
-                    )
+                    raise AssertionError(f"batch verify disagrees with single decode at step {len(out) + i}")
                 out.append(guess[i + 1])
             nxt = verified[-1]
         return out[:n]
@@ -275,9 +273,7 @@ def test_noisy_draft_shares_tokenizer_metadata(tiny_target, tiny_noisy):
     def tok_meta(path):
         r = gguf.GGUFReader(str(path))
         return {
-            k: (f.types, [bytes(f.parts[i]) for i in f.data])
-            for k, f in r.fields.items()
-            if k.startswith("tokenizer.")
+            k: (f.types, [bytes(f.parts[i]) for i in f.data]) for k, f in r.fields.items() if k.startswith("tokenizer.")
         }
 
     assert tok_meta(tiny_target) == tok_meta(tiny_noisy)
@@ -298,9 +294,7 @@ def test_corrupt_files_return_null(fixture, request):
     path = request.getfixturevalue(fixture)
     # In a subprocess first: if llama.cpp aborted instead of returning NULL, only the
     # child would die and the test would say so.
-    res = subprocess.run(
-        [sys.executable, "-c", _LOAD_SNIPPET, str(path)], capture_output=True, text=True, timeout=60
-    )
+    res = subprocess.run([sys.executable, "-c", _LOAD_SNIPPET, str(path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, f"llama.cpp crashed on {fixture}: rc={res.returncode} {res.stderr[-500:]}"
     assert res.stdout.strip() == "NULL"
     # and in-process, which is what the engine will do

@@ -8,14 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from bench_support import TINY_PROMPTS as _PROMPTS
 from bench_support import cli
-
 from edgespec import Engine, catalog, profiles
+from edgespec.cli.tune import tune as tune_cmd
 from edgespec.costmodel import adaptive
 from edgespec.measuring import batches, tune
 from edgespec.planning import planner
-from edgespec.cli.tune import tune as tune_cmd
 
 TINY_PROMPTS = _PROMPTS[:2]
 PAIR = catalog.DEFAULT_PAIR
@@ -88,7 +88,7 @@ def test_fit_verify_cost_keeps_the_tile_dips_and_is_at_least_one():
     raw = {1: 1.0, 2: 0.97, 3: 1.9, 4: 1.7, 5: 3.5, 6: 3.3, 7: 3.4, 8: 3.2}
     c = tune.fit_verify_cost(raw)
     assert c.n == tuple(range(1, 9)) and c(1) == 1.0
-    assert c(2) == 1.0                                   # never below one step
+    assert c(2) == 1.0  # never below one step
     assert c(4) == pytest.approx(1.7) and c(8) == pytest.approx(3.2)  # dips kept
     ok = {1: 1.0, 2: 1.5, 3: 2.0}
     assert tune.fit_verify_cost(ok).c == (1.0, 1.5, 2.0)
@@ -98,7 +98,7 @@ def test_step_model_reproduces_both_steps():
     o, g = tune.step_model(80.0, 44.0, 1_117_320_768, 491_400_064)
     for ms, size in ((80.0, 1_117_320_768), (44.0, 491_400_064)):
         assert adaptive.step_ms(size, overhead_ms=o, gbs=g) == pytest.approx(ms)
-    assert tune.step_model(80.0, 90.0, 2, 1) is None     # draft slower: nothing sensible
+    assert tune.step_model(80.0, 90.0, 2, 1) is None  # draft slower: nothing sensible
     assert tune.step_model(80.0, 40.0, 1, 2) is None
 
 
@@ -124,8 +124,7 @@ def test_pair_of():
 def result(tiny_target, tiny_noisy):
     with Engine(tiny_target, draft=tiny_noisy, n_ctx=512, n_threads=1) as e:
         phases = []
-        r = tune.tune(e, ks=[1, 3], prompts=TINY_PROMPTS, max_tokens=10, repeats=1, n_max=6,
-                      phase=phases.append)
+        r = tune.tune(e, ks=[1, 3], prompts=TINY_PROMPTS, max_tokens=10, repeats=1, n_max=6, phase=phases.append)
         assert len(phases) == 3 and "sequences at once" in phases[1]
         # the engine still generates correctly afterwards (caches left consistent)
         e.set_drafter("none")
@@ -177,8 +176,14 @@ def test_save_then_plan_uses_the_measured_figures(result, tmp_path, monkeypatch)
     assert p.drafting.draft_gamma == pytest.approx(pc.gamma.value)
     assert p.engine_kwargs(offline=True)["drafting"].draft_gamma
     px = planner.plan("cpu-small", target=catalog.DEFAULT_TARGET, draft="model", exact=True)
-    k, s = adaptive.best_k(pc.alpha.value, pc.verify.cost, pc.gamma.value, k_min=prof.k_min, k_max=prof.k_max,
-                           slowdown=prof.exact_slowdown.value)
+    k, s = adaptive.best_k(
+        pc.alpha.value,
+        pc.verify.cost,
+        pc.gamma.value,
+        k_min=prof.k_min,
+        k_max=prof.k_max,
+        slowdown=prof.exact_slowdown.value,
+    )
     assert (px.k, px.predicted_speedup) == (k, pytest.approx(s))
 
 
@@ -201,9 +206,15 @@ def test_saved_figures_drive_the_choice(tmp_path, monkeypatch, tiny_target):
         c = tune.fit_verify_cost(times.relative)
         ngram = tune.DrafterFit("ngram", alpha, hit, 0.001, alpha, 4, 1.0)
         choice = adaptive.choose([ngram.option()], c)
-        return tune.TuneResult(times, c, (ngram,), (), choice, 20.0,
-                               {"target": "t.gguf", "n_threads": 2, "prompts": ["a"], "max_tokens": 8,
-                                "load_average": 0.1})
+        return tune.TuneResult(
+            times,
+            c,
+            (ngram,),
+            (),
+            choice,
+            20.0,
+            {"target": "t.gguf", "n_threads": 2, "prompts": ["a"], "max_tokens": 8, "load_average": 0.1},
+        )
 
     tune.save(fake(1.1, 0.8, 0.6), "cpu-small", pair=None)
     tgt = str(tiny_target)
@@ -227,9 +238,29 @@ def run(tmp_path, monkeypatch):
 
 
 def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tmp_path):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", tiny_noisy, "--k-grid", "1,2",
-            "--input", prompt_file, "--max-tokens", 6, "--repeats", 1, "--threads", 1,
-            "--json", "--quiet", "--save-as", "tiny-box", "--exact")
+    r = run(
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_noisy,
+        "--k-grid",
+        "1,2",
+        "--input",
+        prompt_file,
+        "--max-tokens",
+        6,
+        "--repeats",
+        1,
+        "--threads",
+        1,
+        "--json",
+        "--quiet",
+        "--save-as",
+        "tiny-box",
+        "--exact",
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert list(d["verify_cost"]) == [str(n) for n in range(1, 17)] and d["verify_cost"]["1"] == 1.0
@@ -244,8 +275,24 @@ def test_cli_tune_json_and_save_as(run, tiny_target, tiny_noisy, prompt_file, tm
 
 
 def test_cli_tune_chart(run, tiny_target, prompt_file):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "ngram", "--k-grid", "1,4",
-            "--input", prompt_file, "--max-tokens", 6, "--repeat", 1, "--threads", 1)
+    r = run(
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "--draft",
+        "ngram",
+        "--k-grid",
+        "1,4",
+        "--input",
+        prompt_file,
+        "--max-tokens",
+        6,
+        "--repeat",
+        1,
+        "--threads",
+        1,
+    )
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert "verify cost" in out and "c(16)=" in out and "ngram drafter" in out
@@ -254,8 +301,24 @@ def test_cli_tune_chart(run, tiny_target, prompt_file):
 
 
 def test_cli_tune_none_measures_costs_only(run, tiny_target, prompt_file):
-    r = run("--profile", "cpu-small", "--target", tiny_target, "--draft", "none", "--input", prompt_file,
-            "--max-tokens", 4, "--repeats", 1, "--threads", 1, "--json", "--quiet")
+    r = run(
+        "--profile",
+        "cpu-small",
+        "--target",
+        tiny_target,
+        "--draft",
+        "none",
+        "--input",
+        prompt_file,
+        "--max-tokens",
+        4,
+        "--repeats",
+        1,
+        "--threads",
+        1,
+        "--json",
+        "--quiet",
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["acceptance"] == {} and d["choice"]["drafter"] == "none" and d["draft_cost_ratio"] is None
@@ -285,15 +348,19 @@ def test_exact_kernel_slowdown_is_measured_against_a_plain_fast_engine(tiny_targ
     """With a second plain engine on llama.cpp's kernels, tune measures how much faster
     plain decoding is there than on the exact kernels, and saving records it."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    with Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1, exact=True) as e, \
-            Engine(tiny_target, n_ctx=512, n_threads=1, exact=False) as fast:
+    with (
+        Engine(tiny_target, draft="ngram", n_ctx=512, n_threads=1, exact=True) as e,
+        Engine(tiny_target, n_ctx=512, n_threads=1, exact=False) as fast,
+    ):
         assert e.exact_kernels and not fast.exact_kernels
-        r = tune.tune(e, drafters=["ngram"], ks=[2], prompts=TINY_PROMPTS, max_tokens=8, repeats=1, n_max=3,
-                      fast_engine=fast)
+        r = tune.tune(
+            e, drafters=["ngram"], ks=[2], prompts=TINY_PROMPTS, max_tokens=8, repeats=1, n_max=3, fast_engine=fast
+        )
     d = r.to_dict()
     assert d["exact_plain_tokens_per_second"] > 0 and d["plain_tokens_per_second"] > 0
-    assert d["exact_slowdown"] == pytest.approx(d["plain_tokens_per_second"] / d["exact_plain_tokens_per_second"],
-                                                rel=1e-3)
+    assert d["exact_slowdown"] == pytest.approx(
+        d["plain_tokens_per_second"] / d["exact_plain_tokens_per_second"], rel=1e-3
+    )
     p = r.points[0]
     fit = r.drafter("ngram")
     assert p.predicted == pytest.approx(adaptive.speedup(fit.alpha, 2, r.verify, fit.gamma, fit.hit, r.exact_slowdown))
@@ -322,7 +389,6 @@ def test_tune_measures_batch_throughput_and_saves_it_for_parallel_auto(result, t
     assert p.engine_kwargs()["drafting"].batch_cost == prof.batch.cost
 
 
-
 # -- c(n) per model file, kept per machine for the planner (catalog.verify_cache) ----------------
 
 
@@ -331,7 +397,8 @@ def test_tune_keeps_the_targets_measured_curve_per_file(result, tiny_target, tin
 
     curve = verify_cache.measured_curve(tiny_target, exact=False)
     assert curve is not None and [curve(n) for n in range(2, 7)] == pytest.approx(
-        [result.verify(n) for n in range(2, 7)], abs=1e-4)
+        [result.verify(n) for n in range(2, 7)], abs=1e-4
+    )
     rec = verify_cache.measured_entry(tiny_target)
     assert rec["source"] == "edgespec tune" and rec["threads"] == 1 and rec["step_ms"] > 0
     assert verify_cache.measured_curve(tiny_noisy) is None  # the draft's is not measured
@@ -349,10 +416,12 @@ def test_the_verify_cache_is_per_machine_file_and_kernels(tmp_path, monkeypatch)
     a.write_bytes(b"GGUF a")
     b.write_bytes(b"GGUF bb")
     assert verify_cache.measured_curve(a, machine=here) is None
-    path = verify_cache.record(a, {2: 1.7, 4: 1.8, 8: 3.2}, step_ms=30.0, threads=2, exact=False, source="t",
-                               machine=here)
-    verify_cache.record(a, adaptive.VerifyCost((2, 4), (1.9, 2.9)), step_ms=40.0, threads=2, exact=True,
-                        source="t", machine=here)
+    path = verify_cache.record(
+        a, {2: 1.7, 4: 1.8, 8: 3.2}, step_ms=30.0, threads=2, exact=False, source="t", machine=here
+    )
+    verify_cache.record(
+        a, adaptive.VerifyCost((2, 4), (1.9, 2.9)), step_ms=40.0, threads=2, exact=True, source="t", machine=here
+    )
     verify_cache.record(b, {2: 0.5}, step_ms=10.0, threads=2, exact=False, source="t", machine=here)
     c = verify_cache.measured_curve(a, machine=here)
     assert (c.n, c.c) == ((2, 4, 8), (1.7, 1.8, 3.2)) and c(1) == 1.0

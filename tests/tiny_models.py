@@ -90,9 +90,7 @@ TOKEN_CONTROL = 3  # gguf.TokenType.CONTROL
 @lru_cache(maxsize=1)
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (what llama.cpp decodes)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
-    )
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -130,9 +128,7 @@ class TinyVocab:
 def _train_bpe(corpus: str, n_merges: int) -> list[tuple[str, str]]:
     """Plain byte-level BPE training; ties broken by pair text so it is deterministic."""
     b2u = bytes_to_unicode()
-    words = Counter(
-        tuple(b2u[b] for b in w.encode("utf-8")) for w in _PRETOKENIZE.findall(corpus)
-    )
+    words = Counter(tuple(b2u[b] for b in w.encode("utf-8")) for w in _PRETOKENIZE.findall(corpus))
     merges: list[tuple[str, str]] = []
     for _ in range(n_merges):
         pairs: Counter[tuple[str, str]] = Counter()

@@ -162,12 +162,30 @@ def device_info() -> dict:
     if shutil.which("nvidia-smi"):
         q = "name,memory.total,driver_version,compute_cap,clocks.max.sm,clocks.max.mem,power.limit"
         try:
-            out = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=20).stdout
+            out = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout
             for line in out.strip().splitlines():
                 f = [x.strip() for x in line.split(",")]
-                info["gpus"].append(dict(zip(
-                    ["name", "memory_mib", "driver", "compute_cap", "max_sm_mhz", "max_mem_mhz", "power_limit_w"], f)))
+                info["gpus"].append(
+                    dict(
+                        zip(
+                            [
+                                "name",
+                                "memory_mib",
+                                "driver",
+                                "compute_cap",
+                                "max_sm_mhz",
+                                "max_mem_mhz",
+                                "power_limit_w",
+                            ],
+                            f,
+                        )
+                    )
+                )
         except (OSError, subprocess.SubprocessError) as exc:
             info["nvidia_smi_error"] = str(exc)
     try:
@@ -234,8 +252,9 @@ def steps(models: dict[str, Path], pairs: list[tuple[str, str]], *, exact: bool,
     try:
         for name, path in models.items():
             try:  # one model that fails to load must not lose the others' figures
-                lm = loaded[name] = Loaded(path, n_gpu_layers=args.n_gpu_layers, exact=exact,
-                                           n_ctx=args.n_ctx, n_threads=args.threads)
+                lm = loaded[name] = Loaded(
+                    path, n_gpu_layers=args.n_gpu_layers, exact=exact, n_ctx=args.n_ctx, n_threads=args.threads
+                )
             except Exception as exc:  # noqa: BLE001
                 out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
                 _say(f"  {name}: {out['errors'][name]}")
@@ -243,22 +262,36 @@ def steps(models: dict[str, Path], pairs: list[tuple[str, str]], *, exact: bool,
             prefix = prompt_ids(lm.model.n_vocab, args.position, seed=1)
             t = tune.time_decodes(lm.ctx, prefix, n_max=args.n_max, repeats=args.repeats)
             out["models"][name] = {
-                "path": str(path), "bytes": path.stat().st_size, "model_size_bytes": lm.model.size_bytes,
-                "n_params": lm.model.n_params, "n_layer": lm.model.n_layer, "n_vocab": lm.model.n_vocab,
-                "load_s": _r(lm.load_s, 2), "batch_invariant_context": lm.ctx.batch_invariant,
+                "path": str(path),
+                "bytes": path.stat().st_size,
+                "model_size_bytes": lm.model.size_bytes,
+                "n_params": lm.model.n_params,
+                "n_layer": lm.model.n_layer,
+                "n_vocab": lm.model.n_vocab,
+                "load_s": _r(lm.load_s, 2),
+                "batch_invariant_context": lm.ctx.batch_invariant,
                 **times_dict(t),
             }
-            _say(f"  {name}: step {t.step_ms:.3f} ms, c(2) {t.relative[2] if 2 in t.relative else float('nan'):.3f}, "
-                 f"c({args.n_max}) {t.relative[args.n_max]:.3f}")
+            _say(
+                f"  {name}: step {t.step_ms:.3f} ms, c(2) {t.relative[2] if 2 in t.relative else float('nan'):.3f}, "
+                f"c({args.n_max}) {t.relative[args.n_max]:.3f}"
+            )
         for draft, target in pairs:
             if draft not in loaded or target not in loaded:
                 continue
             tl, dl = loaded[target], loaded[draft]
             prefix = prompt_ids(min(tl.model.n_vocab, dl.model.n_vocab), args.position, seed=1)
             t = tune.time_decodes(tl.ctx, prefix, n_max=args.n_max, repeats=args.repeats, draft=dl.ctx)
-            out["gamma"].append({"draft": draft, "target": target, "gamma": _r(t.gamma),
-                                 "draft_ms": _r(t.draft_ms), "target_ms": _r(t.step_ms),
-                                 "verify_cost": times_dict(t)["verify_cost"]})
+            out["gamma"].append(
+                {
+                    "draft": draft,
+                    "target": target,
+                    "gamma": _r(t.gamma),
+                    "draft_ms": _r(t.draft_ms),
+                    "target_ms": _r(t.step_ms),
+                    "verify_cost": times_dict(t)["verify_cost"],
+                }
+            )
             _say(f"  γ {draft} -> {target}: {t.gamma:.4f} ({t.draft_ms:.3f} / {t.step_ms:.3f} ms)")
     finally:
         for lm in loaded.values():
@@ -292,29 +325,35 @@ def batch_invariance(path: Path, *, args: argparse.Namespace) -> dict:
                     batch = ctx.decode(toks[:n], rows=range(n)).copy()
                     ctx.rollback(pos)
                     diff = np.abs(batch - single[:n])
-                    rows.append({
-                        "n": n,
-                        "bit_identical": bool(np.array_equal(batch, single[:n])),
-                        "max_abs_diff": _r(float(diff.max()), 6),
-                        "argmax_same": bool(np.array_equal(batch.argmax(1), single[:n].argmax(1))),
-                    })
-                per_pos.append({
-                    "position": pos,
-                    "single_rerun_identical": bool(np.array_equal(single, again)),
-                    "single_rerun_max_abs_diff": _r(float(np.abs(single - again).max()), 6),
-                    "logit_std": _r(float(single.std()), 3),
-                    "batches": rows,
-                    "all_bit_identical": all(r["bit_identical"] for r in rows),
-                    "max_abs_diff": max(r["max_abs_diff"] for r in rows),
-                })
+                    rows.append(
+                        {
+                            "n": n,
+                            "bit_identical": bool(np.array_equal(batch, single[:n])),
+                            "max_abs_diff": _r(float(diff.max()), 6),
+                            "argmax_same": bool(np.array_equal(batch.argmax(1), single[:n].argmax(1))),
+                        }
+                    )
+                per_pos.append(
+                    {
+                        "position": pos,
+                        "single_rerun_identical": bool(np.array_equal(single, again)),
+                        "single_rerun_max_abs_diff": _r(float(np.abs(single - again).max()), 6),
+                        "logit_std": _r(float(single.std()), 3),
+                        "batches": rows,
+                        "all_bit_identical": all(r["bit_identical"] for r in rows),
+                        "max_abs_diff": max(r["max_abs_diff"] for r in rows),
+                    }
+                )
             out["kernels"][f"exact={exact}"] = {
                 "batch_invariant_context": ctx.batch_invariant,
                 "positions": per_pos,
                 "all_bit_identical": all(p["all_bit_identical"] for p in per_pos),
                 "max_abs_diff": max(p["max_abs_diff"] for p in per_pos),
             }
-            _say(f"  exact={exact}: bit-identical for every n: {out['kernels'][f'exact={exact}']['all_bit_identical']}, "
-                 f"max |Δlogit| {out['kernels'][f'exact={exact}']['max_abs_diff']}")
+            _say(
+                f"  exact={exact}: bit-identical for every n: {out['kernels'][f'exact={exact}']['all_bit_identical']}, "
+                f"max |Δlogit| {out['kernels'][f'exact={exact}']['max_abs_diff']}"
+            )
         finally:
             lm.close()
     return out
@@ -348,13 +387,25 @@ def _first_diff(a: list[int], b: list[int]) -> int | None:
 
 
 def _engine(path: Path, exact: bool, k: int, args: argparse.Namespace) -> Engine:
-    return Engine(path, draft=path, drafting=DraftingOptions(k=k, k_max=max(k, 1), p_min=0.0), n_ctx=args.n_ctx,
-                  n_threads=args.threads, n_gpu_layers=args.n_gpu_layers, exact=exact)
+    return Engine(
+        path,
+        draft=path,
+        drafting=DraftingOptions(k=k, k_max=max(k, 1), p_min=0.0),
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        exact=exact,
+    )
 
 
 def exactness(path: Path, *, args: argparse.Namespace) -> dict:
-    out: dict[str, Any] = {"model": str(path), "draft": "self (the same file)", "max_tokens": args.max_tokens,
-                           "ks": args.ks, "kernels": {}}
+    out: dict[str, Any] = {
+        "model": str(path),
+        "draft": "self (the same file)",
+        "max_tokens": args.max_tokens,
+        "ks": args.ks,
+        "kernels": {},
+    }
     for exact in (False, True):
         eng = _engine(path, exact, args.ks[0], args)
         try:
@@ -373,8 +424,16 @@ def exactness(path: Path, *, args: argparse.Namespace) -> dict:
                     eng.set_k_max(k)
                     spec = _generate(eng, prompt, args.max_tokens)
                     fd = _first_diff(plain, spec["ids"])
-                    cases.append({"prompt": p, "k": k, "identical": fd is None, "first_difference": fd,
-                                  "tokens": len(plain), "acceptance_rate": _r(spec["stats"].acceptance_rate)})
+                    cases.append(
+                        {
+                            "prompt": p,
+                            "k": k,
+                            "identical": fd is None,
+                            "first_difference": fd,
+                            "tokens": len(plain),
+                            "acceptance_rate": _r(spec["stats"].acceptance_rate),
+                        }
+                    )
             out["kernels"][f"exact={exact}"] = {
                 "exact_kernels": eng.exact_kernels,
                 "cases": cases,
@@ -433,29 +492,40 @@ def speculation(path: Path, *, exact: bool, args: argparse.Namespace) -> dict:
             alpha = 1.0 if alpha is None else alpha
             rounds = sum(s.rounds for s in st)
             t_gen = sum(s.t_generate for s in st)
-            points.append({
-                "k": k,
-                "tokens_per_second": _r(rate(rs), 3),
-                "measured_speedup": _r(rate(rs) / plain_rate if plain_rate else None),
-                "predicted_speedup": _r(adaptive.speedup(alpha, k, c, gamma)),
-                "predicted_speedup_alpha_1": _r(adaptive.speedup(1.0, k, c, gamma)),
-                "alpha": _r(alpha),
-                "acceptance_rate": _r(accepted / drafted if drafted else None),
-                "tokens_per_round": _r(sum(s.generated_tokens for s in st) / rounds if rounds else None),
-                "round_ms": _r(t_gen / rounds * 1e3 if rounds else None),
-                "verify_ms_per_round": _r(sum(s.t_verify for s in st) / rounds * 1e3 if rounds else None),
-                "draft_ms_per_round": _r(sum(s.t_decode_draft for s in st) / rounds * 1e3 if rounds else None),
-                "overhead_fraction": _r(statistics.mean(s.overhead_fraction for s in st) if st else None),
-            })
-            _say(f"  k={k}: measured {points[-1]['measured_speedup']}x, predicted {points[-1]['predicted_speedup']}x "
-                 f"(α {points[-1]['alpha']})")
+            points.append(
+                {
+                    "k": k,
+                    "tokens_per_second": _r(rate(rs), 3),
+                    "measured_speedup": _r(rate(rs) / plain_rate if plain_rate else None),
+                    "predicted_speedup": _r(adaptive.speedup(alpha, k, c, gamma)),
+                    "predicted_speedup_alpha_1": _r(adaptive.speedup(1.0, k, c, gamma)),
+                    "alpha": _r(alpha),
+                    "acceptance_rate": _r(accepted / drafted if drafted else None),
+                    "tokens_per_round": _r(sum(s.generated_tokens for s in st) / rounds if rounds else None),
+                    "round_ms": _r(t_gen / rounds * 1e3 if rounds else None),
+                    "verify_ms_per_round": _r(sum(s.t_verify for s in st) / rounds * 1e3 if rounds else None),
+                    "draft_ms_per_round": _r(sum(s.t_decode_draft for s in st) / rounds * 1e3 if rounds else None),
+                    "overhead_fraction": _r(statistics.mean(s.overhead_fraction for s in st) if st else None),
+                }
+            )
+            _say(
+                f"  k={k}: measured {points[-1]['measured_speedup']}x, predicted {points[-1]['predicted_speedup']}x "
+                f"(α {points[-1]['alpha']})"
+            )
         plain_st = [r["stats"] for r in runs[0]]
-        plain_ms = (sum(s.t_generate for s in plain_st) / sum(s.generated_tokens for s in plain_st) * 1e3
-                    if plain_st and sum(s.generated_tokens for s in plain_st) else None)
+        plain_ms = (
+            sum(s.t_generate for s in plain_st) / sum(s.generated_tokens for s in plain_st) * 1e3
+            if plain_st and sum(s.generated_tokens for s in plain_st)
+            else None
+        )
         return {
-            "model": str(path), "draft": "self (the same file)", "exact": exact,
+            "model": str(path),
+            "draft": "self (the same file)",
+            "exact": exact,
             "exact_kernels": eng.exact_kernels,
-            "max_tokens": args.max_tokens, "prompts": args.prompts, "repeats": args.spec_repeats,
+            "max_tokens": args.max_tokens,
+            "prompts": args.prompts,
+            "repeats": args.spec_repeats,
             "cut_short": cut_short,
             "timing": times_dict(t),
             "plain_tokens_per_second": _r(plain_rate, 3),
@@ -474,12 +544,22 @@ def speculation(path: Path, *, exact: bool, args: argparse.Namespace) -> dict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
-                    help="a model to time (repeat; the order is the order of timing)")
-    ap.add_argument("--pair", action="append", default=[], metavar="DRAFT:TARGET",
-                    help="a γ pair of model names (repeat)")
-    ap.add_argument("--spec-model", required=True, metavar="NAME",
-                    help="the model for the invariance, exactness and speculation phases")
+    ap.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a model to time (repeat; the order is the order of timing)",
+    )
+    ap.add_argument(
+        "--pair", action="append", default=[], metavar="DRAFT:TARGET", help="a γ pair of model names (repeat)"
+    )
+    ap.add_argument(
+        "--spec-model",
+        required=True,
+        metavar="NAME",
+        help="the model for the invariance, exactness and speculation phases",
+    )
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting phases after this")
     ap.add_argument("--n-gpu-layers", type=int, default=-1)
@@ -520,11 +600,21 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder(args.out, args.budget_s)
     args.deadline = rec.t0 + args.budget_s
     rec.data["settings"] = {
-        "models": {k: str(v) for k, v in args.models.items()}, "pairs": [list(p) for p in args.pairs],
-        "spec_model": args.spec_model, "n_gpu_layers": args.n_gpu_layers, "threads": args.threads,
-        "n_ctx": args.n_ctx, "n_max": args.n_max, "repeats": args.repeats, "position": args.position,
-        "long_position": args.long_position, "ks": args.ks, "prompts": args.prompts,
-        "prompt_len": args.prompt_len, "max_tokens": args.max_tokens, "spec_repeats": args.spec_repeats,
+        "models": {k: str(v) for k, v in args.models.items()},
+        "pairs": [list(p) for p in args.pairs],
+        "spec_model": args.spec_model,
+        "n_gpu_layers": args.n_gpu_layers,
+        "threads": args.threads,
+        "n_ctx": args.n_ctx,
+        "n_max": args.n_max,
+        "repeats": args.repeats,
+        "position": args.position,
+        "long_position": args.long_position,
+        "ks": args.ks,
+        "prompts": args.prompts,
+        "prompt_len": args.prompt_len,
+        "max_tokens": args.max_tokens,
+        "spec_repeats": args.spec_repeats,
         "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("GGML_", "EDGESPEC_", "CUDA_"))},
     }
     spec = args.models[args.spec_model]
@@ -556,19 +646,25 @@ def summary(d: dict) -> str:
     st = d.get("steps") or {}
     for name, m in (st.get("models") or {}).items():
         c = m["verify_cost"]
-        lines.append(f"{name:>14}: step {m['step_ms']:.3f} ms  c(2) {c.get('2')}  c(4) {c.get('4')}  "
-                     f"c(8) {c.get('8')}  c(16) {c.get('16')}")
+        lines.append(
+            f"{name:>14}: step {m['step_ms']:.3f} ms  c(2) {c.get('2')}  c(4) {c.get('4')}  "
+            f"c(8) {c.get('8')}  c(16) {c.get('16')}"
+        )
     for g in st.get("gamma") or []:
         lines.append(f"γ {g['draft']} -> {g['target']}: {g['gamma']}")
     for key in ("batch_invariance", "exactness"):
         for kern, v in ((d.get(key) or {}).get("kernels") or {}).items():
             flag = v.get("all_bit_identical", v.get("all_identical"))
-            lines.append(f"{key} {kern}: {flag}" + (f"  max |Δlogit| {v['max_abs_diff']}" if "max_abs_diff" in v else ""))
+            lines.append(
+                f"{key} {kern}: {flag}" + (f"  max |Δlogit| {v['max_abs_diff']}" if "max_abs_diff" in v else "")
+            )
     for key in ("speculation", "speculation_exact"):
         sp = d.get(key) or {}
         for p in sp.get("points") or []:
-            lines.append(f"{key} k={p['k']}: measured {p['measured_speedup']}x  predicted {p['predicted_speedup']}x  "
-                         f"α {p['alpha']}  overhead {p['overhead_fraction']}")
+            lines.append(
+                f"{key} k={p['k']}: measured {p['measured_speedup']}x  predicted {p['predicted_speedup']}x  "
+                f"α {p['alpha']}  overhead {p['overhead_fraction']}"
+            )
     lines.append("phases: " + ", ".join(f"{k} {v['status']}" for k, v in d.get("phases", {}).items()))
     return "\n".join(lines)
 

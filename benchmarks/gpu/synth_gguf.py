@@ -48,7 +48,7 @@ class Shape:
     n_head: int
     n_head_kv: int
     n_ff: int
-    tied: bool          # output projection shared with the token embedding
+    tied: bool  # output projection shared with the token embedding
     n_ctx_train: int = 32768
     real_bytes: int = 0  # size of the real Q4_K_M file, for comparison (0: none)
 
@@ -74,9 +74,9 @@ BLOCK = {"Q4_K": (256, 144), "Q6_K": (256, 210), "Q5_0": (32, 22), "Q8_0": (32, 
 # the standard deviation of one block's dequantized weights per unit of its scale d, for
 # uniform random quantized bits and the fixed sub-block scales written below
 _UNIT_STD = {
-    "Q4_K": 32 * np.sqrt((16**2 - 1) / 12),   # w = d*32*q - (7.5*d)*32, q in 0..15
-    "Q6_K": 16 * np.sqrt((64**2 - 1) / 12),   # w = d*16*(q - 32), q in 0..63
-    "Q5_0": np.sqrt((32**2 - 1) / 12),        # w = d*(q - 16), q in 0..31
+    "Q4_K": 32 * np.sqrt((16**2 - 1) / 12),  # w = d*32*q - (7.5*d)*32, q in 0..15
+    "Q6_K": 16 * np.sqrt((64**2 - 1) / 12),  # w = d*16*(q - 32), q in 0..63
+    "Q5_0": np.sqrt((32**2 - 1) / 12),  # w = d*(q - 16), q in 0..31
     "Q8_0": np.sqrt(((2 * 127 + 1) ** 2 - 1) / 12),  # w = d*q, q in -127..127
 }
 # Q4_K's 12 scale bytes packing 8 sub-block scales and 8 mins, all 32 (6 bits each; see
@@ -88,8 +88,9 @@ def _f16_bytes(x: float) -> np.ndarray:
     return np.frombuffer(np.float16(x).tobytes(), dtype=np.uint8)
 
 
-def quantized(rng: np.random.Generator, rows: int, cols: int, qtype: str, std: float,
-              zero_rows: tuple[int, ...] = ()) -> np.ndarray:
+def quantized(
+    rng: np.random.Generator, rows: int, cols: int, qtype: str, std: float, zero_rows: tuple[int, ...] = ()
+) -> np.ndarray:
     """A (rows, bytes per row) uint8 array of random ``qtype`` blocks whose weights have
     standard deviation ``std``; ``zero_rows`` dequantize to exactly zero."""
     per, nbytes = BLOCK[qtype]
@@ -147,8 +148,11 @@ def tensor_type(name: str, cols: int, layer: int | None, shape: Shape) -> str:
     """The type llama.cpp's Q4_K_M quantization gives this weight matrix."""
     if name == "output.weight" or (shape.tied and name == "token_embd.weight"):
         base = "Q6_K"
-    elif name.endswith(("attn_v.weight", "ffn_down.weight")) and layer is not None \
-            and _use_more_bits(layer, shape.n_layer):
+    elif (
+        name.endswith(("attn_v.weight", "ffn_down.weight"))
+        and layer is not None
+        and _use_more_bits(layer, shape.n_layer)
+    ):
         base = "Q6_K"
     else:
         base = "Q4_K"
@@ -234,8 +238,9 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     specs: list[tuple[str, tuple]] = []  # (name, ("q", rows, cols, qtype, std, zero_rows) | ("v", values))
     types_used: dict[str, int] = {}
 
-    def matrix(name: str, rows: int, cols: int, std: float, layer: int | None = None,
-               zero_rows: tuple[int, ...] = ()) -> None:
+    def matrix(
+        name: str, rows: int, cols: int, std: float, layer: int | None = None, zero_rows: tuple[int, ...] = ()
+    ) -> None:
         qtype = tensor_type(name, cols, layer, s)
         types_used[qtype] = types_used.get(qtype, 0) + 1
         specs.append((name, ("q", rows, cols, qtype, std, zero_rows)))
@@ -247,8 +252,7 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     # With a tied output the embedding is also the output projection: scale it so that
     # logits (embedding rows · the RMS-normalised hidden state) have std LOGIT_STD.
     out_std = LOGIT_STD / np.sqrt(s.n_embd)
-    matrix("token_embd.weight", s.n_vocab, s.n_embd, out_std if s.tied else 1.0,
-           zero_rows=specials if s.tied else ())
+    matrix("token_embd.weight", s.n_vocab, s.n_embd, out_std if s.tied else 1.0, zero_rows=specials if s.tied else ())
     for i in range(s.n_layer):
         p = f"blk.{i}."
         fan_in = 1.0 / np.sqrt(s.n_embd)
@@ -272,8 +276,13 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
         if spec[0] == "q":
             _, rows, cols, qtype, _, _ = spec
             per, nbytes = BLOCK[qtype]
-            w.add_tensor_info(name, (rows, cols // per * nbytes), np.dtype(np.uint8), rows * cols // per * nbytes,
-                              raw_dtype=gguf.GGMLQuantizationType[qtype])
+            w.add_tensor_info(
+                name,
+                (rows, cols // per * nbytes),
+                np.dtype(np.uint8),
+                rows * cols // per * nbytes,
+                raw_dtype=gguf.GGMLQuantizationType[qtype],
+            )
         else:
             w.add_tensor_info(name, spec[1].shape, spec[1].dtype, spec[1].nbytes)
     w.write_header_to_file()
@@ -288,10 +297,17 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     w.close()
     size = path.stat().st_size
     return {
-        "shape": s.name, "path": str(path), "bytes": size,
+        "shape": s.name,
+        "path": str(path),
+        "bytes": size,
         "real_q4_k_m_bytes": s.real_bytes or None,
-        "n_vocab": s.n_vocab, "n_embd": s.n_embd, "n_layer": s.n_layer, "n_head": s.n_head,
-        "n_head_kv": s.n_head_kv, "n_ff": s.n_ff, "tied_output": s.tied,
+        "n_vocab": s.n_vocab,
+        "n_embd": s.n_embd,
+        "n_layer": s.n_layer,
+        "n_head": s.n_head,
+        "n_head_kv": s.n_head_kv,
+        "n_ff": s.n_ff,
+        "tied_output": s.tied,
         "tensor_types": dict(sorted(types_used.items())),
         "seconds": round(time.perf_counter() - t0, 2),
     }

@@ -53,8 +53,13 @@ def _fig(value: float, status: str, source: str, date: _dt.date | None = None, n
 
 def _verify(c: dict[str, float], status: str, source: str, date: _dt.date) -> dict:
     ns = sorted(int(n) for n in c if int(n) >= 2)
-    return {"n": ns, "c": [round(max(1.0, float(c[str(n)])), 4) for n in ns], "status": status,
-            "source": source, "date": date}
+    return {
+        "n": ns,
+        "c": [round(max(1.0, float(c[str(n)])), 4) for n in ns],
+        "status": status,
+        "source": source,
+        "date": date,
+    }
 
 
 def fit_step_model(models: dict[str, dict]) -> tuple[float, float] | None:
@@ -97,47 +102,74 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
     dev_name = _device_name(res)
     on_gpu = bool(gpus) and bool(dev.get("gpu_offload"))
     settings = res.get("settings") or {}
-    where = (f"benchmarks/gpu/measure.py on {dev_name}"
-             + (f" (driver {gpus[0].get('driver')})" if gpus else "")
-             + f", llama-cpp-python {dev.get('llama_cpp_python', '?')}, synthetic Qwen2.5 of the real Q4_K_M "
-             "shapes (random weights)")
+    where = (
+        f"benchmarks/gpu/measure.py on {dev_name}"
+        + (f" (driver {gpus[0].get('driver')})" if gpus else "")
+        + f", llama-cpp-python {dev.get('llama_cpp_python', '?')}, synthetic Qwen2.5 of the real Q4_K_M "
+        "shapes (random weights)"
+    )
     kernels = "llama.cpp's kernels (exact=False)"
-    sweeps = (f"one decode of n tokens with logits at every row at KV {settings.get('position', '?')}, "
-              f"medians of {settings.get('repeats', '?')} sweeps (tune.time_decodes)")
+    sweeps = (
+        f"one decode of n tokens with logits at every row at KV {settings.get('position', '?')}, "
+        f"medians of {settings.get('repeats', '?')} sweeps (tune.time_decodes)"
+    )
     b = profiles.load_profile(base)
     a = profiles.load_profile(alpha_from)
 
     # memory
     if on_gpu:
         mib = float(gpus[0]["memory_mib"])
-        models_gb = _fig(mib * 1.048576 / 1000 - 1.0, "measured",
-                         f"nvidia-smi memory.total {mib:.0f} MiB on {dev_name}, less 1 GB for the CUDA context", date, 1)
+        models_gb = _fig(
+            mib * 1.048576 / 1000 - 1.0,
+            "measured",
+            f"nvidia-smi memory.total {mib:.0f} MiB on {dev_name}, less 1 GB for the CUDA context",
+            date,
+            1,
+        )
         key = next((k for k in DATASHEET_GBS if k in dev_name), None)
-        bandwidth = (_fig(DATASHEET_GBS[key], "estimated", f"NVIDIA's published memory bandwidth for the {key}")
-                     if key else b.bandwidth_gbs.to_dict())
+        bandwidth = (
+            _fig(DATASHEET_GBS[key], "estimated", f"NVIDIA's published memory bandwidth for the {key}")
+            if key
+            else b.bandwidth_gbs.to_dict()
+        )
     else:
         ram = float(dev.get("ram_bytes") or 8e9)
-        models_gb = _fig(ram / 1e9 * 0.75, "measured", f"RAM reported by psutil on {dev_name}, three quarters of it",
-                         date, 1)
+        models_gb = _fig(
+            ram / 1e9 * 0.75, "measured", f"RAM reported by psutil on {dev_name}, three quarters of it", date, 1
+        )
         bandwidth = a.bandwidth_gbs.to_dict()  # a CPU run (the tests): the CPU profile's figure
 
     cost: dict[str, Any] = {}
     fit = fit_step_model(models)
     sizes = ", ".join(f"{n} {m['model_size_bytes'] / 1e9:.2f} GB {m['step_ms']:.3f} ms" for n, m in models.items())
     if fit is not None:
-        cost["overhead_ms"] = _fig(fit[0], "measured", f"{where}: step = overhead + bytes / rate, least squares over "
-                                   f"{sizes}; {kernels}", date)
-        cost["decode_gbs"] = _fig(fit[1], "measured", f"{where}: fitted with overhead_ms over {sizes}; {kernels}",
-                                  date, 1)
+        cost["overhead_ms"] = _fig(
+            fit[0], "measured", f"{where}: step = overhead + bytes / rate, least squares over {sizes}; {kernels}", date
+        )
+        cost["decode_gbs"] = _fig(
+            fit[1], "measured", f"{where}: fitted with overhead_ms over {sizes}; {kernels}", date, 1
+        )
     else:
         best = max(models.values(), key=lambda m: m["model_size_bytes"] / m["step_ms"])
-        cost["overhead_ms"] = _fig(0.0, "estimated", f"{where}: the step times ({sizes}) do not fit "
-                                   "overhead + bytes / rate, so no overhead is assumed")
-        cost["decode_gbs"] = _fig(best["model_size_bytes"] / (best["step_ms"] * 1e-3) / 1e9, "measured",
-                                  f"{where}: bytes read per second in the fastest-per-byte step ({sizes})", date, 1)
+        cost["overhead_ms"] = _fig(
+            0.0,
+            "estimated",
+            f"{where}: the step times ({sizes}) do not fit overhead + bytes / rate, so no overhead is assumed",
+        )
+        cost["decode_gbs"] = _fig(
+            best["model_size_bytes"] / (best["step_ms"] * 1e-3) / 1e9,
+            "measured",
+            f"{where}: bytes read per second in the fastest-per-byte step ({sizes})",
+            date,
+            1,
+        )
     vmodel = DEVICE_VERIFY_MODEL if DEVICE_VERIFY_MODEL in models else max(models, key=lambda n: models[n]["bytes"])
-    cost["verify"] = _verify(models[vmodel]["verify_cost"], "measured",
-                             f"{where}: c(n) of {vmodel}, {sweeps}, fitted non-decreasing; {kernels}", date)
+    cost["verify"] = _verify(
+        models[vmodel]["verify_cost"],
+        "measured",
+        f"{where}: c(n) of {vmodel}, {sweeps}, fitted non-decreasing; {kernels}",
+        date,
+    )
     for key in ("alpha_model", "alpha_ngram", "ngram_hit", "gamma_ngram"):
         f = getattr(b, key).to_dict()
         f["source"] = f"taken over from the {base} profile (synthetic models cannot measure it): {f['source']}"
@@ -148,16 +180,26 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
     stx = ((res.get("steps_exact") or {}).get("models")) or {}
     if sp.get("plain_tokens_per_second") and spx.get("plain_tokens_per_second"):
         r = sp["plain_tokens_per_second"] / spx["plain_tokens_per_second"]
-        cost["exact_slowdown"] = _fig(min(5.0, max(0.5, r)), "measured",
-                                      f"{where}: plain decoding of {Path(sp['model']).name}, llama.cpp's kernels "
-                                      f"{sp['plain_tokens_per_second']:.1f} tok/s vs batch-invariant (exact=True) "
-                                      f"{spx['plain_tokens_per_second']:.1f} tok/s", date, 3)
+        cost["exact_slowdown"] = _fig(
+            min(5.0, max(0.5, r)),
+            "measured",
+            f"{where}: plain decoding of {Path(sp['model']).name}, llama.cpp's kernels "
+            f"{sp['plain_tokens_per_second']:.1f} tok/s vs batch-invariant (exact=True) "
+            f"{spx['plain_tokens_per_second']:.1f} tok/s",
+            date,
+            3,
+        )
     elif stx:
         n = next(iter(stx))
         r = stx[n]["step_ms"] / models[n]["step_ms"]
-        cost["exact_slowdown"] = _fig(min(5.0, max(0.5, r)), "measured",
-                                      f"{where}: single-token step of {n}, exact=True {stx[n]['step_ms']:.3f} ms vs "
-                                      f"exact=False {models[n]['step_ms']:.3f} ms", date, 3)
+        cost["exact_slowdown"] = _fig(
+            min(5.0, max(0.5, r)),
+            "measured",
+            f"{where}: single-token step of {n}, exact=True {stx[n]['step_ms']:.3f} ms vs "
+            f"exact=False {models[n]['step_ms']:.3f} ms",
+            date,
+            3,
+        )
     else:
         cost["exact_slowdown"] = b.exact_slowdown.to_dict()
 
@@ -172,38 +214,64 @@ def build(res: dict, *, name: str, base: str = "rtx4090", alpha_from: str = "cpu
         if g is not None and g.get("gamma") is not None and not 0 < g["gamma"] <= GAMMA_MAX:
             left_out.append(f"{pair} gamma {g['gamma']} (outside the schema's 0..{GAMMA_MAX}: a noisy run)")
         elif g is not None and g.get("gamma") is not None:
-            t["gamma"] = _fig(g["gamma"], "measured", f"{where}: {draft} step {g['draft_ms']:.3f} ms / {target} step "
-                              f"{g['target_ms']:.3f} ms, timed in the same sweeps; {kernels}", date)
-        t["target_step_ms"] = _fig(models[target]["step_ms"], "measured",
-                                   f"{where}: {target} single-token step at KV {models[target]['position']}; {kernels}",
-                                   date, 3)
+            t["gamma"] = _fig(
+                g["gamma"],
+                "measured",
+                f"{where}: {draft} step {g['draft_ms']:.3f} ms / {target} step "
+                f"{g['target_ms']:.3f} ms, timed in the same sweeps; {kernels}",
+                date,
+            )
+        t["target_step_ms"] = _fig(
+            models[target]["step_ms"],
+            "measured",
+            f"{where}: {target} single-token step at KV {models[target]['position']}; {kernels}",
+            date,
+            3,
+        )
         if target != vmodel:
-            t["verify"] = _verify(models[target]["verify_cost"], "measured",
-                                  f"{where}: c(n) of {target}, {sweeps}, fitted non-decreasing; {kernels}", date)
+            t["verify"] = _verify(
+                models[target]["verify_cost"],
+                "measured",
+                f"{where}: c(n) of {target}, {sweeps}, fitted non-decreasing; {kernels}",
+                date,
+            )
         pa = a.pair_cost(pair).alpha
         if pa is not None:
-            t["alpha"] = _fig(pa.value, "estimated", f"acceptance is the models', not the device's: {pa.status} on "
-                              f"the development CPU ({alpha_from} profile): {pa.source}")
+            t["alpha"] = _fig(
+                pa.value,
+                "estimated",
+                f"acceptance is the models', not the device's: {pa.status} on "
+                f"the development CPU ({alpha_from} profile): {pa.source}",
+            )
         pair_tables[pair] = t
     if pair_tables:
         cost["pair"] = pair_tables
 
     gamma_note = "; ".join(f"γ {d} -> {t_} = {g['gamma']}" for (d, t_), g in gammas.items())
     return {
-        "_comment": [f"edgespec device profile: {dev_name}, measured by benchmarks/gpu ({res.get('started', '?')}).",
-                     "Figures marked measured come from that run; the rest say where they come from.",
-                     *([f"All measured γ: {gamma_note}."] if gamma_note else []),
-                     *[f"Not written: {x}." for x in left_out]],
+        "_comment": [
+            f"edgespec device profile: {dev_name}, measured by benchmarks/gpu ({res.get('started', '?')}).",
+            "Figures marked measured come from that run; the rest say where they come from.",
+            *([f"All measured γ: {gamma_note}."] if gamma_note else []),
+            *[f"Not written: {x}." for x in left_out],
+        ],
         "schema": 1,
         "name": name,
-        "description": f"{dev_name}" + (f", {float(gpus[0]['memory_mib']) / 1024:.0f} GiB" if on_gpu else "")
-                       + " (figures measured by benchmarks/gpu)",
+        "description": f"{dev_name}"
+        + (f", {float(gpus[0]['memory_mib']) / 1024:.0f} GiB" if on_gpu else "")
+        + " (figures measured by benchmarks/gpu)",
         "backend": "cuda" if on_gpu else "cpu",
         "match": {"kind": "nvidia", "gpus": [_gpu_key(dev_name)]} if on_gpu else {"kind": "cpu"},
         "memory": {"models_gb": models_gb, "bandwidth_gbs": bandwidth, "headroom_gb": 1.5 if on_gpu else 0.75},
         "run": {"n_threads": "physical", "n_gpu_layers": -1 if on_gpu else 0, "n_ctx": 4096},
-        "choice": {"pairs": list(b.pairs), "drafters": list(b.drafters), "k_min": b.k_min, "k_max": b.k_max,
-                   "p_min": b.p_min, "min_gain": b.min_gain},
+        "choice": {
+            "pairs": list(b.pairs),
+            "drafters": list(b.drafters),
+            "k_min": b.k_min,
+            "k_max": b.k_max,
+            "p_min": b.p_min,
+            "min_gain": b.min_gain,
+        },
         "cost": cost,
     }
 

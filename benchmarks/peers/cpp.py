@@ -26,13 +26,26 @@ def tools_dir(given: str | None = None) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def run_cpp(bin_dir: Path, model: Path, prompt_file: Path, n: int, threads: int,
-            spec: str | None) -> float:
+def run_cpp(bin_dir: Path, model: Path, prompt_file: Path, n: int, threads: int, spec: str | None) -> float:
     """Generation tokens/s of one C++ run on the prompt text in ``prompt_file`` (the
     chat template already applied), greedy, ``n`` tokens; ``spec`` None = plain.
     Prompt lookup runs with llama.cpp's defaults for that type, as its users get it."""
-    common = ["-m", str(model), "-f", str(prompt_file), "-n", str(n), "-t", str(threads),
-              "--temp", "0", "-c", "4096", "-b", "2048"]
+    common = [
+        "-m",
+        str(model),
+        "-f",
+        str(prompt_file),
+        "-n",
+        str(n),
+        "-t",
+        str(threads),
+        "--temp",
+        "0",
+        "-c",
+        "4096",
+        "-b",
+        "2048",
+    ]
     if spec is None:
         cmd = [str(bin_dir / "llama-completion"), *common, "-no-cnv", "--no-warmup"]
         pattern = _PLAIN

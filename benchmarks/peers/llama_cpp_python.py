@@ -17,8 +17,9 @@ class LlamaCppPython:
     def __init__(self, target: Path, threads: int, n_ctx: int) -> None:
         from llama_cpp import Llama
 
-        self.llm = Llama(model_path=str(target), n_ctx=n_ctx, n_threads=threads,
-                         n_threads_batch=threads, verbose=False, seed=0)
+        self.llm = Llama(
+            model_path=str(target), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, seed=0
+        )
         self._times: list[float] = []
         sample = self.llm.sample
 
@@ -36,11 +37,21 @@ class LlamaCppPython:
         self._times.clear()
         fmt = {"response_format": {"type": "json_object", "schema": schema}} if schema is not None else {}
         out = self.llm.create_chat_completion(
-            messages=[{"role": "user", "content": prompt}], **fmt,
-            temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, repeat_penalty=1.0, max_tokens=max_tokens)
+            messages=[{"role": "user", "content": prompt}],
+            **fmt,
+            temperature=0.0,
+            top_k=1,
+            top_p=1.0,
+            min_p=0.0,
+            repeat_penalty=1.0,
+            max_tokens=max_tokens,
+        )
         t = self._times
         secs = t[-1] - t[0] if len(t) > 1 else 0.0
-        return {"text": out["choices"][0]["message"]["content"] or "",
-                "finish_reason": out["choices"][0]["finish_reason"],
-                "tokens": out["usage"]["completion_tokens"], "seconds": secs,
-                "tokens_per_second": (len(t) - 1) / secs if secs > 0 else 0.0}
+        return {
+            "text": out["choices"][0]["message"]["content"] or "",
+            "finish_reason": out["choices"][0]["finish_reason"],
+            "tokens": out["usage"]["completion_tokens"],
+            "seconds": secs,
+            "tokens_per_second": (len(t) - 1) / secs if secs > 0 else 0.0,
+        }

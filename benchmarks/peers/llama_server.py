@@ -23,12 +23,35 @@ from benchmarks.common import free_port, http_ok, start_server, stop
 class LlamaServer:
     """One ``llama-server`` process for the life of the object (a context manager)."""
 
-    def __init__(self, bin_dir: Path, model: Path, threads: int, spec: str | None = "ngram-simple",
-                 n_ctx: int = 4096, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        bin_dir: Path,
+        model: Path,
+        threads: int,
+        spec: str | None = "ngram-simple",
+        n_ctx: int = 4096,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [str(Path(bin_dir) / "llama-server"), "-m", str(model), "-t", str(threads), "-tb", str(threads),
-               "-c", str(n_ctx), "-np", "1", "--host", "127.0.0.1", "--port", str(self.port), *extra]
+        cmd = [
+            str(Path(bin_dir) / "llama-server"),
+            "-m",
+            str(model),
+            "-t",
+            str(threads),
+            "-tb",
+            str(threads),
+            "-c",
+            str(n_ctx),
+            "-np",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *extra,
+        ]
         if spec:
             cmd += ["--spec-type", spec]
         self.log = open(Path(tempfile.gettempdir()) / f"llama-server-{self.port}.log", "w+")
@@ -50,20 +73,30 @@ class LlamaServer:
         body: dict = {"prompt": prompt, "n_predict": n, "temperature": 0.0, "cache_prompt": True, "stream": False}
         if json_schema is not None:
             body["json_schema"] = json_schema
-        req = urllib.request.Request(f"{self.url}/completion", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{self.url}/completion",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         t0 = time.perf_counter()
         with urllib.request.urlopen(req, timeout=900) as r:
             out = json.loads(r.read())
         wall = time.perf_counter() - t0
         t = out.get("timings", {})
-        return {"text": out.get("content", ""),
-                "finish_reason": "stop" if out.get("stop_type") in ("eos", "word") else "length",
-                "tokens": int(t.get("predicted_n", 0)), "seconds": float(t.get("predicted_ms", 0.0)) / 1000,
-                "prompt_seconds": float(t.get("prompt_ms", 0.0)) / 1000,
-                "tokens_per_second": float(t.get("predicted_per_second", 0.0)), "wall": wall,
-                "drafted": int(t.get("draft_n", 0)), "accepted": int(t.get("draft_n_accepted", 0)),
-                "prompt_tokens": int(out.get("tokens_evaluated", 0)), "prompt_processed": int(t.get("prompt_n", 0))}
+        return {
+            "text": out.get("content", ""),
+            "finish_reason": "stop" if out.get("stop_type") in ("eos", "word") else "length",
+            "tokens": int(t.get("predicted_n", 0)),
+            "seconds": float(t.get("predicted_ms", 0.0)) / 1000,
+            "prompt_seconds": float(t.get("prompt_ms", 0.0)) / 1000,
+            "tokens_per_second": float(t.get("predicted_per_second", 0.0)),
+            "wall": wall,
+            "drafted": int(t.get("draft_n", 0)),
+            "accepted": int(t.get("draft_n_accepted", 0)),
+            "prompt_tokens": int(out.get("tokens_evaluated", 0)),
+            "prompt_processed": int(t.get("prompt_n", 0)),
+        }
 
     def close(self) -> None:
         stop(self.proc)

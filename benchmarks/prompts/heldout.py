@@ -51,7 +51,7 @@ class Scheduler:
         self.done.append(job.name)
 '''
 
-REPORT = '''function buildReport(orders) {
+REPORT = """function buildReport(orders) {
   var totals = {};
   for (var i = 0; i < orders.length; i++) {
     var o = orders[i];
@@ -74,7 +74,7 @@ REPORT = '''function buildReport(orders) {
   lines.sort();
   return lines.join("\\n");
 }
-'''
+"""
 
 TENANCY = """Section 4. Deposits. The landlord may ask for a deposit of no more than two months
 of rent. The deposit must be kept in a separate bank account, and the landlord must tell
@@ -96,28 +96,55 @@ which must be one of those listed in Schedule B."""
 
 # (name, kind, grounded, prompt)
 PROMPTS: tuple[tuple[str, str, bool, str], ...] = (
-    ("edit-scheduler", "edit", True,
-     "Rename the class `Scheduler` to `JobScheduler` and the method `fail` to `retry_later` "
-     "in this file. Return the whole file, nothing else.\n\n```python\n" + SCHEDULER + "```"),
-    ("edit-report-const", "edit", True,
-     "In this JavaScript function, replace every `var` with `const` or `let` as "
-     "appropriate. Return the complete function with no explanation.\n\n```js\n" + REPORT + "```"),
-    ("refactor-scheduler", "refactor", True,
-     "Refactor this module so that `submit` and `fail` share one private helper "
-     "`_push(job, at)` for putting a job on the heap. Show the full refactored module.\n\n"
-     "```python\n" + SCHEDULER + "```"),
-    ("quote-tenancy", "document", True,
-     "Using only the text below, answer: when may the tenant deduct repair costs from the "
-     "rent, and when may the landlord enter the home? Quote the exact sentences that "
-     "support each answer.\n\n" + TENANCY),
-    ("new-code-durations", "new code", False,
-     "Write a Python function `parse_duration(text)` that turns strings like '1h30m', "
-     "'45s' or '2d 4h' into a number of seconds, raising ValueError on bad input. Include "
-     "a docstring and a few examples."),
-    ("story-lighthouse", "story", False,
-     "Write a short story about a lighthouse keeper who repairs old radios and one night "
-     "hears a voice answering from a ship that sank fifty years ago."),
-    ("question-tides", "question", False,
-     "Why are there two high tides a day in most places, and why do they come about fifty "
-     "minutes later each day?"),
+    (
+        "edit-scheduler",
+        "edit",
+        True,
+        "Rename the class `Scheduler` to `JobScheduler` and the method `fail` to `retry_later` "
+        "in this file. Return the whole file, nothing else.\n\n```python\n" + SCHEDULER + "```",
+    ),
+    (
+        "edit-report-const",
+        "edit",
+        True,
+        "In this JavaScript function, replace every `var` with `const` or `let` as "
+        "appropriate. Return the complete function with no explanation.\n\n```js\n" + REPORT + "```",
+    ),
+    (
+        "refactor-scheduler",
+        "refactor",
+        True,
+        "Refactor this module so that `submit` and `fail` share one private helper "
+        "`_push(job, at)` for putting a job on the heap. Show the full refactored module.\n\n"
+        "```python\n" + SCHEDULER + "```",
+    ),
+    (
+        "quote-tenancy",
+        "document",
+        True,
+        "Using only the text below, answer: when may the tenant deduct repair costs from the "
+        "rent, and when may the landlord enter the home? Quote the exact sentences that "
+        "support each answer.\n\n" + TENANCY,
+    ),
+    (
+        "new-code-durations",
+        "new code",
+        False,
+        "Write a Python function `parse_duration(text)` that turns strings like '1h30m', "
+        "'45s' or '2d 4h' into a number of seconds, raising ValueError on bad input. Include "
+        "a docstring and a few examples.",
+    ),
+    (
+        "story-lighthouse",
+        "story",
+        False,
+        "Write a short story about a lighthouse keeper who repairs old radios and one night "
+        "hears a voice answering from a ship that sank fifty years ago.",
+    ),
+    (
+        "question-tides",
+        "question",
+        False,
+        "Why are there two high tides a day in most places, and why do they come about fifty minutes later each day?",
+    ),
 )

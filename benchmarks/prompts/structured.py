@@ -33,24 +33,29 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class StructuredPrompt:
     id: str
-    kind: str          # "extraction", "classification" or "tool call"
-    instruction: str   # the task, before the document
-    document: str      # the input the answer is drawn from
+    kind: str  # "extraction", "classification" or "tool call"
+    instruction: str  # the task, before the document
+    document: str  # the input the answer is drawn from
     schema: dict
 
     @property
     def prompt(self) -> str:
         """The user message: task, document, and the schema the answer must follow."""
-        return (f"{self.instruction}\n\n{self.document.strip()}\n\n"
-                f"Answer with one JSON object and nothing else. It must follow this JSON Schema:\n"
-                f"{json.dumps(self.schema)}")
+        return (
+            f"{self.instruction}\n\n{self.document.strip()}\n\n"
+            f"Answer with one JSON object and nothing else. It must follow this JSON Schema:\n"
+            f"{json.dumps(self.schema)}"
+        )
 
 
 def _obj(props: dict, required: list[str] | None = None) -> dict:
     """An object in OpenAI's strict style: all properties required, nothing else."""
-    return {"type": "object", "properties": props,
-            "required": list(props) if required is None else required,
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props) if required is None else required,
+        "additionalProperties": False,
+    }
 
 
 _DATE = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
@@ -194,32 +199,58 @@ User request: "Remind me every week on Thursdays to put the recycling bins out â
 this Thursday, 6 March 2025, at 19:45, and add a note that the green bin goes out only
 on odd weeks." """
 
-_TRAIN_ARGS = _obj({
-    "origin": {"type": "string"}, "destination": {"type": "string"}, "date": _DATE,
-    "depart_after": _TIME, "max_changes": {"type": "integer", "minimum": 0},
-    "railcard": _NULL_STR,
-})
-_HOTEL_ARGS = _obj({
-    "city": {"type": "string"}, "check_in": _DATE, "nights": {"type": "integer", "minimum": 1},
-    "guests": {"type": "integer", "minimum": 1}, "max_price_per_night": {"type": ["number", "null"]},
-    "breakfast": {"type": "boolean"},
-})
-_CURRENCY_ARGS = _obj({
-    "amount": {"type": "number"}, "from_currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
-    "to_currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
-})
-_THERMO_ARGS = _obj({
-    "room": {"type": "string"}, "temperature_c": {"type": "number"},
-    "mode": {"enum": ["heat", "cool", "auto", "off"]}, "until": {"anyOf": [_TIME, {"type": "null"}]},
-})
-_REMINDER_ARGS = _obj({
-    "title": {"type": "string"}, "date": _DATE, "time": _TIME,
-    "repeat": {"enum": ["none", "daily", "weekly", "monthly"]}, "notes": _NULL_STR,
-})
-_MUSIC_ARGS = _obj({
-    "room": {"type": "string"}, "query": {"type": "string"}, "shuffle": {"type": "boolean"},
-    "volume": {"type": "integer", "minimum": 0, "maximum": 100},
-})
+_TRAIN_ARGS = _obj(
+    {
+        "origin": {"type": "string"},
+        "destination": {"type": "string"},
+        "date": _DATE,
+        "depart_after": _TIME,
+        "max_changes": {"type": "integer", "minimum": 0},
+        "railcard": _NULL_STR,
+    }
+)
+_HOTEL_ARGS = _obj(
+    {
+        "city": {"type": "string"},
+        "check_in": _DATE,
+        "nights": {"type": "integer", "minimum": 1},
+        "guests": {"type": "integer", "minimum": 1},
+        "max_price_per_night": {"type": ["number", "null"]},
+        "breakfast": {"type": "boolean"},
+    }
+)
+_CURRENCY_ARGS = _obj(
+    {
+        "amount": {"type": "number"},
+        "from_currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "to_currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    }
+)
+_THERMO_ARGS = _obj(
+    {
+        "room": {"type": "string"},
+        "temperature_c": {"type": "number"},
+        "mode": {"enum": ["heat", "cool", "auto", "off"]},
+        "until": {"anyOf": [_TIME, {"type": "null"}]},
+    }
+)
+_REMINDER_ARGS = _obj(
+    {
+        "title": {"type": "string"},
+        "date": _DATE,
+        "time": _TIME,
+        "repeat": {"enum": ["none", "daily", "weekly", "monthly"]},
+        "notes": _NULL_STR,
+    }
+)
+_MUSIC_ARGS = _obj(
+    {
+        "room": {"type": "string"},
+        "query": {"type": "string"},
+        "shuffle": {"type": "boolean"},
+        "volume": {"type": "integer", "minimum": 0, "maximum": 100},
+    }
+)
 
 
 def _call(name: str, args: dict) -> dict:
@@ -228,104 +259,193 @@ def _call(name: str, args: dict) -> dict:
 
 PROMPTS: tuple[StructuredPrompt, ...] = (
     StructuredPrompt(
-        "extract-invoice", "extraction",
+        "extract-invoice",
+        "extraction",
         "Extract the invoice below into a record: the seller, the invoice number, the issue "
         "and due dates (YYYY-MM-DD), every line item, and the totals.",
         _INVOICE,
-        _obj({
-            "seller": {"type": "string"}, "invoice_number": {"type": "string"},
-            "issue_date": _DATE, "due_date": _DATE,
-            "currency": {"enum": ["GBP", "EUR", "USD"]},
-            "line_items": {"type": "array", "minItems": 1, "items": _obj({
-                "description": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1},
-                "unit_price": {"type": "number"}, "amount": {"type": "number"}})},
-            "subtotal": {"type": "number"}, "vat": {"type": "number"}, "total": {"type": "number"},
-        })),
+        _obj(
+            {
+                "seller": {"type": "string"},
+                "invoice_number": {"type": "string"},
+                "issue_date": _DATE,
+                "due_date": _DATE,
+                "currency": {"enum": ["GBP", "EUR", "USD"]},
+                "line_items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _obj(
+                        {
+                            "description": {"type": "string"},
+                            "quantity": {"type": "integer", "minimum": 1},
+                            "unit_price": {"type": "number"},
+                            "amount": {"type": "number"},
+                        }
+                    ),
+                },
+                "subtotal": {"type": "number"},
+                "vat": {"type": "number"},
+                "total": {"type": "number"},
+            }
+        ),
+    ),
     StructuredPrompt(
-        "extract-incident", "extraction",
+        "extract-incident",
+        "extraction",
         "Turn this post-incident review into a structured record for our incident database.",
         _INCIDENT,
-        _obj({
-            "service": {"type": "string"}, "date": _DATE,
-            "severity": {"enum": ["sev1", "sev2", "sev3"]},
-            "start_utc": _TIME, "end_utc": _TIME,
-            "failed_endpoints": {"type": "array", "items": {"type": "string"}},
-            "degraded_endpoints": {"type": "array", "items": {"type": "string"}},
-            "root_cause": {"type": "string"},
-            "timeline": {"type": "array", "items": _obj({"time": _TIME, "event": {"type": "string"}})},
-            "follow_ups": {"type": "array", "items": _obj({"action": {"type": "string"},
-                                                          "owner": {"type": "string"}})},
-        })),
+        _obj(
+            {
+                "service": {"type": "string"},
+                "date": _DATE,
+                "severity": {"enum": ["sev1", "sev2", "sev3"]},
+                "start_utc": _TIME,
+                "end_utc": _TIME,
+                "failed_endpoints": {"type": "array", "items": {"type": "string"}},
+                "degraded_endpoints": {"type": "array", "items": {"type": "string"}},
+                "root_cause": {"type": "string"},
+                "timeline": {"type": "array", "items": _obj({"time": _TIME, "event": {"type": "string"}})},
+                "follow_ups": {
+                    "type": "array",
+                    "items": _obj({"action": {"type": "string"}, "owner": {"type": "string"}}),
+                },
+            }
+        ),
+    ),
     StructuredPrompt(
-        "extract-job-ad", "extraction",
+        "extract-job-ad",
+        "extraction",
         "Extract the key facts of this job advertisement.",
         _JOB_AD,
-        _obj({
-            "title": {"type": "string"}, "company": {"type": "string"}, "city": {"type": "string"},
-            "work_mode": {"enum": ["onsite", "hybrid", "remote"]},
-            "office_days_per_week": {"type": ["integer", "null"]},
-            "min_years_experience": {"type": ["integer", "null"]},
-            "skills": {"type": "array", "items": {"type": "string"}},
-            "salary": _obj({"currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                            "min": {"type": "number"}, "max": {"type": "number"},
-                            "period": {"enum": ["hour", "month", "year"]}}),
-            "apply_by": _DATE, "reference": _NULL_STR,
-        })),
+        _obj(
+            {
+                "title": {"type": "string"},
+                "company": {"type": "string"},
+                "city": {"type": "string"},
+                "work_mode": {"enum": ["onsite", "hybrid", "remote"]},
+                "office_days_per_week": {"type": ["integer", "null"]},
+                "min_years_experience": {"type": ["integer", "null"]},
+                "skills": {"type": "array", "items": {"type": "string"}},
+                "salary": _obj(
+                    {
+                        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                        "min": {"type": "number"},
+                        "max": {"type": "number"},
+                        "period": {"enum": ["hour", "month", "year"]},
+                    }
+                ),
+                "apply_by": _DATE,
+                "reference": _NULL_STR,
+            }
+        ),
+    ),
     StructuredPrompt(
-        "extract-minutes", "extraction",
+        "extract-minutes",
+        "extraction",
         "From these meeting minutes, list who attended and every action item with its owner "
         "and deadline (YYYY-MM-DD, or null if none was set).",
         _MINUTES,
-        _obj({
-            "organisation": {"type": "string"}, "meeting_date": _DATE,
-            "chair": {"type": "string"},
-            "present": {"type": "array", "items": {"type": "string"}},
-            "apologies": {"type": "array", "items": {"type": "string"}},
-            "actions": {"type": "array", "items": _obj({
-                "owner": {"type": "string"}, "task": {"type": "string"},
-                "deadline": {"anyOf": [_DATE, {"type": "null"}]}})},
-            "next_meeting": _DATE,
-        })),
+        _obj(
+            {
+                "organisation": {"type": "string"},
+                "meeting_date": _DATE,
+                "chair": {"type": "string"},
+                "present": {"type": "array", "items": {"type": "string"}},
+                "apologies": {"type": "array", "items": {"type": "string"}},
+                "actions": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "owner": {"type": "string"},
+                            "task": {"type": "string"},
+                            "deadline": {"anyOf": [_DATE, {"type": "null"}]},
+                        }
+                    ),
+                },
+                "next_meeting": _DATE,
+            }
+        ),
+    ),
     StructuredPrompt(
-        "classify-ticket", "classification",
+        "classify-ticket",
+        "classification",
         "Triage this support email for our helpdesk.",
         _TICKET,
-        _obj({
-            "category": {"enum": ["billing", "bug", "feature_request", "account_access",
-                                  "how_to", "outage"]},
-            "product_area": {"enum": ["invoicing", "appointments", "inventory", "reports",
-                                      "integrations", "other"]},
-            "priority": {"enum": ["low", "normal", "high", "urgent"]},
-            "sentiment": {"enum": ["positive", "neutral", "frustrated", "angry"]},
-            "churn_risk": {"type": "boolean"},
-            "previous_tickets": {"type": "array", "items": {"type": "string", "pattern": "^#[0-9]+$"}},
-            "reason": {"type": "string"},
-        })),
+        _obj(
+            {
+                "category": {"enum": ["billing", "bug", "feature_request", "account_access", "how_to", "outage"]},
+                "product_area": {
+                    "enum": ["invoicing", "appointments", "inventory", "reports", "integrations", "other"]
+                },
+                "priority": {"enum": ["low", "normal", "high", "urgent"]},
+                "sentiment": {"enum": ["positive", "neutral", "frustrated", "angry"]},
+                "churn_risk": {"type": "boolean"},
+                "previous_tickets": {"type": "array", "items": {"type": "string", "pattern": "^#[0-9]+$"}},
+                "reason": {"type": "string"},
+            }
+        ),
+    ),
     StructuredPrompt(
-        "classify-reviews", "classification",
+        "classify-reviews",
+        "classification",
         "Label each product review below: its overall sentiment and the aspects it mentions.",
         _REVIEWS,
-        _obj({
-            "reviews": {"type": "array", "minItems": 1, "items": _obj({
-                "review": {"type": "integer", "minimum": 1},
-                "sentiment": {"enum": ["positive", "negative", "mixed"]},
-                "aspects": {"type": "array", "items": {"enum": [
-                    "delivery", "fit", "material", "quality", "appearance", "returns",
-                    "customer_service", "price"]}},
-            })},
-        })),
+        _obj(
+            {
+                "reviews": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _obj(
+                        {
+                            "review": {"type": "integer", "minimum": 1},
+                            "sentiment": {"enum": ["positive", "negative", "mixed"]},
+                            "aspects": {
+                                "type": "array",
+                                "items": {
+                                    "enum": [
+                                        "delivery",
+                                        "fit",
+                                        "material",
+                                        "quality",
+                                        "appearance",
+                                        "returns",
+                                        "customer_service",
+                                        "price",
+                                    ]
+                                },
+                            },
+                        }
+                    ),
+                },
+            }
+        ),
+    ),
     StructuredPrompt(
-        "tool-travel", "tool call",
+        "tool-travel",
+        "tool call",
         "Choose the one tool that serves the user's request and give its arguments.",
         _TOOLS_TRAVEL,
-        {"anyOf": [_call("search_trains", _TRAIN_ARGS), _call("book_hotel", _HOTEL_ARGS),
-                   _call("convert_currency", _CURRENCY_ARGS)]}),
+        {
+            "anyOf": [
+                _call("search_trains", _TRAIN_ARGS),
+                _call("book_hotel", _HOTEL_ARGS),
+                _call("convert_currency", _CURRENCY_ARGS),
+            ]
+        },
+    ),
     StructuredPrompt(
-        "tool-home", "tool call",
+        "tool-home",
+        "tool call",
         "Choose the one tool that serves the user's request and give its arguments.",
         _TOOLS_HOME,
-        {"anyOf": [_call("set_thermostat", _THERMO_ARGS), _call("create_reminder", _REMINDER_ARGS),
-                   _call("play_music", _MUSIC_ARGS)]}),
+        {
+            "anyOf": [
+                _call("set_thermostat", _THERMO_ARGS),
+                _call("create_reminder", _REMINDER_ARGS),
+                _call("play_music", _MUSIC_ARGS),
+            ]
+        },
+    ),
 )
 
 KINDS = ("extraction", "classification", "tool call")

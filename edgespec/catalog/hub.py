@@ -62,9 +62,7 @@ def _hf_cached(src: HFSource, filename: str) -> Path | None:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
-    found = try_to_load_from_cache(
-        src.repo, filename, cache_dir=str(hf_cache_dir()), revision=src.revision
-    )
+    found = try_to_load_from_cache(src.repo, filename, cache_dir=str(hf_cache_dir()), revision=src.revision)
     return Path(found) if isinstance(found, str) else None
 
 
@@ -126,8 +124,7 @@ def _hf_download_all(src: HFSource, *, offline: bool, where: str) -> Path:
             )
         except GatedRepoError:
             raise _HFUnavailable(
-                f"{where} (gated: accept its license on the Hub and log in with "
-                "`huggingface-cli login`)"
+                f"{where} (gated: accept its license on the Hub and log in with `huggingface-cli login`)"
             ) from None
         except RepositoryNotFoundError:
             raise _HFUnavailable(f"{where} at {hf_endpoint()} (repository not found)") from None

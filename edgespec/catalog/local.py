@@ -64,7 +64,8 @@ class LocalModel:
         (an Ollama blob and an LM Studio copy of one file share it)."""
         h = self.header
         text = f"{h.name}|{h.architecture}|{h.params}|{h.quant}|{self.size_bytes}|" + (
-            h.tokenizer.digest if h.tokenizer else "")
+            h.tokenizer.digest if h.tokenizer else ""
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def drafting_problem(self, target: "LocalModel") -> str | None:
@@ -99,13 +100,15 @@ class Index:
 
     def drafters_for(self, target: LocalModel) -> list[LocalModel]:
         """Models that can draft for ``target``, largest first."""
-        out = [m for m in self._same_vocab(target, as_target=True)
-               if m.size_bytes * DRAFT_SIZE_RATIO <= target.size_bytes]
+        out = [
+            m for m in self._same_vocab(target, as_target=True) if m.size_bytes * DRAFT_SIZE_RATIO <= target.size_bytes
+        ]
         return sorted(out, key=lambda m: -m.size_bytes)
 
     def targets_for(self, draft: LocalModel) -> list[LocalModel]:
-        return [m for m in self._same_vocab(draft, as_target=False)
-                if draft.size_bytes * DRAFT_SIZE_RATIO <= m.size_bytes]
+        return [
+            m for m in self._same_vocab(draft, as_target=False) if draft.size_bytes * DRAFT_SIZE_RATIO <= m.size_bytes
+        ]
 
     def _same_vocab(self, m: LocalModel, *, as_target: bool) -> list[LocalModel]:
         """The models whose vocabulary can stand in for ``m``'s (``as_target``) or for
@@ -180,7 +183,8 @@ def _model(f: Found, cache: "_Cache", skipped: list[Skipped]) -> LocalModel | No
     first = headers[0]
     if first.kind != "model":
         what = {"mmproj": "a vision projector (mmproj)", "lora": "a LoRA adapter"}.get(
-            first.kind, f"a {first.kind} file")
+            first.kind, f"a {first.kind} file"
+        )
         skipped.append(Skipped(str(f.files[0]), f"{f.name}: {what}, not a model", names))
         return None
     if first.tokenizer is None:
@@ -322,7 +326,8 @@ def lookup(name: str) -> LocalModel | None:
         key = name.strip().lower()
         listed = _listed()
         named = [f for f in listed if f.name.lower() == key] or [
-            f for f in listed if key in (a.lower() for a in f.aliases)]
+            f for f in listed if key in (a.lower() for a in f.aliases)
+        ]
         cache = _Cache.load()
         matches = [m for m in (_model(f, cache, []) for f in named) if m is not None]
         cache.save()
@@ -330,8 +335,9 @@ def lookup(name: str) -> LocalModel | None:
         return None
     if len({m.key for m in matches}) > 1:
         listed = "; ".join(f"{m.name} ({m.source}: {m.path})" for m in matches)
-        raise AmbiguousModelError(f"{name!r} matches {len(matches)} models on this machine: {listed}; "
-                                  "use one of these names, or a path")
+        raise AmbiguousModelError(
+            f"{name!r} matches {len(matches)} models on this machine: {listed}; use one of these names, or a path"
+        )
     return matches[0]
 
 

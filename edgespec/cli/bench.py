@@ -18,19 +18,39 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    JsonOpt, SeedOpt, TemperatureOpt, VerboseOpt,
+    JsonOpt,
+    SeedOpt,
+    TemperatureOpt,
+    VerboseOpt,
     cli_errors,
     out_console,
     parse_parallel,
 )
-from edgespec.cli.plan_options import (
-    ExactOpt, OptimizedOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
-    PlanOptions,
+from edgespec.cli.measure import (
+    InputOpt,
+    KGridOpt,
+    LimitOpt,
+    PromptFileOpt,
+    QuietOpt,
+    close_engines,
+    drafter_candidates,
+    fmt_x,
+    open_engines,
+    progress_bar,
+    setup,
+    show_plan,
 )
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions
-from edgespec.cli.measure import (
-    InputOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt, close_engines, drafter_candidates, fmt_x,
-    open_engines, progress_bar, setup, show_plan,
+from edgespec.cli.plan_options import (
+    ExactOpt,
+    NCtxOpt,
+    OptimizedOpt,
+    PlanOptions,
+    ProfileOpt,
+    RpcOpt,
+    TargetOpt,
+    TensorSplitOpt,
+    ThreadsOpt,
 )
 from edgespec.errors import InputError
 
@@ -40,10 +60,14 @@ def bench(
     target: TargetOpt = None,
     draft: Annotated[
         Optional[str],
-        typer.Option("--draft", "--draft-candidates", "-d",
-                     help="Drafters to compare, comma-separated: a draft GGUF path or catalog name, 'model' "
-                          "(the pair's draft), 'ngram'. Default: the pair's draft model if it is available "
-                          "locally, and ngram."),
+        typer.Option(
+            "--draft",
+            "--draft-candidates",
+            "-d",
+            help="Drafters to compare, comma-separated: a draft GGUF path or catalog name, 'model' "
+            "(the pair's draft), 'ngram'. Default: the pair's draft model if it is available "
+            "locally, and ngram.",
+        ),
     ] = None,
     k_grid: KGridOpt = "1,2,4,8",
     exact: ExactOpt = False,
@@ -60,12 +84,17 @@ def bench(
     rpc: RpcOpt = None,
     tensor_split: TensorSplitOpt = None,
     json_output: JsonOpt = False,
-    csv_file: Annotated[Optional[Path], typer.Option("--csv", help="Also write one row per configuration here.")] = None,
+    csv_file: Annotated[
+        Optional[Path], typer.Option("--csv", help="Also write one row per configuration here.")
+    ] = None,
     parallel: Annotated[
         Optional[str],
-        typer.Option("--parallel", "-P",
-                     help="Also measure batch throughput: the prompts one at a time against all of them "
-                          "N per decode (a number or 'auto'), plain decoding on llama.cpp's kernels."),
+        typer.Option(
+            "--parallel",
+            "-P",
+            help="Also measure batch throughput: the prompts one at a time against all of them "
+            "N per decode (a number or 'auto'), plain decoding on llama.cpp's kernels.",
+        ),
     ] = None,
     memory: MemoryOpt = True,
     memory_cap: MemoryCapOpt = None,
@@ -73,14 +102,24 @@ def bench(
     verbose: VerboseOpt = False,
 ) -> None:
     """Plain decoding vs every drafter × k and the automatic choice, on the same prompts."""
-    from edgespec.measuring import batches, bench as lib
+    from edgespec.measuring import batches
+    from edgespec.measuring import bench as lib
 
     with cli_errors():
         n_parallel = parse_parallel(parallel) if parallel is not None else None
         # --draft here: the drafters to compare; the memory each configuration's own, cold (measuring.bench)
-        plan_opts = MemoryOptions(memory, memory_cap).apply(PlanOptions(
-            profile=profile, target=target, exact=exact, optimized=optimized, n_ctx=n_ctx, threads=threads, rpc=rpc,
-            tensor_split=tensor_split))
+        plan_opts = MemoryOptions(memory, memory_cap).apply(
+            PlanOptions(
+                profile=profile,
+                target=target,
+                exact=exact,
+                optimized=optimized,
+                n_ctx=n_ctx,
+                threads=threads,
+                rpc=rpc,
+                tensor_split=tensor_split,
+            )
+        )
         ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, plan_opts, auto_plan, quiet)
@@ -89,15 +128,33 @@ def bench(
         try:
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
             # the automatic choice as a user runs it: the learned policy, the plan's bound
-            auto = lib.Config(auto_plan.drafter, max(1, auto_plan.k), adaptive_k=auto_plan.adaptive,
-                              k_max=auto_plan.drafting.k_max, p_min=0.0 if auto_plan.adaptive else auto_plan.p_min)
-            plan_info = {"drafter": auto_plan.drafter, "k": auto_plan.k, "profile": auto_plan.profile,
-                         "predicted_speedup": round(auto_plan.predicted_speedup, 4), "reason": auto_plan.reason}
+            auto = lib.Config(
+                auto_plan.drafter,
+                max(1, auto_plan.k),
+                adaptive_k=auto_plan.adaptive,
+                k_max=auto_plan.drafting.k_max,
+                p_min=0.0 if auto_plan.adaptive else auto_plan.p_min,
+            )
+            plan_info = {
+                "drafter": auto_plan.drafter,
+                "k": auto_plan.k,
+                "profile": auto_plan.profile,
+                "predicted_speedup": round(auto_plan.predicted_speedup, 4),
+                "reason": auto_plan.reason,
+            }
             with progress_bar(quiet, "bench") as progress:
                 report = lib.bench_report(
-                    engine, candidates, auto, prompts, auto_plan=plan_info, max_tokens=max_tokens,
-                    repeat=repeat, temperature=temperature, seed=seed if temperature > 0 else None,
-                    progress=progress, fast_engine=fast_engine,
+                    engine,
+                    candidates,
+                    auto,
+                    prompts,
+                    auto_plan=plan_info,
+                    max_tokens=max_tokens,
+                    repeat=repeat,
+                    temperature=temperature,
+                    seed=seed if temperature > 0 else None,
+                    progress=progress,
+                    fast_engine=fast_engine,
                 )
             batch = None
             if n_parallel is not None:
@@ -121,8 +178,21 @@ def bench(
 # Rendering
 # --------------------------------------------------------------------------------------
 
-_CSV_FIELDS = ("config", "drafter", "k", "adaptive_k", "tokens_per_second", "speedup", "acceptance_rate",
-               "mean_accepted_length", "alpha", "hit", "identical", "tokens", "seconds")
+_CSV_FIELDS = (
+    "config",
+    "drafter",
+    "k",
+    "adaptive_k",
+    "tokens_per_second",
+    "speedup",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "alpha",
+    "hit",
+    "identical",
+    "tokens",
+    "seconds",
+)
 
 
 def _rows(data: dict) -> list[dict]:
@@ -145,6 +215,7 @@ def _write_csv(path: Path, data: dict) -> None:
                 w.writerow([r.get(c) for c in _CSV_FIELDS] + [r["by_kind"].get(k) for k in kinds])
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
@@ -171,35 +242,57 @@ def _render_bench(data: dict) -> None:
     for r in rows:
         same = {True: Text("yes", style="green"), False: Text("NO", style="bold red"), None: Text("-")}[r["identical"]]
         name = Text(r["config"], style="bold" if r["config"].startswith("auto") else "")
-        t.add_row(name, f"{r['tokens_per_second']:.2f}", _speed_text(r["speedup"]), _pct(r["acceptance_rate"]),
-                  "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}", same,
-                  *(fmt_x(r["by_kind"].get(k)) for k in kinds))
+        t.add_row(
+            name,
+            f"{r['tokens_per_second']:.2f}",
+            _speed_text(r["speedup"]),
+            _pct(r["acceptance_rate"]),
+            "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}",
+            same,
+            *(fmt_x(r["by_kind"].get(k)) for k in kinds),
+        )
     out.print(t)
     a, best, s = data["auto"], data["best"], data["settings"]
     chosen = "plain decoding" if a["planned_drafter"] == "none" else a["config"].removeprefix("auto: ")
-    out.print(Text.assemble(
-        ("automatic choice ", "bold"), f"({a['planned_profile']}): {chosen} → ", _speed_text(a["speedup"]),
-        f" measured, {fmt_x(a['planned_predicted_speedup'])} predicted; best here: {best['config']} ",
-        _speed_text(best["speedup"]), f" (auto reaches {_pct(data['auto_vs_best'])} of it)",
-    ))
+    out.print(
+        Text.assemble(
+            ("automatic choice ", "bold"),
+            f"({a['planned_profile']}): {chosen} → ",
+            _speed_text(a["speedup"]),
+            f" measured, {fmt_x(a['planned_predicted_speedup'])} predicted; best here: {best['config']} ",
+            _speed_text(best["speedup"]),
+            f" (auto reaches {_pct(data['auto_vs_best'])} of it)",
+        )
+    )
     if data.get("batch"):
         b = data["batch"]
-        out.print(Text.assemble(
-            ("batch throughput ", "bold"), f"({b['reason']}): {b['parallel_tokens_per_second']:.1f} tok/s against "
-            f"{b['sequential_tokens_per_second']:.1f} tok/s one prompt at a time → ", _speed_text(b["speedup"]),
-            " (plain decoding, prompt processing included)",
-        ))
+        out.print(
+            Text.assemble(
+                ("batch throughput ", "bold"),
+                f"({b['reason']}): {b['parallel_tokens_per_second']:.1f} tok/s against "
+                f"{b['sequential_tokens_per_second']:.1f} tok/s one prompt at a time → ",
+                _speed_text(b["speedup"]),
+                " (plain decoding, prompt processing included)",
+            )
+        )
     load = s["load_average"]
-    if s.get("plain_kernels") == "llama.cpp" and len(data["results"]) and \
-            data["results"][0]["config"] == "plain, exact kernels":
-        out.print(Text(
-            "plain runs on llama.cpp's own kernels (what edgespec uses when it does not speculate); "
-            "speculation needs the batch-invariant ones, and =plain compares its tokens with plain decoding there",
+    if (
+        s.get("plain_kernels") == "llama.cpp"
+        and len(data["results"])
+        and data["results"][0]["config"] == "plain, exact kernels"
+    ):
+        out.print(
+            Text(
+                "plain runs on llama.cpp's own kernels (what edgespec uses when it does not speculate); "
+                "speculation needs the batch-invariant ones, and =plain compares its tokens with plain decoding there",
+                style="dim",
+            )
+        )
+    out.print(
+        Text(
+            f"{len(s['prompts'])} prompts × {s['max_tokens']} tokens × {s['repeat']} pass(es) after a warm-up, "
+            f"temperature {s['temperature']:g}, {s['n_threads']} threads, load average {load['before']} → "
+            f"{load['after']}; speedup = tokens/s over plain decoding's, prompt processing excluded",
             style="dim",
-        ))
-    out.print(Text(
-        f"{len(s['prompts'])} prompts × {s['max_tokens']} tokens × {s['repeat']} pass(es) after a warm-up, "
-        f"temperature {s['temperature']:g}, {s['n_threads']} threads, load average {load['before']} → "
-        f"{load['after']}; speedup = tokens/s over plain decoding's, prompt processing excluded",
-        style="dim",
-    ))
+        )
+    )

@@ -23,22 +23,39 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from edgespec.cli.chat_commands import SlashCommands, shown_names
+from edgespec.cli.chat_input import History
 from edgespec.cli.common import (
-    MinPOpt, SeedOpt, ShowRejectedOpt, TemperatureOpt, TopKOpt, TopPOpt, VerboseOpt,
+    MinPOpt,
+    SeedOpt,
+    ShowRejectedOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
+    VerboseOpt,
     cli_errors,
     ensure_utf8,
     err_console,
     load_engine,
     out_console,
 )
-from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
-    PlanOptions, make_plan,
-)
-from edgespec.cli.chat_commands import SlashCommands, shown_names
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
-from edgespec.cli.chat_input import History
+from edgespec.cli.plan_options import (
+    DraftOpt,
+    ExactOpt,
+    KOpt,
+    NCtxOpt,
+    OptimizedOpt,
+    PlanOptions,
+    ProfileOpt,
+    RpcOpt,
+    TargetOpt,
+    TensorSplitOpt,
+    ThreadsOpt,
+    make_plan,
+)
 from edgespec.errors import ContextOverflowError, EdgespecError
+
 
 @dataclass
 class TurnRecord:
@@ -104,8 +121,9 @@ class ChatSession(SlashCommands):
                     self.console.print(Text("(/quit or Ctrl-D leaves)", style="dim"))
                     continue
                 except UnicodeDecodeError as e:  # a terminal that does not send UTF-8
-                    self._error(f"the message is not UTF-8 text (byte 0x{e.object[e.start]:02x}); "
-                                "set the terminal to UTF-8")
+                    self._error(
+                        f"the message is not UTF-8 text (byte 0x{e.object[e.start]:02x}); set the terminal to UTF-8"
+                    )
                     continue
                 if line is None:
                     continue
@@ -148,12 +166,14 @@ class ChatSession(SlashCommands):
         drafter = e.drafter_name
         if drafter == "model":
             drafter = f"model ({draft})"
-        self.console.print(Text(  # k: the policy's bound, or the fixed k (--k, /k N)
-            f"edgespec chat · {target} · drafter {drafter} · {self.readout.k_label(e.adaptive_k, e.k, e.k_max)}"
-            f" · context {e.n_ctx:,} tokens"
-            " · /help for commands",
-            style="bold",
-        ))
+        self.console.print(
+            Text(  # k: the policy's bound, or the fixed k (--k, /k N)
+                f"edgespec chat · {target} · drafter {drafter} · {self.readout.k_label(e.adaptive_k, e.k, e.k_max)}"
+                f" · context {e.n_ctx:,} tokens"
+                " · /help for commands",
+                style="bold",
+            )
+        )
         if e.drafter_name != "none":
             self.readout.print_legend()
 
@@ -168,8 +188,12 @@ class ChatSession(SlashCommands):
             self.messages.pop()
             self._error(str(e))
             if isinstance(e, ContextOverflowError):
-                self.err.print(Text("(the message does not fit with room for a reply: shorten it, /reset, or "
-                                    "restart with a larger --n-ctx; the conversation is kept as it was)"))
+                self.err.print(
+                    Text(
+                        "(the message does not fit with room for a reply: shorten it, /reset, or "
+                        "restart with a larger --n-ctx; the conversation is kept as it was)"
+                    )
+                )
             return
         reply = self.readout.reply()
         try:
@@ -200,26 +224,30 @@ class ChatSession(SlashCommands):
     def _record(self, s: Any, finish_reason: str) -> None:
         self._last_stats = s
         self.turn_count += 1
-        self.turns.append(TurnRecord(
-            turn=self.turn_count,
-            prompt_tokens=s.prompt_tokens,
-            prompt_tokens_processed=s.prompt_tokens_processed,
-            generated_tokens=s.generated_tokens,
-            drafter=s.drafter,
-            k_final=s.k_final,
-            acceptance_rate=round(s.acceptance_rate, 4),
-            mean_accepted_length=round(s.mean_accepted_length, 3),
-            tokens_per_second=round(s.tokens_per_second, 2),
-            speedup=self.readout.speedup_text(s).replace(" vs plain", "") if s.drafter != "none" else "",
-            finish_reason=finish_reason,
-        ))
+        self.turns.append(
+            TurnRecord(
+                turn=self.turn_count,
+                prompt_tokens=s.prompt_tokens,
+                prompt_tokens_processed=s.prompt_tokens_processed,
+                generated_tokens=s.generated_tokens,
+                drafter=s.drafter,
+                k_final=s.k_final,
+                acceptance_rate=round(s.acceptance_rate, 4),
+                mean_accepted_length=round(s.mean_accepted_length, 3),
+                tokens_per_second=round(s.tokens_per_second, 2),
+                speedup=self.readout.speedup_text(s).replace(" vs plain", "") if s.drafter != "none" else "",
+                finish_reason=finish_reason,
+            )
+        )
         max_tokens = self.options.get("max_tokens", 0)
         if finish_reason == "length" and s.generated_tokens < max_tokens:
-            self.err.print(Text(
-                f"the context is full ({self.engine.n_ctx:,} tokens): the reply was cut; "
-                "the oldest exchanges will be dropped next turn (or /reset)",
-                style="yellow",
-            ))
+            self.err.print(
+                Text(
+                    f"the context is full ({self.engine.n_ctx:,} tokens): the reply was cut; "
+                    "the oldest exchanges will be dropped next turn (or /reset)",
+                    style="yellow",
+                )
+            )
 
     def _room(self) -> int:
         """Tokens kept free for a reply: max_tokens, capped at a quarter of the context so
@@ -234,7 +262,8 @@ class ChatSession(SlashCommands):
         if n + room > n_ctx:
             raise ContextOverflowError(
                 f"the system prompt is {n:,} tokens: with {room:,} kept for a reply it does not fit the "
-                f"context of {n_ctx:,} tokens; shorten it, or restart with a larger --n-ctx")
+                f"context of {n_ctx:,} tokens; shorten it, or restart with a larger --n-ctx"
+            )
 
     def _fit_context(self) -> None:
         """Drop the oldest exchanges until the prompt leaves room for a reply.
@@ -250,12 +279,14 @@ class ChatSession(SlashCommands):
         what = f"this message{' with the system prompt' if first else ''} is {least:,} tokens"
         if least >= n_ctx:
             raise ContextOverflowError(
-                f"{what}; the context holds {n_ctx:,}, so even without the earlier conversation no reply would fit")
+                f"{what}; the context holds {n_ctx:,}, so even without the earlier conversation no reply would fit"
+            )
         if least + room > n_ctx and len(self.messages) - first > 1:
             raise ContextOverflowError(
                 f"{what}; even without the earlier conversation the context ({n_ctx:,}) would keep only "
                 f"{n_ctx - least:,} of the {room:,} tokens a reply gets, so the conversation is not dropped for "
-                "it (/reset and send it again for a short reply)")
+                "it (/reset and send it again for a short reply)"
+            )
         dropped = 0
         while True:
             n = len(self.engine.prompt_tokens(self.messages))
@@ -266,11 +297,13 @@ class ChatSession(SlashCommands):
                 del self.messages[first]
             dropped += 1
         if dropped:
-            self.err.print(Text(
-                f"the context ({n_ctx:,} tokens) was full: dropped the {dropped} oldest message(s) "
-                f"to make room; the conversation is now {n:,} tokens (/reset clears it)",
-                style="yellow",
-            ))
+            self.err.print(
+                Text(
+                    f"the context ({n_ctx:,} tokens) was full: dropped the {dropped} oldest message(s) "
+                    f"to make room; the conversation is now {n:,} tokens (/reset clears it)",
+                    style="yellow",
+                )
+            )
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -313,14 +346,31 @@ def chat(
         # which ignores SIGINT; on a terminal, Ctrl-C is how a reply is stopped
         signal.signal(signal.SIGINT, signal.default_int_handler)
     options: dict[str, Any] = dict(
-        max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        seed=seed,
     )
     with cli_errors():
         memory_options = MemoryOptions(memory, memory_cap, remember)
-        p = make_plan(memory_options.apply(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
-                                                       optimized=optimized,
-                                                       n_ctx=n_ctx, threads=threads, rpc=rpc,
-                                                       tensor_split=tensor_split)))
+        p = make_plan(
+            memory_options.apply(
+                PlanOptions(
+                    profile=profile,
+                    target=target,
+                    draft=draft,
+                    k=k,
+                    exact=exact,
+                    optimized=optimized,
+                    n_ctx=n_ctx,
+                    threads=threads,
+                    rpc=rpc,
+                    tensor_split=tensor_split,
+                )
+            )
+        )
         engine = load_engine(p, verbose=verbose)
     try:
         with cli_errors(), remembering(engine, memory_options, err=err_console()):

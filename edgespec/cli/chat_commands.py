@@ -83,37 +83,57 @@ class SlashCommands:
         e = self.engine
         used = len(e.prompt_tokens(self.messages)) if len(self.messages) > (1 if self.system else 0) else 0
         k = self.readout.k_label(e.adaptive_k, e.k, e.k_max)
-        self.console.print(Text(
-            f"{shown_names(e)[0]} · drafter {e.drafter_name} · {k}"
-            f" · conversation {used:,} of {e.n_ctx:,} tokens · {_plural(len(self.turns), 'reply', 'replies')}",
-            style="bold",
-        ))
+        self.console.print(
+            Text(
+                f"{shown_names(e)[0]} · drafter {e.drafter_name} · {k}"
+                f" · conversation {used:,} of {e.n_ctx:,} tokens · {_plural(len(self.turns), 'reply', 'replies')}",
+                style="bold",
+            )
+        )
         if not self.turns:
             self.console.print(Text("no replies yet"))
             return
         table = Table(box=None, pad_edge=False, header_style="bold")
-        for col in ("turn", "prompt", "new", "reply", "drafter", "accepted", "per round", "k",
-                    "tok/s", "speedup", "finish"):
+        for col in (
+            "turn",
+            "prompt",
+            "new",
+            "reply",
+            "drafter",
+            "accepted",
+            "per round",
+            "k",
+            "tok/s",
+            "speedup",
+            "finish",
+        ):
             table.add_column(col, justify="left" if col in ("drafter", "speedup", "finish") else "right")
         for t in self.turns:
             drafted = t.drafter != "none"
             table.add_row(
-                str(t.turn), f"{t.prompt_tokens:,}", f"{t.prompt_tokens_processed:,}",
-                f"{t.generated_tokens:,}", t.drafter,
+                str(t.turn),
+                f"{t.prompt_tokens:,}",
+                f"{t.prompt_tokens_processed:,}",
+                f"{t.generated_tokens:,}",
+                t.drafter,
                 f"{t.acceptance_rate:.0%}" if drafted else "–",
                 f"{t.mean_accepted_length:.2f}" if drafted else "–",
                 f"≤{t.k_final}" if drafted else "–",  # the bound; the summary has the mean
-                f"{t.tokens_per_second:.1f}", t.speedup or "–", t.finish_reason,
+                f"{t.tokens_per_second:.1f}",
+                t.speedup or "–",
+                t.finish_reason,
             )
         self.console.print(table)
         total = sum(t.generated_tokens for t in self.turns)
         new = sum(t.prompt_tokens_processed for t in self.turns)
         seen = sum(t.prompt_tokens for t in self.turns)
-        self.console.print(Text(
-            f"total: {total:,} tokens generated; prompts {seen:,} tokens, of which {new:,} were "
-            f"decoded and {seen - new:,} reused from the cache",
-            style="dim",
-        ))
+        self.console.print(
+            Text(
+                f"total: {total:,} tokens generated; prompts {seen:,} tokens, of which {new:,} were "
+                f"decoded and {seen - new:,} reused from the cache",
+                style="dim",
+            )
+        )
 
     def _cmd_reset(self, arg: str) -> None:
         self.messages = self._fresh_messages()
@@ -130,8 +150,10 @@ class SlashCommands:
         try:
             k = int(arg)
         except ValueError:
-            self._error(f"/k needs a whole number or auto, e.g. /k 4 (now k = "
-                        f"{self.engine.k if not self.engine.adaptive_k else 'auto'})")
+            self._error(
+                f"/k needs a whole number or auto, e.g. /k 4 (now k = "
+                f"{self.engine.k if not self.engine.adaptive_k else 'auto'})"
+            )
             return
         self.engine.set_k(k)
         self.engine.adaptive_k = False
@@ -161,17 +183,21 @@ class SlashCommands:
             try:
                 self.check_system_fits(system)
             except EdgespecError as e:
-                self._error(f"{e}; " + ("the system prompt stays as it was" if self.system
-                                        else "there is still no system prompt"))
+                self._error(
+                    f"{e}; "
+                    + ("the system prompt stays as it was" if self.system else "there is still no system prompt")
+                )
                 return
         self.system = system
         rest = [m for m in self.messages if m["role"] != "system"]
         self.messages = self._fresh_messages() + rest
-        self.console.print(Text(
-            ("system prompt set" if self.system else "system prompt removed")
-            + ("; the history will be re-read once" if rest else ""),
-            style="dim",
-        ))
+        self.console.print(
+            Text(
+                ("system prompt set" if self.system else "system prompt removed")
+                + ("; the history will be re-read once" if rest else ""),
+                style="dim",
+            )
+        )
 
     def _cmd_save(self, arg: str, replace: bool = False) -> None:
         """Write the conversation as JSON: through a temporary file in the same folder,

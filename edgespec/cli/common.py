@@ -98,8 +98,7 @@ def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
     return [f"edgespec: {reason}", *(f"  {note}" for note in getattr(p, "notes", ()))]
 
 
-def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe: bool = True,
-                **overrides: Any) -> Any:
+def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe: bool = True, **overrides: Any) -> Any:
     """Build the Engine plan ``p`` describes (``edgespec.loading.engine_for``; ``overrides``
     go to ``Engine`` as they are), with a spinner on stderr while models load and, unless
     ``quiet`` or not ``describe``, the plan's line first."""

@@ -19,11 +19,18 @@ import typer
 from edgespec.cli.common import read_text_file
 from edgespec.errors import InputError
 
-FimPrefixOpt = Annotated[Optional[Path], typer.Option(
-    "--fim-prefix", help="Fill in the middle: the file's text before the cursor (with --fim-suffix); "
-                         "prints the middle the model writes.")]
-FimSuffixOpt = Annotated[Optional[Path], typer.Option(
-    "--fim-suffix", help="Fill in the middle: the file's text after the cursor (with --fim-prefix).")]
+FimPrefixOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--fim-prefix",
+        help="Fill in the middle: the file's text before the cursor (with --fim-suffix); "
+        "prints the middle the model writes.",
+    ),
+]
+FimSuffixOpt = Annotated[
+    Optional[Path],
+    typer.Option("--fim-suffix", help="Fill in the middle: the file's text after the cursor (with --fim-prefix)."),
+]
 
 
 def read_fim(prefix: Path | None, suffix: Path | None, *, has_prompt: bool, batch: bool) -> tuple[str, str] | None:
@@ -45,8 +52,9 @@ def fim_request(engine: Any, fim: tuple[str, str], options: dict) -> tuple[list[
 
     prefix, suffix = fim
     model = engine.target_model
-    ids = infill_prompt(model, fim_tokens(model), prefix=prefix, suffix=suffix, n_ctx=engine.n_ctx,
-                        n_predict=options["max_tokens"])
+    ids = infill_prompt(
+        model, fim_tokens(model), prefix=prefix, suffix=suffix, n_ctx=engine.n_ctx, n_predict=options["max_tokens"]
+    )
     at = suffix_stop(suffix)
     stops = tuple(options.get("stop") or ())
     return ids, {**options, "stop": stops + ((at,) if at is not None and at not in stops else ())}

@@ -15,7 +15,13 @@ from rich.text import Text
 
 from edgespec.cli.common import (
     EXIT_INTERRUPTED,
-    MinPOpt, SeedOpt, ShowRejectedOpt, TemperatureOpt, TopKOpt, TopPOpt, VerboseOpt,
+    MinPOpt,
+    SeedOpt,
+    ShowRejectedOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
+    VerboseOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -25,11 +31,28 @@ from edgespec.cli.fim import FimPrefixOpt, FimSuffixOpt, fim_request, read_fim
 from edgespec.cli.generate_batch import InputOpt, OnError, OnErrorOpt, OutputOpt, ParallelOpt, generate_batch
 from edgespec.cli.memory_options import MemoryCapOpt, MemoryOpt, MemoryOptions, RememberOpt, remembering
 from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
-    PlanOptions, make_plan,
+    DraftOpt,
+    ExactOpt,
+    KOpt,
+    NCtxOpt,
+    OptimizedOpt,
+    PlanOptions,
+    ProfileOpt,
+    RpcOpt,
+    TargetOpt,
+    TensorSplitOpt,
+    ThreadsOpt,
+    make_plan,
 )
-from edgespec.cli.structured import (GrammarOpt, LenientOpt, RegexOpt, SchemaOpt, bind_option, check_complete,
-                                     response_format_from_options)
+from edgespec.cli.structured import (
+    GrammarOpt,
+    LenientOpt,
+    RegexOpt,
+    SchemaOpt,
+    bind_option,
+    check_complete,
+    response_format_from_options,
+)
 
 
 def generate(
@@ -57,8 +80,12 @@ def generate(
     ] = None,
     raw: Annotated[bool, typer.Option("--raw", help="Use the prompt as is, without the chat template.")] = False,
     json_output: Annotated[
-        bool, typer.Option("--json", help='Print one JSON object: {"text","token_ids","finish_reason","stats"} '
-                                          '(with a constraint also "structured_complete" and "parsed").')
+        bool,
+        typer.Option(
+            "--json",
+            help='Print one JSON object: {"text","token_ids","finish_reason","stats"} '
+            '(with a constraint also "structured_complete" and "parsed").',
+        ),
     ] = False,
     schema: SchemaOpt = None,
     grammar: GrammarOpt = None,
@@ -91,19 +118,40 @@ def generate(
         seed=seed,
         stop=tuple(stop or ()),
     )
-    plan = PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
-                       optimized=optimized, n_ctx=n_ctx, threads=threads,
-                       rpc=rpc, tensor_split=tensor_split)
+    plan = PlanOptions(
+        profile=profile,
+        target=target,
+        draft=draft,
+        k=k,
+        exact=exact,
+        optimized=optimized,
+        n_ctx=n_ctx,
+        threads=threads,
+        rpc=rpc,
+        tensor_split=tensor_split,
+    )
     with cli_errors():
         memory_options = MemoryOptions(memory, memory_cap, remember)
         batch = input_file is not None or output_file is not None
         response_format, spec = response_format_from_options(schema, grammar, regex, lenient_schema, batch=batch)
         _warn(spec, quiet)
         if batch:
-            generate_batch(input_file, output_file, on_error, options, plan=plan, response_format=response_format,
-                           lenient_schema=lenient_schema, raw=raw, parallel=parallel, quiet=quiet, verbose=verbose,
-                           has_prompt=prompt is not None or prompt_file is not None, json_output=json_output,
-                           memory=memory_options)
+            generate_batch(
+                input_file,
+                output_file,
+                on_error,
+                options,
+                plan=plan,
+                response_format=response_format,
+                lenient_schema=lenient_schema,
+                raw=raw,
+                parallel=parallel,
+                quiet=quiet,
+                verbose=verbose,
+                has_prompt=prompt is not None or prompt_file is not None,
+                json_output=json_output,
+                memory=memory_options,
+            )
             return
 
         fim = read_fim(fim_prefix, fim_suffix, has_prompt=prompt is not None or prompt_file is not None, batch=batch)
@@ -113,15 +161,34 @@ def generate(
             if fim is not None:  # the middle between two files (cli/fim.py)
                 (text, options), raw = fim_request(engine, fim, options), True
             with remembering(engine, memory_options, err=err_console(), quiet=quiet):
-                done = _generate(engine, text, options, spec, schema or grammar or "--regex", raw=raw,
-                                 json_output=json_output, show_rejected=show_rejected, quiet=quiet)
+                done = _generate(
+                    engine,
+                    text,
+                    options,
+                    spec,
+                    schema or grammar or "--regex",
+                    raw=raw,
+                    json_output=json_output,
+                    show_rejected=show_rejected,
+                    quiet=quiet,
+                )
         finally:
             engine.close()
         check_complete(done)
 
 
-def _generate(engine: Any, text: str, options: dict, spec: Any, spec_name: str, *, raw: bool, json_output: bool,
-              show_rejected: bool, quiet: bool) -> Any:
+def _generate(
+    engine: Any,
+    text: str,
+    options: dict,
+    spec: Any,
+    spec_name: str,
+    *,
+    raw: bool,
+    json_output: bool,
+    show_rejected: bool,
+    quiet: bool,
+) -> Any:
     """One prompt: the JSON object on stdout, or the text through the readout."""
     if spec is not None:
         from edgespec.constraints import bind
@@ -137,7 +204,7 @@ def _generate(engine: Any, text: str, options: dict, spec: Any, spec_name: str, 
 
 def _warn(spec: Any, quiet: bool) -> None:
     """What lenient mode relaxed, said on stderr (a schema is never relaxed silently)."""
-    for w in (spec.warnings if spec is not None else ()):
+    for w in spec.warnings if spec is not None else ():
         if not quiet:
             err_console().print(Text(f"warning: the constraint is relaxed: {w}", style="yellow"))
 

@@ -28,8 +28,8 @@ from rich.text import Text
 from edgespec.batching.results import BatchObserver
 from edgespec.cli.common import EXIT_INTERRUPTED, err_console, load_engine, parse_parallel
 from edgespec.cli.memory_options import MemoryOptions, remembering
-from edgespec.cli.speedup import sources_part
 from edgespec.cli.plan_options import PlanOptions, make_plan
+from edgespec.cli.speedup import sources_part
 from edgespec.errors import EdgespecError, IncompleteStructureError, InputError
 
 
@@ -43,7 +43,8 @@ MAX_REPORTED_BAD_LINES = 20
 InputOpt = Annotated[
     Optional[Path],
     typer.Option(
-        "--input", "-i",
+        "--input",
+        "-i",
         help=(
             "Batch: a JSONL file, one object per line: id, prompt or messages, and optionally "
             "max_tokens, temperature, top_k, top_p, min_p, seed, stop, raw, response_format, "
@@ -65,7 +66,8 @@ OnErrorOpt = Annotated[
 ParallelOpt = Annotated[
     str,
     typer.Option(
-        "--parallel", "-P",
+        "--parallel",
+        "-P",
         help=(
             "Batch: sequences decoded together (continuous batching): a number, or 'auto' "
             "(from the machine's batch cost and memory). 1 runs prompts one at a time, "
@@ -106,8 +108,18 @@ def generate_batch(
         options["response_format"] = response_format
     if lenient_schema:  # every line's schema, as a line's own "lenient_schema": true
         options["lenient_schema"] = True
-    _run_batch(input_file, output_file, on_error.value, options, raw=raw, quiet=quiet, verbose=verbose,
-               parallel=parse_parallel(parallel), plan=plan, memory=memory)
+    _run_batch(
+        input_file,
+        output_file,
+        on_error.value,
+        options,
+        raw=raw,
+        quiet=quiet,
+        verbose=verbose,
+        parallel=parse_parallel(parallel),
+        plan=plan,
+        memory=memory,
+    )
 
 
 def _run_batch(
@@ -143,10 +155,12 @@ def _run_batch(
 
     with ResultWriter(output_file, input=inp) as writer:
         if writer.torn_line is not None:
-            err.print(Text(
-                f"{output_file}:{writer.torn_line}: {writer.torn_action} a torn last line left by an interrupted run",
-                style="yellow" if err.is_terminal else "",
-            ))
+            err.print(
+                Text(
+                    f"{output_file}:{writer.torn_line}: {writer.torn_action} a torn last line left by an interrupted run",
+                    style="yellow" if err.is_terminal else "",
+                )
+            )
         todo = list(pending_jobs(inp.jobs, writer.done))
         already = len(inp.jobs) - len(todo)
         if not todo:
@@ -163,13 +177,16 @@ def _run_batch(
         progress = _BatchProgress(err, total=len(todo), source=inp.source)
         try:
             with remembering(engine, memory, err=err, quiet=quiet), progress:
-                summary = run_batch(engine, todo, writer, defaults=defaults, on_error=on_error,
-                                    observer=progress, parallel=parallel)
+                summary = run_batch(
+                    engine, todo, writer, defaults=defaults, on_error=on_error, observer=progress, parallel=parallel
+                )
         except KeyboardInterrupt:
-            err.print(Text(
-                f"interrupted: {writer.written} result(s) written to {output_file}; "
-                "run the same command again to resume"
-            ))
+            err.print(
+                Text(
+                    f"interrupted: {writer.written} result(s) written to {output_file}; "
+                    "run the same command again to resume"
+                )
+            )
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except EdgespecError:
             if writer.written:  # before any result (a refused --parallel), the error alone says it
@@ -255,14 +272,15 @@ class _BatchProgress(BatchObserver):
         if self.bar is not None:
             self.bar.update(self.task, advance=1, rate=rate)
         else:
-            self.console.print(Text(
-                f"[{self.count}/{self.total}] id {json.dumps(job.id)}: "
-                f"{stats.get('generated_tokens', 0)} tokens, {record.get('finish_reason')}; {rate}"
-            ))
+            self.console.print(
+                Text(
+                    f"[{self.count}/{self.total}] id {json.dumps(job.id)}: "
+                    f"{stats.get('generated_tokens', 0)} tokens, {record.get('finish_reason')}; {rate}"
+                )
+            )
 
     def job_failed(self, job: Any, error: EdgespecError) -> None:
         self.count += 1
         if self.bar is not None:
             self.bar.update(self.task, advance=1)
         self.console.print(Text(f"failed: {self.source}:{job.line} (id {json.dumps(job.id)}): {error}"))
-

@@ -21,8 +21,11 @@ from edgespec.errors import InputError, ProfileError
 KGridOpt = Annotated[str, typer.Option("--k-grid", help="Draft lengths to measure, comma-separated.")]
 InputOpt = Annotated[
     Optional[Path],
-    typer.Option("--input", "-i", help="JSONL prompts (id + prompt or messages, as `generate --input`; "
-                 "'-' = stdin) instead of the built-in set."),
+    typer.Option(
+        "--input",
+        "-i",
+        help="JSONL prompts (id + prompt or messages, as `generate --input`; '-' = stdin) instead of the built-in set.",
+    ),
 ]
 PromptFileOpt = Annotated[
     Optional[Path],
@@ -33,8 +36,9 @@ RepeatOpt = Annotated[int, typer.Option("--repeat", "--repeats", "-r", min=1, he
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or diagnostics on stderr.")]
 
 
-def setup(k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str,
-          options: PlanOptions) -> tuple[list[int], list, Any]:
+def setup(
+    k_grid: str, prompts: tuple[Path | None, Path | None], limit: int | None, prompt_set: str, options: PlanOptions
+) -> tuple[list[int], list, Any]:
     """The k grid, the prompts (``--input`` JSONL, ``--prompt-file`` text, or the
     built-in ``prompt_set``) and the profile's plan (its automatic choice: the options'
     drafter and k are the ones measured, and the threads go to ``open_engines``),
@@ -69,23 +73,29 @@ def load_prompts(input_file: Path | None, prompt_file: Path | None, limit: int |
     if prompt_file is not None:
         if prompt_file.suffix.lower() == ".jsonl":
             raise InputError(f"--prompt-file reads one text prompt; JSONL prompts go through --input {prompt_file}")
-        prompts = [BenchPrompt(prompt_file.stem if str(prompt_file) != "-" else "stdin", "custom",
-                               read_prompt(None, prompt_file))]
+        prompts = [
+            BenchPrompt(
+                prompt_file.stem if str(prompt_file) != "-" else "stdin", "custom", read_prompt(None, prompt_file)
+            )
+        ]
     elif input_file is not None:
         inp = read_jobs(input_file)
         if inp.errors:
             raise InputError(f"{inp.errors[0]} ({len(inp.errors)} bad line(s) in all)")
         if not inp.jobs:
             raise InputError(f"no prompts in {inp.source}")
-        prompts = [BenchPrompt(str(j.id), "custom", j.prompt if isinstance(j.prompt, str) else tuple(j.prompt))
-                   for j in inp.jobs]
+        prompts = [
+            BenchPrompt(str(j.id), "custom", j.prompt if isinstance(j.prompt, str) else tuple(j.prompt))
+            for j in inp.jobs
+        ]
     else:
         prompts = list(prompt_set(default_set))
     return prompts[:limit] if limit else prompts
 
 
-def drafter_candidates(spec: str | None, options: PlanOptions, auto_plan: Any,
-                       quiet: bool = False) -> tuple[list[str], str | None]:
+def drafter_candidates(
+    spec: str | None, options: PlanOptions, auto_plan: Any, quiet: bool = False
+) -> tuple[list[str], str | None]:
     """Drafter names for the grid, and the draft model (catalog name or path) to load.
 
     Without ``spec``: the pair's draft model if it is on this machine, and ngram."""
@@ -111,14 +121,21 @@ def drafter_candidates(spec: str | None, options: PlanOptions, auto_plan: Any,
                 continue
             if not explicit and not (Path(str(name)).is_file() or catalog.is_available(str(name))):
                 if not quiet:
-                    err_console().print(Text(f"note: draft model {name} is not on this machine; measuring ngram "
-                                             f"only (get it with `edgespec models pull {name}`)", style="dim"))
+                    err_console().print(
+                        Text(
+                            f"note: draft model {name} is not on this machine; measuring ngram "
+                            f"only (get it with `edgespec models pull {name}`)",
+                            style="dim",
+                        )
+                    )
                 continue
         else:
             name = item
         if draft_model is not None and str(name) != str(draft_model):
-            raise InputError("compare one draft model per run (loading several would dominate the timing): "
-                             f"got {draft_model} and {name}")
+            raise InputError(
+                "compare one draft model per run (loading several would dominate the timing): "
+                f"got {draft_model} and {name}"
+            )
         draft_model = str(name)
         drafters.append("model")
     if auto_plan.drafter == "model" and draft_model is None:
@@ -135,9 +152,11 @@ def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet:
     from edgespec.planning.record import given_name
 
     # the plan's target and settings, with this draft model (or none) and these threads
-    own = {"draft": resolve_model(draft_model) if draft_model else None,
-           "names": (given_name(plan.target), given_name(draft_model)),
-           **({"n_threads": threads} if threads is not None else {})}
+    own = {
+        "draft": resolve_model(draft_model) if draft_model else None,
+        "names": (given_name(plan.target), given_name(draft_model)),
+        **({"n_threads": threads} if threads is not None else {}),
+    }
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
     # configuration runs on this engine
     engine = load_engine(plan, quiet=quiet, describe=False, **own)
@@ -164,9 +183,15 @@ class progress_bar:
         self.console = err_console()
         self.bar: Progress | None = None
         if not quiet and self.console.is_terminal:
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[now]}", style="dim"), TimeElapsedColumn(),
-                                console=self.console, transient=True)
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[now]}", style="dim"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
             self.task = self.bar.add_task(what, total=None, now="")
 
     def __enter__(self) -> Any:

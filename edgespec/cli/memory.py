@@ -33,18 +33,34 @@ memory_app = typer.Typer(
     add_completion=False,
 )
 
-ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", "-m", help="Only the memory of this model's tokenizer (a name it was saved by, a catalog name or "
-                          "a GGUF path).")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="Only the memory of this model's tokenizer (a name it was saved by, a catalog name or a GGUF path).",
+    ),
+]
 
 
 def _row(s: Any) -> dict:
-    return {"path": str(s.path), "identity": s.identity, "models": list(s.models), "tokens": s.tokens,
-            "cap": s.cap, "documents": s.documents, "file_bytes": s.file_bytes, "proposals": s.proposals,
-            "hits": s.hits, "hit_rate": round(s.hit_rate, 4), "proposed": s.proposed, "accepted": s.accepted,
-            "kept": round(s.acceptance, 4),
-            "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.saved_at)) if s.saved_at else None,
-            "problem": s.problem}
+    return {
+        "path": str(s.path),
+        "identity": s.identity,
+        "models": list(s.models),
+        "tokens": s.tokens,
+        "cap": s.cap,
+        "documents": s.documents,
+        "file_bytes": s.file_bytes,
+        "proposals": s.proposals,
+        "hits": s.hits,
+        "hit_rate": round(s.hit_rate, 4),
+        "proposed": s.proposed,
+        "accepted": s.accepted,
+        "kept": round(s.acceptance, 4),
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s.saved_at)) if s.saved_at else None,
+        "problem": s.problem,
+    }
 
 
 def _mib(n: int) -> str:
@@ -60,37 +76,63 @@ def memory_show(as_json: JsonOpt = False) -> None:
         directory = suffix_store.store_dir()
         rows = suffix_store.stats(directory)
         if as_json:
-            typer.echo(json.dumps({"directory": str(directory), "stores": [_row(s) for s in rows]}, indent=2,
-                                  ensure_ascii=False))
+            typer.echo(
+                json.dumps(
+                    {"directory": str(directory), "stores": [_row(s) for s in rows]}, indent=2, ensure_ascii=False
+                )
+            )
             return
         out = out_console()
         if not rows:
             out.print(Text(f"no memory saved in {directory} (a run with --remember saves one)"))
             return
         t = Table(title=f"edgespec memory ({directory})", title_justify="left")
-        for col, just in (("model", "left"), ("tokenizer", "left"), ("tokens", "right"), ("documents", "right"),
-                          ("on disk", "right"), ("hit rate", "right"), ("kept", "right"), ("saved", "left")):
+        for col, just in (
+            ("model", "left"),
+            ("tokenizer", "left"),
+            ("tokens", "right"),
+            ("documents", "right"),
+            ("on disk", "right"),
+            ("hit rate", "right"),
+            ("kept", "right"),
+            ("saved", "left"),
+        ):
             t.add_column(col, justify=just)  # type: ignore[arg-type]
         for s in rows:
             if s.problem:
-                t.add_row(Text(s.path.name), Text(f"unusable: {s.problem}", style="yellow"), "-", "-",
-                          _mib(s.file_bytes), "-", "-", "-")
+                t.add_row(
+                    Text(s.path.name),
+                    Text(f"unusable: {s.problem}", style="yellow"),
+                    "-",
+                    "-",
+                    _mib(s.file_bytes),
+                    "-",
+                    "-",
+                    "-",
+                )
                 continue
-            t.add_row(Text(", ".join(s.models) or "?"), Text(s.identity), f"{s.tokens:,} of {s.cap:,}",
-                      f"{s.documents:,}", _mib(s.file_bytes),
-                      f"{s.hit_rate:.0%} of {s.proposals:,}" if s.proposals else "-",
-                      f"{s.acceptance:.0%} of {s.proposed:,}" if s.proposed else "-",
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(s.saved_at)) if s.saved_at else "-")
+            t.add_row(
+                Text(", ".join(s.models) or "?"),
+                Text(s.identity),
+                f"{s.tokens:,} of {s.cap:,}",
+                f"{s.documents:,}",
+                _mib(s.file_bytes),
+                f"{s.hit_rate:.0%} of {s.proposals:,}" if s.proposals else "-",
+                f"{s.acceptance:.0%} of {s.proposed:,}" if s.proposed else "-",
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(s.saved_at)) if s.saved_at else "-",
+            )
         out.print(t)
-        out.print(Text("hit rate: proposals that drafted anything; kept: drafted tokens the model accepted",
-                       style="dim"))
+        out.print(
+            Text("hit rate: proposals that drafted anything; kept: drafted tokens the model accepted", style="dim")
+        )
 
 
 @memory_app.command("clear")
 def memory_clear(
     model: ModelOpt = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask first (a terminal asks; a script is not asked).")]
-    = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask first (a terminal asks; a script is not asked).")
+    ] = False,
 ) -> None:
     """Delete the saved memory (every model's, or one model's with --model)."""
     from edgespec.decoding import suffix_store

@@ -39,18 +39,33 @@ from edgespec.errors import EdgespecError, InputError
 
 MAX_CAP = 1 << 24  # = edgespec.decoding.suffix_codec.MAX_CAP (not imported: the CLI's options load no numpy)
 
-MemoryOpt = Annotated[bool, typer.Option(
-    "--memory/--no-memory",
-    help="Draft from the answers written earlier in this run too (prompt lookup across requests; on by "
-         "default). --no-memory: each request drafts from itself alone.")]
-MemoryCapOpt = Annotated[Optional[int], typer.Option(
-    "--memory-cap", min=1, max=MAX_CAP, metavar="TOKENS",
-    help=f"The most tokens the memory holds, the oldest dropped first (default 262,144, about 50 MB; at most "
-         f"{MAX_CAP:,}).")]
-RememberOpt = Annotated[bool, typer.Option(
-    "--remember",
-    help="Keep the memory on disk: start from the one saved for this model's tokenizer and save it at the "
-         "end (`edgespec memory show` lists it, `edgespec memory clear` deletes it).")]
+MemoryOpt = Annotated[
+    bool,
+    typer.Option(
+        "--memory/--no-memory",
+        help="Draft from the answers written earlier in this run too (prompt lookup across requests; on by "
+        "default). --no-memory: each request drafts from itself alone.",
+    ),
+]
+MemoryCapOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--memory-cap",
+        min=1,
+        max=MAX_CAP,
+        metavar="TOKENS",
+        help=f"The most tokens the memory holds, the oldest dropped first (default 262,144, about 50 MB; at most "
+        f"{MAX_CAP:,}).",
+    ),
+]
+RememberOpt = Annotated[
+    bool,
+    typer.Option(
+        "--remember",
+        help="Keep the memory on disk: start from the one saved for this model's tokenizer and save it at the "
+        "end (`edgespec memory show` lists it, `edgespec memory clear` deletes it).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -113,8 +128,13 @@ def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = 
     engine.memory = suffix_store.load(identity, cap=options.cap, warn=warn)
     path = suffix_store.store_path(identity)
     if not quiet and len(engine.memory):
-        err.print(Text(f"memory: {len(engine.memory):,} tokens of earlier answers from {path} "
-                       f"({1000 * (time.perf_counter() - t0):.0f} ms)", style="dim"))
+        err.print(
+            Text(
+                f"memory: {len(engine.memory):,} tokens of earlier answers from {path} "
+                f"({1000 * (time.perf_counter() - t0):.0f} ms)",
+                style="dim",
+            )
+        )
     try:
         with _terminated_exits():
             yield path

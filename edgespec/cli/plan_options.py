@@ -24,30 +24,52 @@ from edgespec.errors import InputError
 
 ProfileOpt = Annotated[str, typer.Option("--profile", "-p", help="Device profile name, or 'auto'.")]
 TargetOpt = Annotated[
-    Optional[str], typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile).")
+    Optional[str],
+    typer.Option("--target", "-m", help="Target model: a GGUF path or catalog name (overrides the profile)."),
 ]
 DraftOpt = Annotated[
-    Optional[str], typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile).")
+    Optional[str],
+    typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile)."),
 ]
-KOpt = Annotated[Optional[int], typer.Option(
-    "--k", min=1, help="Draft exactly this many tokens every round instead of the learned policy.")]
-ExactOpt = Annotated[bool, typer.Option(
-    "--exact", help="Batch-invariant kernels: speculation gives plain greedy decoding's output token for "
-                    "token (1.2-1.3x slower per token on CPUs).")]
-OptimizedOpt = Annotated[bool, typer.Option(
-    "--optimized/--no-optimized",
-    help="Run the copy `edgespec models optimize` wrote for the target, where there is one (its weight type verifies "
-         "drafts for less); --no-optimized: the original.")]
+KOpt = Annotated[
+    Optional[int],
+    typer.Option("--k", min=1, help="Draft exactly this many tokens every round instead of the learned policy."),
+]
+ExactOpt = Annotated[
+    bool,
+    typer.Option(
+        "--exact",
+        help="Batch-invariant kernels: speculation gives plain greedy decoding's output token for "
+        "token (1.2-1.3x slower per token on CPUs).",
+    ),
+]
+OptimizedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--optimized/--no-optimized",
+        help="Run the copy `edgespec models optimize` wrote for the target, where there is one (its weight type verifies "
+        "drafts for less); --no-optimized: the original.",
+    ),
+]
 NCtxOpt = Annotated[Optional[int], typer.Option("--n-ctx", min=16, help="Context size in tokens.")]
 ThreadsOpt = Annotated[
     Optional[int],
     typer.Option("--threads", min=1, help="CPU threads for llama.cpp (default: the profile's, one per physical core)."),
 ]
-RpcOpt = Annotated[Optional[str], typer.Option(
-    "--rpc", help="Put the target's layers on llama.cpp RPC servers, HOST:PORT[,HOST:PORT...] (start them with "
-                  "`edgespec rpc-server`); the drafter and sampling stay here.")]
-TensorSplitOpt = Annotated[Optional[str], typer.Option(
-    "--tensor-split", help="With --rpc: each server's share of the target's layers, e.g. 3,1 (default: by memory).")]
+RpcOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--rpc",
+        help="Put the target's layers on llama.cpp RPC servers, HOST:PORT[,HOST:PORT...] (start them with "
+        "`edgespec rpc-server`); the drafter and sampling stay here.",
+    ),
+]
+TensorSplitOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tensor-split", help="With --rpc: each server's share of the target's layers, e.g. 3,1 (default: by memory)."
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -82,9 +104,20 @@ def make_plan(options: PlanOptions) -> Any:
 
     o = options
     servers, split = parse_rpc(o.rpc, o.tensor_split)
-    return plan(o.profile, target=o.target, draft=o.draft, k=o.k, n_ctx=o.n_ctx, n_threads=o.threads,
-                exact=o.exact, rpc=servers, tensor_split=split, memory=o.memory, memory_cap=o.memory_cap,
-                optimized=o.optimized)
+    return plan(
+        o.profile,
+        target=o.target,
+        draft=o.draft,
+        k=o.k,
+        n_ctx=o.n_ctx,
+        n_threads=o.threads,
+        exact=o.exact,
+        rpc=servers,
+        tensor_split=split,
+        memory=o.memory,
+        memory_cap=o.memory_cap,
+        optimized=o.optimized,
+    )
 
 
 def parse_rpc(rpc: str | None, tensor_split: str | None) -> tuple[tuple[str, ...], tuple[float, ...]]:

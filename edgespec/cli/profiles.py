@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec import catalog
-from edgespec.cli.common import cli_errors, err_console, out_console, store_name, JsonOpt
+from edgespec.cli.common import JsonOpt, cli_errors, err_console, out_console, store_name
 from edgespec.cli.optimize import models_optimize
 
 profiles_app = typer.Typer(
@@ -31,7 +31,6 @@ models_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
 
 
 def _print_json(obj: Any) -> None:
@@ -116,8 +115,8 @@ def profiles_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a profile: the pair, drafter and k it would use, why, and its figures."""
-    from edgespec.planning import planner
     from edgespec import profiles
+    from edgespec.planning import planner
 
     with cli_errors():
         if name == "auto":
@@ -132,8 +131,13 @@ def profiles_show(
             return
         con = out_console()
         con.print(Text(f"{prof.name}: {prof.description}", style="bold"))
-        con.print(Text(f"{prof.backend}, {prof.models_gb.value:g} GB for models, "
-                       f"{prof.bandwidth_gbs.value:g} GB/s; {prof.origin} ({prof.path})", style="dim"))
+        con.print(
+            Text(
+                f"{prof.backend}, {prof.models_gb.value:g} GB for models, "
+                f"{prof.bandwidth_gbs.value:g} GB/s; {prof.origin} ({prof.path})",
+                style="dim",
+            )
+        )
         con.print()
         con.print(_plan_table("plan", plan))
         con.print()
@@ -145,8 +149,7 @@ def profiles_detect(
     as_json: JsonOpt = False,
     recording: Annotated[
         Optional[str],
-        typer.Option("--from", help="Replay a machine recording (TOML) instead of reading this machine.",
-                     hidden=True),
+        typer.Option("--from", help="Replay a machine recording (TOML) instead of reading this machine.", hidden=True),
     ] = None,
 ) -> None:
     """Read this machine, pick the closest profile, and show what it would run."""
@@ -184,14 +187,18 @@ def _names(names: list[str], most: int = 2) -> str:
 
 def _size(row: dict) -> str:
     n = row.get("size_bytes", row["size_gb"] * catalog.GB)
-    return f"{n / catalog.GB:.2f} GB" if n >= 0.1 * catalog.GB else (
-        f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB")
+    return (
+        f"{n / catalog.GB:.2f} GB"
+        if n >= 0.1 * catalog.GB
+        else (f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB")
+    )
 
 
 def _drafting(row: dict) -> str:
-    """"drafts for X; drafted by Y" (and an optimized copy's original) for a row of `models list`."""
+    """ "drafts for X; drafted by Y" (and an optimized copy's original) for a row of `models list`."""
     parts = ([f"drafts for {_names(row['can_draft_for'])}"] if row["can_draft_for"] else []) + (
-        [f"drafted by {_names(row['drafters'])}"] if row["drafters"] else [])
+        [f"drafted by {_names(row['drafters'])}"] if row["drafters"] else []
+    )
     if row.get("optimized_from"):  # `models optimize` wrote it
         parts.insert(0, f"optimized copy of {row['optimized_from']}")
     if row.get("optimized_copy"):
@@ -210,8 +217,9 @@ def _scan() -> Any:
     err = err_console()
     if not err.is_terminal:
         return catalog.scan()
-    with err.status("looking for models (Ollama, LM Studio, Hugging Face, llama.cpp, EDGESPEC_MODEL_PATH)…",
-                    spinner="dots"):
+    with err.status(
+        "looking for models (Ollama, LM Studio, Hugging Face, llama.cpp, EDGESPEC_MODEL_PATH)…", spinner="dots"
+    ):
         return catalog.scan()
 
 
@@ -231,19 +239,30 @@ def models_list(
         skipped = listing.skipped_rows(index)
         if as_json:
             pairs = [{"name": p.name, "target": p.target, "draft": p.draft, "note": p.note} for p in catalog.PAIRS]
-            _print_json({"models": rows, "local": local, "skipped": skipped, "pairs": pairs,
-                         "default_target": catalog.DEFAULT_TARGET, "default_draft": catalog.DEFAULT_DRAFT,
-                         "cache_dir": str(catalog.cache_dir())})
+            _print_json(
+                {
+                    "models": rows,
+                    "local": local,
+                    "skipped": skipped,
+                    "pairs": pairs,
+                    "default_target": catalog.DEFAULT_TARGET,
+                    "default_draft": catalog.DEFAULT_DRAFT,
+                    "cache_dir": str(catalog.cache_dir()),
+                }
+            )
             return
         n_here = sum(1 for r in rows if r["local"])
-        t = Table(title=f"models: {len(rows)} in the catalog ({n_here} here), {len(local)} more found on this "
-                        "machine", title_justify="left")
+        t = Table(
+            title=f"models: {len(rows)} in the catalog ({n_here} here), {len(local)} more found on this machine",
+            title_justify="left",
+        )
         # one line a model (a machine can hold hundreds); --json has every name in full
         longest = max(len(r["name"]) for r in rows + local)
         t.add_column("name", style="bold", no_wrap=True, min_width=min(longest, 48))
         for col, width in (("source", 8), ("size", 7), ("quant", 6), ("family", 6)):
-            t.add_column(col, no_wrap=True, overflow="ellipsis", justify="right" if col == "size" else "left",
-                         min_width=width)
+            t.add_column(
+                col, no_wrap=True, overflow="ellipsis", justify="right" if col == "size" else "left", min_width=width
+            )
         t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
             here = "here" if r["local"] else ("pypi" if r["installable"] else "hf" if r["huggingface"] else "-")
@@ -268,26 +287,54 @@ def models_pairs(
     with cli_errors():
         _scan()
         prof, pairs = pairing.machine_pairs(profile)
-        rows = [{"target": t.name, "target_source": t.source, "draft": c.name, "draft_source": c.source,
-                 "predicted_speedup": round(c.speedup, 3), "k": c.k, "alpha": round(c.alpha, 3),
-                 "alpha_status": c.alpha_status, "gamma": round(c.gamma, 3), "gamma_status": c.gamma_status,
-                 "fits": c.fits, "fit": c.fit_text} for t, c in pairs]
+        rows = [
+            {
+                "target": t.name,
+                "target_source": t.source,
+                "draft": c.name,
+                "draft_source": c.source,
+                "predicted_speedup": round(c.speedup, 3),
+                "k": c.k,
+                "alpha": round(c.alpha, 3),
+                "alpha_status": c.alpha_status,
+                "gamma": round(c.gamma, 3),
+                "gamma_status": c.gamma_status,
+                "fits": c.fits,
+                "fit": c.fit_text,
+            }
+            for t, c in pairs
+        ]
         if as_json:
             _print_json({"profile": prof.name, "pairs": rows})
             return
-        t = Table(title=f"pairs on this machine (profile {prof.name}); predicted by the cost model",
-                  title_justify="left")
-        for col, kw in (("target", {"style": "bold", "overflow": "fold"}), ("drafter", {"overflow": "fold"}),
-                        ("predicted", {"justify": "right"}), ("k", {"justify": "right"}),
-                        ("α", {"overflow": "fold"}), ("fits", {})):
+        t = Table(
+            title=f"pairs on this machine (profile {prof.name}); predicted by the cost model", title_justify="left"
+        )
+        for col, kw in (
+            ("target", {"style": "bold", "overflow": "fold"}),
+            ("drafter", {"overflow": "fold"}),
+            ("predicted", {"justify": "right"}),
+            ("k", {"justify": "right"}),
+            ("α", {"overflow": "fold"}),
+            ("fits", {}),
+        ):
             t.add_column(col, **kw)
         for r in rows:
-            t.add_row(f"{r['target']} ({r['target_source']})", f"{r['draft']} ({r['draft_source']})",
-                      f"{r['predicted_speedup']:.2f}×", str(r["k"]), f"{r['alpha']:.2f} {r['alpha_status']}",
-                      "yes" if r["fits"] else "no")
+            t.add_row(
+                f"{r['target']} ({r['target_source']})",
+                f"{r['draft']} ({r['draft_source']})",
+                f"{r['predicted_speedup']:.2f}×",
+                str(r["k"]),
+                f"{r['alpha']:.2f} {r['alpha_status']}",
+                "yes" if r["fits"] else "no",
+            )
         if not rows:
-            out_console().print(Text("no two models on this machine can draft for each other "
-                                     "(`edgespec models list` shows what was found)"))
+            out_console().print(
+                Text(
+                    "no two models on this machine can draft for each other "
+                    "(`edgespec models list` shows what was found)"
+                )
+            )
             return
         out_console().print(t)
 
@@ -339,9 +386,7 @@ def models_check(
         if as_json:
             _print_json({"target": str(tpath), "draft": str(dpath), "compatible": True, "reason": ""})
         else:
-            out_console().print(
-                Text(f"compatible: {dname} can draft for {tname} (same vocabulary)")
-            )
+            out_console().print(Text(f"compatible: {dname} can draft for {tname} (same vocabulary)"))
 
 
 models_app.command("optimize")(models_optimize)

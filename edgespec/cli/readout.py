@@ -31,9 +31,17 @@ from rich.live import Live
 from rich.style import Style
 from rich.text import Text
 
+from edgespec.cli.speedup import (
+    PLAIN_STEP_DRAFTERS,
+    SpeedupEstimate,
+    drafting_parts,
+    forced_part,
+    sources_part,
+)
+from edgespec.cli.speedup import (
+    num as _num,
+)
 from edgespec.events import Done, Round, Stats, Token
-from edgespec.cli.speedup import (PLAIN_STEP_DRAFTERS, SpeedupEstimate, drafting_parts, forced_part, num as _num,
-                                  sources_part)
 
 STYLE_DRAFT = Style(color="green")
 """Tokens the drafter proposed and the target accepted."""
@@ -44,6 +52,7 @@ STYLE_REJECTED = Style(color="red", strike=True, dim=True)
 STYLE_FORCED = Style(color="cyan")
 """Tokens the grammar forced (structured output), drafted for free and accepted."""
 STYLE_STATUS = Style(dim=True)
+
 
 def k_label(adaptive: bool, k: int, k_max: int) -> str:
     """An engine's draft length setting: the policy's bound, or the fixed k."""
@@ -144,8 +153,7 @@ class Readout:
         if stats.drafter != "none":
             # the grammar's forced tokens are drafts too (as in Stats and --json): counted
             # with the drafter's, then said apart
-            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted,
-                                    stats.k_final)
+            parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted, stats.k_final)
             by_source = {s: n for s, n in stats.accepted_by_source.items() if n}
             # where the accepted drafts came from (the grammar's forced tokens among them),
             # unless a draft model's own were all there was
@@ -178,7 +186,7 @@ class ReplyView:
         self._pieces: list[str] = []
         self._round_tokens: list[Token] = []
         self._state = _Counters()
-        self._pending = Text()          # the line being written (live mode)
+        self._pending = Text()  # the line being written (live mode)
         self._live: Live | None = None
         self._last_refresh = 0.0
         self._out: IO[str] = self.console.file
@@ -242,7 +250,7 @@ class ReplyView:
         elif isinstance(event, Done):
             self._flush_round(None)
             self.done = event
-            missing = event.text[len(self.text):] if event.text.startswith(self.text) else ""
+            missing = event.text[len(self.text) :] if event.text.startswith(self.text) else ""
             if missing:  # text the engine released only at the end
                 self._emit([(missing, STYLE_TARGET)])
         self._maybe_refresh()
@@ -275,9 +283,7 @@ class ReplyView:
         """Render the buffered tokens of one round (with its rejected drafts, if shown)."""
         tokens, self._round_tokens = self._round_tokens, []
         pieces: list[tuple[str, Style]] = []
-        rejected = (
-            r.rejected_text if (r is not None and self.readout.show_rejected and self.readout.live) else ""
-        )
+        rejected = r.rejected_text if (r is not None and self.readout.show_rejected and self.readout.live) else ""
         for tok in tokens:
             if rejected and not tok.from_draft:
                 # Rejected drafts were proposed right after the accepted ones, in place of

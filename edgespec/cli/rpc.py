@@ -47,13 +47,16 @@ def _check_port(host: str, port: int) -> None:
 
 
 def rpc_server(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only).")]
-    = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 50052,
     threads: ThreadsOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No warning banner or device list.")] = False,
-    mem: Annotated[Optional[float], typer.Option(
-        "--mem", min=0.1, hidden=True, help="Not supported by this llama.cpp's RPC server.")] = None,
+    mem: Annotated[
+        Optional[float],
+        typer.Option("--mem", min=0.1, hidden=True, help="Not supported by this llama.cpp's RPC server."),
+    ] = None,
 ) -> None:
     """Run llama.cpp's RPC server, so another machine can put model layers here (--rpc)."""
     from edgespec.llama import default_threads, rpc
@@ -61,8 +64,10 @@ def rpc_server(
     err = err_console()
     with cli_errors():
         if mem is not None:
-            raise InputError("--mem: the RPC server of this llama.cpp (0.3.36) reports the device's real memory "
-                             "and cannot be limited; balance servers with --tensor-split on the client instead")
+            raise InputError(
+                "--mem: the RPC server of this llama.cpp (0.3.36) reports the device's real memory "
+                "and cannot be limited; balance servers with --tensor-split on the client instead"
+            )
         if ":" in host:
             raise InputError("--host: llama.cpp's RPC server takes an IPv4 address or a host name, not IPv6")
         rpc.require_rpc()
@@ -76,8 +81,13 @@ def rpc_server(
     if not quiet:
         for dev in devices:
             err.print(Text(f"edgespec rpc-server: {rpc.describe_device(dev)}, {n_threads} threads", style="dim"))
-        err.print(Text(f"edgespec rpc-server: listening on {host}:{port}; on the client: "
-                       f"edgespec generate --rpc {host}:{port} ...", style="dim"))
+        err.print(
+            Text(
+                f"edgespec rpc-server: listening on {host}:{port}; on the client: "
+                f"edgespec generate --rpc {host}:{port} ...",
+                style="dim",
+            )
+        )
     failure: list[BaseException] = []
 
     def run() -> None:

@@ -23,7 +23,11 @@ import typer
 from rich.text import Text
 
 from edgespec.cli.common import (
-    MinPOpt, SeedOpt, TemperatureOpt, TopKOpt, TopPOpt,
+    MinPOpt,
+    SeedOpt,
+    TemperatureOpt,
+    TopKOpt,
+    TopPOpt,
     cli_errors,
     err_console,
     load_engine,
@@ -31,8 +35,18 @@ from edgespec.cli.common import (
 )
 from edgespec.cli.memory_options import MemoryOpt
 from edgespec.cli.plan_options import (
-    DraftOpt, ExactOpt, OptimizedOpt, KOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
-    PlanOptions, make_plan,
+    DraftOpt,
+    ExactOpt,
+    KOpt,
+    NCtxOpt,
+    OptimizedOpt,
+    PlanOptions,
+    ProfileOpt,
+    RpcOpt,
+    TargetOpt,
+    TensorSplitOpt,
+    ThreadsOpt,
+    make_plan,
 )
 
 GRACEFUL_SHUTDOWN_S = 3
@@ -73,33 +87,49 @@ def serve(
     tensor_split: TensorSplitOpt = None,
     exact: ExactOpt = False,
     optimized: OptimizedOpt = True,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1 = this machine only); "
-                                                      "several, comma-separated: 127.0.0.1,::1.")]
-    = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on (127.0.0.1 = this machine only); several, comma-separated: 127.0.0.1,::1.",
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = 8080,
     api_key: Annotated[
         Optional[str],
-        typer.Option("--api-key", envvar="EDGESPEC_API_KEY",
-                     help="Require 'Authorization: Bearer KEY' on /v1 requests (or set EDGESPEC_API_KEY)."),
+        typer.Option(
+            "--api-key",
+            envvar="EDGESPEC_API_KEY",
+            help="Require 'Authorization: Bearer KEY' on /v1 requests (or set EDGESPEC_API_KEY).",
+        ),
     ] = None,
     max_queue: Annotated[
         int, typer.Option("--max-queue", min=1, help="Requests that may wait for the model; more get 503.")
     ] = 32,
     allow_origin: Annotated[
         Optional[list[str]],
-        typer.Option("--allow-origin",
-                     help="A web origin whose pages may use this server (repeatable; like http://localhost:3000, "
-                          "https://*.example.com or *). The server's own and loopback origins always may. "
-                          "Also EDGESPEC_ORIGINS, comma-separated."),
+        typer.Option(
+            "--allow-origin",
+            help="A web origin whose pages may use this server (repeatable; like http://localhost:3000, "
+            "https://*.example.com or *). The server's own and loopback origins always may. "
+            "Also EDGESPEC_ORIGINS, comma-separated.",
+        ),
     ] = None,
     parallel: Annotated[
-        int, typer.Option("--parallel", "-P", min=1,
-                          help="Requests generated at once, sharing each decode (parallel slots; each slot "
-                               "holds --n-ctx tokens of KV). 1: one at a time, reusing the last prompt's cache.")
+        int,
+        typer.Option(
+            "--parallel",
+            "-P",
+            min=1,
+            help="Requests generated at once, sharing each decode (parallel slots; each slot "
+            "holds --n-ctx tokens of KV). 1: one at a time, reusing the last prompt's cache.",
+        ),
     ] = 1,
     alias: Annotated[
-        Optional[str], typer.Option("--alias", help="The model id that /v1/models shows and replies carry "
-                                                   "(default: the target's name).")
+        Optional[str],
+        typer.Option(
+            "--alias", help="The model id that /v1/models shows and replies carry (default: the target's name)."
+        ),
     ] = None,
     memory: MemoryOpt = True,
 ) -> None:
@@ -115,12 +145,27 @@ def serve(
         hosts = parse_hosts(host)
     for h in hosts:
         if not api_key and not is_loopback(h):
-            err.print(Text(f"warning: listening on {h} without --api-key: anyone who can reach this machine "
-                           "can use the model", style="yellow"))
+            err.print(
+                Text(
+                    f"warning: listening on {h} without --api-key: anyone who can reach this machine can use the model",
+                    style="yellow",
+                )
+            )
     with cli_errors():
-        p = make_plan(PlanOptions(profile=profile, target=target, draft=draft, k=k, exact=exact,
-                                  optimized=optimized, n_ctx=n_ctx,
-                                  threads=threads, rpc=rpc, tensor_split=tensor_split))
+        p = make_plan(
+            PlanOptions(
+                profile=profile,
+                target=target,
+                draft=draft,
+                k=k,
+                exact=exact,
+                optimized=optimized,
+                n_ctx=n_ctx,
+                threads=threads,
+                rpc=rpc,
+                tensor_split=tensor_split,
+            )
+        )
         engine = load_engine(p)
     try:
         with cli_errors():
@@ -131,20 +176,36 @@ def serve(
                 server.should_exit = True
 
             app = create_app(
-                engine, api_key=api_key or None, max_queue=max_queue, parallel=parallel, max_tokens=max_tokens,
+                engine,
+                api_key=api_key or None,
+                max_queue=max_queue,
+                parallel=parallel,
+                max_tokens=max_tokens,
                 model_name=alias or store_name(p.target),
                 defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-                on_fatal=on_fatal, allow_origins=allowed_origins(allow_origin), memory=memory,
+                on_fatal=on_fatal,
+                allow_origins=allowed_origins(allow_origin),
+                memory=memory,
             )
             sockets = bind(hosts, port)
             port = sockets[0].getsockname()[1]
             shown = url_host(hosts[0])
             more = "".join(f" · also http://{url_host(h)}:{port}/" for h in hosts[1:])
-            err.print(Text(f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
-                           f"{more} · drafter {engine.drafter_name} · Ctrl-C to stop", style="bold"))
-            config = uvicorn.Config(app, host=hosts[0], port=port,
-                                    log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
-                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=True)
+            err.print(
+                Text(
+                    f"edgespec serve: chat page http://{shown}:{port}/ · OpenAI API http://{shown}:{port}/v1"
+                    f"{more} · drafter {engine.drafter_name} · Ctrl-C to stop",
+                    style="bold",
+                )
+            )
+            config = uvicorn.Config(
+                app,
+                host=hosts[0],
+                port=port,
+                log_level=os.environ.get("EDGESPEC_LOG_LEVEL", "info"),
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                access_log=True,
+            )
             server = Server(config)  # uvicorn's, ending open streams with an error event at shutdown
             # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
             # at the handler it found: make that a no-op so that a stop is a clean exit.
@@ -159,8 +220,13 @@ def serve(
             if not server.started:
                 raise typer.Exit(1)  # uvicorn said why (the port is taken, ...)
             if fatal:
-                err.print(Text(f"edgespec serve: stopped because the generation worker failed "
-                               f"({type(fatal[0]).__name__}: {fatal[0]})", style="red"))
+                err.print(
+                    Text(
+                        f"edgespec serve: stopped because the generation worker failed "
+                        f"({type(fatal[0]).__name__}: {fatal[0]})",
+                        style="red",
+                    )
+                )
                 raise typer.Exit(1)
             err.print(Text("edgespec serve: stopped", style="dim"))
     finally:
@@ -169,4 +235,3 @@ def serve(
 
 def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see ``serve``)."""
-

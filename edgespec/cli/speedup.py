@@ -85,17 +85,24 @@ def num(n: int) -> str:
     return f"{n:,}"
 
 
-def drafting_parts(rounds: int, drafting: int, drafted: int, accepted: int, bound: int,
-                   live: bool = False) -> list[str]:
+def drafting_parts(
+    rounds: int, drafting: int, drafted: int, accepted: int, bound: int, live: bool = False
+) -> list[str]:
     """How much was drafted, for the summary (or, ``live``, the shorter status line): the
     acceptance and the length actually drafted (k: the mean over the rounds that
     drafted, and the bound), or that nothing or almost nothing was."""
     if not drafted:
         return ["nothing drafted yet" if live else "nothing drafted: plain decoding"]
     mean, per_round = drafted / max(drafting, 1), accepted / max(rounds, 1)
-    parts = [f"accepted {accepted / drafted:.0%}", f"{per_round:.2f}/round", f"k {mean:.1f} (≤{bound})"] \
-        if live else [f"accepted {accepted}/{drafted} ({accepted / drafted:.0%})",
-                      f"{per_round:.2f} accepted/round", f"k {mean:.1f} avg (≤{bound})"]
+    parts = (
+        [f"accepted {accepted / drafted:.0%}", f"{per_round:.2f}/round", f"k {mean:.1f} (≤{bound})"]
+        if live
+        else [
+            f"accepted {accepted}/{drafted} ({accepted / drafted:.0%})",
+            f"{per_round:.2f} accepted/round",
+            f"k {mean:.1f} avg (≤{bound})",
+        ]
+    )
     if drafting < MIN_DRAFTING * rounds:
         parts.append(f"drafted in {drafting} of {num(rounds)} rounds" + ("" if live else ": about plain decoding"))
     return parts
@@ -107,8 +114,12 @@ def forced_part(forced: int, accepted: int, live: bool = False) -> str:
     return f"forced {forced}" if live else f"forced {forced} of the {accepted} accepted"
 
 
-SOURCE_NAMES = {"memory": "earlier answers", "prompt": "the prompt", "grammar": "the grammar",
-                "model": "the draft model"}
+SOURCE_NAMES = {
+    "memory": "earlier answers",
+    "prompt": "the prompt",
+    "grammar": "the grammar",
+    "model": "the draft model",
+}
 """Where accepted drafts came from (``Stats.accepted_by_source``'s keys), in words."""
 _SHORT_NAMES = {"memory": "earlier answers", "prompt": "prompt", "grammar": "grammar", "model": "draft model"}
 

@@ -15,16 +15,26 @@ import typer
 from edgespec.constraints import GrammarSpec, grammar_spec
 from edgespec.errors import ConstraintError, IncompleteStructureError, InputError
 
-SchemaOpt = Annotated[Optional[Path], typer.Option(
-    "--schema", help="Structured output: the reply is JSON valid against this JSON Schema file.")]
-GrammarOpt = Annotated[Optional[Path], typer.Option(
-    "--grammar", help="Structured output: the reply follows this grammar (.lark, or llama.cpp's .gbnf).")]
-RegexOpt = Annotated[Optional[str], typer.Option(
-    "--regex", help="Structured output: the reply matches this regular expression.")]
-LenientOpt = Annotated[bool, typer.Option(
-    "--lenient-schema", help="Ignore schema keywords the constraint engine does not implement "
-                             "(uniqueItems, ...), with a warning, instead of refusing the schema "
-                             "(in a batch: every line's schema).")]
+SchemaOpt = Annotated[
+    Optional[Path],
+    typer.Option("--schema", help="Structured output: the reply is JSON valid against this JSON Schema file."),
+]
+GrammarOpt = Annotated[
+    Optional[Path],
+    typer.Option("--grammar", help="Structured output: the reply follows this grammar (.lark, or llama.cpp's .gbnf)."),
+]
+RegexOpt = Annotated[
+    Optional[str], typer.Option("--regex", help="Structured output: the reply matches this regular expression.")
+]
+LenientOpt = Annotated[
+    bool,
+    typer.Option(
+        "--lenient-schema",
+        help="Ignore schema keywords the constraint engine does not implement "
+        "(uniqueItems, ...), with a warning, instead of refusing the schema "
+        "(in a batch: every line's schema).",
+    ),
+]
 
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -37,8 +47,9 @@ def _read(path: Path, what: str) -> str:
         with path.expanduser().open("rb") as f:
             data = f.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
-            raise InputError(f"the {what} file {path} is larger than {MAX_FILE_BYTES // 2**20} MiB, "
-                             f"the limit for a {what}")
+            raise InputError(
+                f"the {what} file {path} is larger than {MAX_FILE_BYTES // 2**20} MiB, the limit for a {what}"
+            )
         return data.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{what} file not found: {path}") from None
@@ -48,8 +59,9 @@ def _read(path: Path, what: str) -> str:
         raise InputError(f"cannot read {what} file {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-def response_format_from_options(schema: Path | None, grammar: Path | None, regex: str | None,
-                                 lenient: bool, *, batch: bool = False) -> tuple[dict | None, GrammarSpec | None]:
+def response_format_from_options(
+    schema: Path | None, grammar: Path | None, regex: str | None, lenient: bool, *, batch: bool = False
+) -> tuple[dict | None, GrammarSpec | None]:
     """The ``response_format`` the options ask for and its checked spec (both None when
     none is given). Raises ``InputError`` / ``ConstraintError`` with one line. In a
     ``batch``, ``--lenient-schema`` also applies to the lines' own schemas, so it may
@@ -64,8 +76,10 @@ def response_format_from_options(schema: Path | None, grammar: Path | None, rege
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConstraintError(f"{schema}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
-                                  param="response_format.json_schema.schema") from None
+            raise ConstraintError(
+                f"{schema}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
+                param="response_format.json_schema.schema",
+            ) from None
         rf = {"type": "json_schema", "json_schema": {"name": schema.stem, "schema": obj, "strict": True}}
     elif grammar is not None:
         syntax = {".lark": "lark", ".gbnf": "gbnf"}.get(grammar.suffix.lower())
@@ -97,6 +111,8 @@ def check_complete(done: Any) -> None:
     if done is None or getattr(done, "structured_complete", None) is not False:
         return
     hint = {"length": "raise --max-tokens (-n), or --n-ctx", "stop": "drop the --stop string that cut it"}.get(
-        done.finish_reason, "run it again")
-    raise IncompleteStructureError(f"the structured answer is incomplete: {done.structure_error} (the partial "
-                                   f"text was written; {hint})")
+        done.finish_reason, "run it again"
+    )
+    raise IncompleteStructureError(
+        f"the structured answer is incomplete: {done.structure_error} (the partial text was written; {hint})"
+    )

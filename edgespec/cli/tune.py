@@ -16,20 +16,38 @@ from rich.table import Table
 from rich.text import Text
 
 from edgespec.cli.common import (
-    JsonOpt, VerboseOpt,
+    JsonOpt,
+    VerboseOpt,
     cli_errors,
     err_console,
     out_console,
 )
+from edgespec.cli.measure import (
+    InputOpt,
+    KGridOpt,
+    LimitOpt,
+    PromptFileOpt,
+    QuietOpt,
+    close_engines,
+    drafter_candidates,
+    fmt_x,
+    open_engines,
+    progress_bar,
+    setup,
+    show_plan,
+)
 from edgespec.cli.plan_options import (
-    ExactOpt, OptimizedOpt, NCtxOpt, ProfileOpt, RpcOpt, TargetOpt, TensorSplitOpt, ThreadsOpt,
+    ExactOpt,
+    NCtxOpt,
+    OptimizedOpt,
     PlanOptions,
+    ProfileOpt,
+    RpcOpt,
+    TargetOpt,
+    TensorSplitOpt,
+    ThreadsOpt,
 )
 from edgespec.costmodel.adaptive import is_no_draft
-from edgespec.cli.measure import (
-    InputOpt, KGridOpt, LimitOpt, PromptFileOpt, QuietOpt, close_engines, drafter_candidates, fmt_x,
-    open_engines, progress_bar, setup, show_plan,
-)
 
 
 def tune(
@@ -37,11 +55,16 @@ def tune(
     target: TargetOpt = None,
     draft: Annotated[
         Optional[str],
-        typer.Option("--draft", "-d",
-                     help="Draft model to measure besides ngram: a GGUF path or catalog name; 'ngram' for the "
-                          "n-gram drafter only, 'none' for c(n) only. Default: the pair's draft if available."),
+        typer.Option(
+            "--draft",
+            "-d",
+            help="Draft model to measure besides ngram: a GGUF path or catalog name; 'ngram' for the "
+            "n-gram drafter only, 'none' for c(n) only. Default: the pair's draft if available.",
+        ),
     ] = None,
-    save: Annotated[bool, typer.Option("--save", help="Write the measured figures into the profile (user copy).")] = False,
+    save: Annotated[
+        bool, typer.Option("--save", help="Write the measured figures into the profile (user copy).")
+    ] = False,
     save_as: Annotated[
         Optional[str], typer.Option("--save-as", help="Write them into a new user profile NAME extending this one.")
     ] = None,
@@ -52,9 +75,7 @@ def tune(
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per calibration run.")] = 64,
-    repeat: Annotated[
-        int, typer.Option("--repeat", "--repeats", "-r", min=1, help="Timed sweeps over n = 1..16.")
-    ] = 5,
+    repeat: Annotated[int, typer.Option("--repeat", "--repeats", "-r", min=1, help="Timed sweeps over n = 1..16.")] = 5,
     n_ctx: NCtxOpt = None,
     threads: ThreadsOpt = None,
     rpc: RpcOpt = None,
@@ -68,9 +89,16 @@ def tune(
     from edgespec.measuring import tune as lib
 
     with cli_errors():
-        plan_opts = PlanOptions(profile=profile, target=target, exact=exact,
-                                optimized=optimized, n_ctx=n_ctx, threads=threads, rpc=rpc,
-                                tensor_split=tensor_split)  # --draft here: the draft model to measure
+        plan_opts = PlanOptions(
+            profile=profile,
+            target=target,
+            exact=exact,
+            optimized=optimized,
+            n_ctx=n_ctx,
+            threads=threads,
+            rpc=rpc,
+            tensor_split=tensor_split,
+        )  # --draft here: the draft model to measure
         ks, prompts, base = setup(k_grid, (input_file, prompt_file), limit, "calibration", plan_opts)
         show_plan(base, verbose and not quiet)
         mode = (draft or "auto").strip().lower()
@@ -87,9 +115,17 @@ def tune(
         try:
             with progress_bar(quiet, "tune") as progress:
                 result = lib.tune(
-                    engine, drafters=drafters, ks=ks, prompts=prompts, max_tokens=max_tokens,
-                    repeats=repeat, k_min=prof.k_min, k_max=prof.k_max, min_gain=prof.min_gain,
-                    progress=progress, phase=lambda m: err.print(Text(m, style="dim")),
+                    engine,
+                    drafters=drafters,
+                    ks=ks,
+                    prompts=prompts,
+                    max_tokens=max_tokens,
+                    repeats=repeat,
+                    k_min=prof.k_min,
+                    k_max=prof.k_max,
+                    min_gain=prof.min_gain,
+                    progress=progress,
+                    phase=lambda m: err.print(Text(m, style="dim")),
                     fast_engine=fast_engine,
                 )
         finally:
@@ -101,14 +137,19 @@ def tune(
             from edgespec.planning.costs import local_step_ms
 
             local = local_step_ms(prof, pair, base.target)
-            data["rpc"] = {"servers": list(base.rpc), "step_ms": result.times.step_ms, "local_step_ms": local,
-                           "round_trip_ms": max(0.0, result.times.step_ms - local)}
+            data["rpc"] = {
+                "servers": list(base.rpc),
+                "step_ms": result.times.step_ms,
+                "local_step_ms": local,
+                "round_trip_ms": max(0.0, result.times.step_ms - local),
+            }
         if save or save_as:
             name = save_as or base.profile
             extends = base.profile if save_as and save_as != base.profile else None
             if base.rpc:
-                path, _, skipped = lib.save_network(result, name, local_step_ms=data["rpc"]["local_step_ms"],
-                                                    extends=extends)
+                path, _, skipped = lib.save_network(
+                    result, name, local_step_ms=data["rpc"]["local_step_ms"], extends=extends
+                )
             else:
                 path, skipped = lib.save(result, name, pair=pair, extends=extends)
             data["saved"] = {"profile": name, "path": str(path), "pair": pair, "skipped": skipped}
@@ -141,31 +182,49 @@ def _render_tune(data: dict) -> None:
     t = Table(title=f"edgespec tune ({data['profile']})", title_justify="left", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column(overflow="fold")
-    t.add_row("target step", f"{data['target_step_ms']:.1f} ms ({1000 / data['target_step_ms']:.1f} tok/s "
-              "upper bound of plain decoding)")
+    t.add_row(
+        "target step",
+        f"{data['target_step_ms']:.1f} ms ({1000 / data['target_step_ms']:.1f} tok/s upper bound of plain decoding)",
+    )
     if data["draft_step_ms"] is not None:
         t.add_row("draft step", f"{data['draft_step_ms']:.1f} ms: γ = {data['draft_cost_ratio']:.2f} target steps")
     if data.get("exact_plain_tokens_per_second"):
-        t.add_row("exact kernels", f"plain decoding {data['exact_plain_tokens_per_second']:.1f} tok/s on the batch-"
-                  f"invariant kernels speculation needs, {data['plain_tokens_per_second']:.1f} tok/s on llama.cpp's: "
-                  f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below")
+        t.add_row(
+            "exact kernels",
+            f"plain decoding {data['exact_plain_tokens_per_second']:.1f} tok/s on the batch-"
+            f"invariant kernels speculation needs, {data['plain_tokens_per_second']:.1f} tok/s on llama.cpp's: "
+            f"{data['exact_slowdown']:.2f}× slower, counted in every speedup below",
+        )
     if data.get("rpc"):
         r = data["rpc"]
-        t.add_row("over RPC", f"{', '.join(r['servers'])}: {r['step_ms']:.1f} ms per step against "
-                  f"{r['local_step_ms']:.1f} ms computed here (the profile's step): {r['round_trip_ms']:.1f} ms "
-                  "of network per target decode")
-    t.add_row("verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16)))
+        t.add_row(
+            "over RPC",
+            f"{', '.join(r['servers'])}: {r['step_ms']:.1f} ms per step against "
+            f"{r['local_step_ms']:.1f} ms computed here (the profile's step): {r['round_trip_ms']:.1f} ms "
+            "of network per target decode",
+        )
+    t.add_row(
+        "verify cost", "  ".join(f"c({n})={float(v):.2f}" for n, v in c.items() if int(n) in (2, 3, 4, 5, 6, 8, 12, 16))
+    )
     if data.get("batch"):
         step = data["target_step_ms"]
-        t.add_row("batch throughput", "  ".join(
-            f"{n}×: {b['throughput'] * 1000 / step:.0f} tok/s ({b['throughput']:.2f}×)"
-            for n, b in data["batch"].items()) + "  (sequences per decode, one token each; "
-            "--parallel auto picks from these)")
+        t.add_row(
+            "batch throughput",
+            "  ".join(
+                f"{n}×: {b['throughput'] * 1000 / step:.0f} tok/s ({b['throughput']:.2f}×)"
+                for n, b in data["batch"].items()
+            )
+            + "  (sequences per decode, one token each; "
+            "--parallel auto picks from these)",
+        )
     for name, d in data["drafters"].items():
         extra = f", proposes in {d['hit']:.0%} of rounds" if name == "ngram" else ""
         pmin = f", p_min {d['p_min']:.2f}" if d["p_min"] is not None else ""
-        t.add_row(f"{name} drafter", f"α = {d['alpha']:.2f} (accepted {d['acceptance_rate']:.0%} of drafts{extra}); "
-                  f"best k = {d['k']}, predicted {fmt_x(d['predicted_speedup'])}{pmin}")
+        t.add_row(
+            f"{name} drafter",
+            f"α = {d['alpha']:.2f} (accepted {d['acceptance_rate']:.0%} of drafts{extra}); "
+            f"best k = {d['k']}, predicted {fmt_x(d['predicted_speedup'])}{pmin}",
+        )
     out.print(t)
 
     points = data["points"]
@@ -179,8 +238,9 @@ def _render_tune(data: dict) -> None:
             out.print(Text(f"{name} drafter", style="bold"))
             for p in (p for p in points if p["drafter"] == name):
                 pred = _bar(p["predicted_speedup"], scale, width, one, "blue", glyph="▒")
-                meas = _bar(p["measured_speedup"], scale, width, one,
-                            "green" if p["measured_speedup"] >= 1.0 else "red")
+                meas = _bar(
+                    p["measured_speedup"], scale, width, one, "green" if p["measured_speedup"] >= 1.0 else "red"
+                )
                 out.print(Text.assemble(f"  k={p['k']:<4d}predicted ", pred, f" {fmt_x(p['predicted_speedup'])}"))
                 out.print(Text.assemble("        measured  ", meas, f" {fmt_x(p['measured_speedup'])}"))
 
@@ -195,14 +255,22 @@ def _render_tune(data: dict) -> None:
             verdict += f", p_min {ch['p_min']:.2f}"
     out.print(Text.assemble(("\nchoice: ", "bold"), verdict))
     s = data["settings"]
-    out.print(Text(f"{len(s['prompts'])} calibration prompts × {s['max_tokens']} tokens, {s['n_threads']} threads, "
-                   f"{s['repeats']} timing sweeps, load average {s['load_average']}", style="dim"))
+    out.print(
+        Text(
+            f"{len(s['prompts'])} calibration prompts × {s['max_tokens']} tokens, {s['n_threads']} threads, "
+            f"{s['repeats']} timing sweeps, load average {s['load_average']}",
+            style="dim",
+        )
+    )
     saved = data.get("saved")
     if saved:
-        out.print(Text(f"saved the measured figures to {saved['path']}; `--profile {saved['profile']}` uses them "
-                       "from now on", style="green"))
+        out.print(
+            Text(
+                f"saved the measured figures to {saved['path']}; `--profile {saved['profile']}` uses them from now on",
+                style="green",
+            )
+        )
         for note in saved["skipped"]:
             out.print(Text(f"not saved: {note}", style="yellow"))
     else:
         out.print(Text(f"run again with --save to use these figures with --profile {data['profile']}", style="dim"))
-

@@ -19,10 +19,20 @@ from __future__ import annotations
 
 from ..errors import ConstraintError, ConstraintStateError
 from ..llama import Model
-from .formats import (DEFAULT_LAYOUT, JSON_LAYOUT, JSON_LAYOUTS, GrammarSpec, grammar_spec, json_schema_grammar,
-                      lark_grammar, lark_json, regex_grammar, with_layout)
-from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits, probe
 from .batch import batch_masks
+from .formats import (
+    DEFAULT_LAYOUT,
+    JSON_LAYOUT,
+    JSON_LAYOUTS,
+    GrammarSpec,
+    grammar_spec,
+    json_schema_grammar,
+    lark_grammar,
+    lark_json,
+    regex_grammar,
+    with_layout,
+)
+from .matcher import Constraint, Matcher, allowed_array, apply_mask, mask_logits, probe
 from .tokenizer import tokenizer_for
 
 

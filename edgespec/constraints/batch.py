@@ -37,8 +37,9 @@ def _pool() -> LLExecutor:
     return _executor
 
 
-def batch_masks(items: Sequence[tuple[Matcher, Sequence[int]]],
-                is_eog: Callable[[int], bool] = lambda t: False) -> list[list[np.ndarray | None]]:
+def batch_masks(
+    items: Sequence[tuple[Matcher, Sequence[int]]], is_eog: Callable[[int], bool] = lambda t: False
+) -> list[list[np.ndarray | None]]:
     """For each ``(matcher, drafts)``: the masks of its verify rows, exactly as
     ``matcher.masks(drafts, is_eog)`` gives them (row i is the grammar state after the
     drafts before i; None past an end-of-generation draft, and for every row while a

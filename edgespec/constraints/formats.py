@@ -78,8 +78,9 @@ def one_line(message: str) -> str:
     return text.replace(":;", ":")[:400]
 
 
-def check_grammar(grammar: str, *, param: str, what: str, lenient: bool = False,
-                  one_of_proven: bool = False) -> tuple[str, ...]:
+def check_grammar(
+    grammar: str, *, param: str, what: str, lenient: bool = False, one_of_proven: bool = False
+) -> tuple[str, ...]:
     """Validate a llguidance grammar; raise ``ConstraintError`` on an error, and on a
     warning unless ``lenient`` (a warning means something was relaxed). Returns the
     warnings that lenient mode let through. ``one_of_proven``: every ``oneOf`` is
@@ -87,8 +88,11 @@ def check_grammar(grammar: str, *, param: str, what: str, lenient: bool = False,
     is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar)
     # without a tokenizer llguidance cannot look up a special token (<tool_call>): that
     # warning relaxes nothing (the token is looked up when the grammar meets a model)
-    messages = [m for m in messages if not m.startswith("no tokenizer - can't validate")
-                and not (one_of_proven and m.startswith(_ONE_OF_AS_ANY_OF))]
+    messages = [
+        m
+        for m in messages
+        if not m.startswith("no tokenizer - can't validate") and not (one_of_proven and m.startswith(_ONE_OF_AS_ANY_OF))
+    ]
     if is_error or (messages and not lenient):
         raise ConstraintError(_explain(messages[0] if messages else "invalid", what, lenient), param=param)
     return tuple(one_line(m) for m in messages)
@@ -99,19 +103,24 @@ def _explain(message: str, what: str, lenient: bool) -> str:
     if unimpl:
         keys = [k.strip().strip('"') for k in unimpl.group(1).split(",") if k.strip()]
         words = ", ".join(repr(k) for k in keys)
-        return (f"the {what} uses {'keyword' if len(keys) == 1 else 'keywords'} {words}, which "
-                "the constraint engine (llguidance) does not implement; remove it, or ask for "
-                "lenient mode (--lenient-schema) to ignore it")
+        return (
+            f"the {what} uses {'keyword' if len(keys) == 1 else 'keywords'} {words}, which "
+            "the constraint engine (llguidance) does not implement; remove it, or ask for "
+            "lenient mode (--lenient-schema) to ignore it"
+        )
     if "coerce_one_of" in message:  # an option only we can set: say what the user can do
-        return (f"the {what} uses 'oneOf' with branches that a value could match more than one of, "
-                "which the constraint engine (llguidance) cannot hold exactly; make the branches "
-                "disjoint (a required property with a different 'const' in each, or different types), "
-                "use 'anyOf', or ask for lenient mode (--lenient-schema) to hold it as anyOf")
+        return (
+            f"the {what} uses 'oneOf' with branches that a value could match more than one of, "
+            "which the constraint engine (llguidance) cannot hold exactly; make the branches "
+            "disjoint (a required property with a different 'const' in each, or different types), "
+            "use 'anyOf', or ask for lenient mode (--lenient-schema) to hold it as anyOf"
+        )
     return f"invalid {what}: {one_line(message)}"
 
 
-def schema_options(schema: object, *, param: str = "response_format.json_schema.schema",
-                   what: str = "JSON schema") -> dict:
+def schema_options(
+    schema: object, *, param: str = "response_format.json_schema.schema", what: str = "JSON schema"
+) -> dict:
     """Check what llguidance would only find while generating (``schema_check``), and
     return the compile options the schema needs: ``coerce_one_of`` where every
     ``oneOf`` has disjoint branches (then it is exactly an ``anyOf``; llguidance proves
@@ -120,8 +129,11 @@ def schema_options(schema: object, *, param: str = "response_format.json_schema.
     refuses it (``_explain`` words that) unless lenient."""
     detail = infinite_recursion(schema)
     if detail:
-        raise ConstraintError(f"the {what} is satisfied by no finite value: {detail}; let the recursion "
-                              "end (make the property optional, or allow null with anyOf)", param=param)
+        raise ConstraintError(
+            f"the {what} is satisfied by no finite value: {detail}; let the recursion "
+            "end (make the property optional, or allow null with anyOf)",
+            param=param,
+        )
     if has_one_of(schema) and overlapping_one_of(schema) is None:
         return {"coerce_one_of": True}
     return {}
@@ -132,8 +144,7 @@ _PROVEN_ONE_OF = '"coerce_one_of": true'  # how lark_json marks a schema whose o
 
 def _check_layout(layout: object) -> None:
     if layout not in JSON_LAYOUTS:
-        raise ConstraintError(f"unknown JSON layout {layout!r}: use one of " + ", ".join(JSON_LAYOUTS),
-                              param="layout")
+        raise ConstraintError(f"unknown JSON layout {layout!r}: use one of " + ", ".join(JSON_LAYOUTS), param="layout")
 
 
 def with_layout(schema: dict | bool, layout: str) -> dict:
@@ -144,8 +155,11 @@ def with_layout(schema: dict | bool, layout: str) -> dict:
     base = {} if schema is True else schema
     if not isinstance(base, dict):
         raise ConstraintError(f"the JSON schema must be an object, not {type(schema).__name__}")
-    guidance = {k: v for k, v in (base.get("x-guidance") or {}).items()
-                if k not in ("item_separator", "key_separator", "whitespace_flexible")}
+    guidance = {
+        k: v
+        for k, v in (base.get("x-guidance") or {}).items()
+        if k not in ("item_separator", "key_separator", "whitespace_flexible")
+    }
     return {**base, "x-guidance": {**JSON_LAYOUTS[layout], **guidance}}
 
 
@@ -164,19 +178,22 @@ def lark_json(schema: dict | bool, *, layout: str | None = DEFAULT_LAYOUT, lenie
     return "%json" + json.dumps(schema)
 
 
-def json_schema_grammar(schema: object, *, lenient: bool = False,
-                        param: str = "response_format.json_schema.schema") -> GrammarSpec:
+def json_schema_grammar(
+    schema: object, *, lenient: bool = False, param: str = "response_format.json_schema.schema"
+) -> GrammarSpec:
     """A JSON Schema (a dict, or True for any JSON value) as a checked grammar spec."""
     if not isinstance(schema, (dict, bool)):
         raise ConstraintError(f"the JSON schema must be an object, not {type(schema).__name__}", param=param)
     extra = schema_options(schema, param=param)
     try:
         grammar = LLMatcher.grammar_from_json_schema(
-            json.dumps(schema), defaults=dict(JSON_LAYOUT), overrides={"lenient": lenient, **extra})
+            json.dumps(schema), defaults=dict(JSON_LAYOUT), overrides={"lenient": lenient, **extra}
+        )
     except (ValueError, TypeError) as exc:
         raise ConstraintError(f"invalid JSON schema: {one_line(str(exc))}", param=param) from None
-    warnings = check_grammar(grammar, param=param, what="JSON schema", lenient=lenient,
-                             one_of_proven=bool(extra.get("coerce_one_of")))
+    warnings = check_grammar(
+        grammar, param=param, what="JSON schema", lenient=lenient, one_of_proven=bool(extra.get("coerce_one_of"))
+    )
     return GrammarSpec("json", grammar, schema=schema, warnings=warnings, param=param)
 
 
@@ -192,8 +209,14 @@ def is_gbnf(text: str) -> bool:
     return bool(_GBNF_RULE.search(text))
 
 
-def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None = None,
-                 param: str = "response_format.grammar", lenient: bool = False) -> GrammarSpec:
+def lark_grammar(
+    text: object,
+    *,
+    syntax: str | None = None,
+    trigger: str | None = None,
+    param: str = "response_format.grammar",
+    lenient: bool = False,
+) -> GrammarSpec:
     """A Lark or GBNF grammar (``syntax`` None: told apart by ``::=``) as a checked spec;
     any llguidance warning (a JSON keyword it ignores) is an error unless ``lenient``.
     With ``trigger``, the grammar describes the text from the trigger on, trigger
@@ -201,8 +224,10 @@ def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None
     if not isinstance(text, str) or not text.strip():
         raise ConstraintError("the grammar must be a non-empty string", param=param)
     if syntax not in (None, "lark", "gbnf"):
-        raise ConstraintError(f"unknown grammar syntax {syntax!r}: use 'lark' or 'gbnf'",
-                              param=param.rpartition(".")[0] + ".syntax" if "." in param else param)
+        raise ConstraintError(
+            f"unknown grammar syntax {syntax!r}: use 'lark' or 'gbnf'",
+            param=param.rpartition(".")[0] + ".syntax" if "." in param else param,
+        )
     if trigger is not None and (not isinstance(trigger, str) or not trigger):
         raise ConstraintError("a trigger must be a non-empty string", param=param)
     if syntax == "gbnf" or (syntax is None and is_gbnf(text)):
@@ -212,8 +237,9 @@ def lark_grammar(text: object, *, syntax: str | None = None, trigger: str | None
             raise ConstraintError(f"invalid GBNF grammar: {one_line(str(exc))}", param=param) from None
     grammar = LLMatcher.grammar_from_lark(text)
     # a %json{...} inside may use a keyword llguidance lacks: refused unless lenient
-    warnings = check_grammar(grammar, param=param, what="grammar", lenient=lenient,
-                             one_of_proven=_PROVEN_ONE_OF in text)
+    warnings = check_grammar(
+        grammar, param=param, what="grammar", lenient=lenient, one_of_proven=_PROVEN_ONE_OF in text
+    )
     return GrammarSpec("grammar", grammar, trigger=trigger, warnings=warnings, param=param)
 
 
@@ -222,11 +248,13 @@ def grammar_spec(response_format: object, *, lenient: bool = False) -> GrammarSp
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
-        raise ConstraintError("response_format must be an object such as {\"type\": \"json_object\"}")
+        raise ConstraintError('response_format must be an object such as {"type": "json_object"}')
     kind = response_format.get("type")
     if kind not in RESPONSE_FORMAT_TYPES:
-        raise ConstraintError(f"unknown response_format type {kind!r}: use one of "
-                              + ", ".join(RESPONSE_FORMAT_TYPES), param="response_format.type")
+        raise ConstraintError(
+            f"unknown response_format type {kind!r}: use one of " + ", ".join(RESPONSE_FORMAT_TYPES),
+            param="response_format.type",
+        )
     if kind == "text":
         return None
     if kind == "json_object":
@@ -236,11 +264,14 @@ def grammar_spec(response_format: object, *, lenient: bool = False) -> GrammarSp
     if kind == "json_schema":
         js = response_format.get("json_schema")
         if not isinstance(js, dict):
-            raise ConstraintError('response_format.json_schema must be an object {"name", "schema", "strict"}',
-                                  param="response_format.json_schema")
+            raise ConstraintError(
+                'response_format.json_schema must be an object {"name", "schema", "strict"}',
+                param="response_format.json_schema",
+            )
         if "schema" not in js:
-            raise ConstraintError("response_format.json_schema has no schema",
-                                  param="response_format.json_schema.schema")
+            raise ConstraintError(
+                "response_format.json_schema has no schema", param="response_format.json_schema.schema"
+            )
         return json_schema_grammar(js["schema"], lenient=lenient)
     if kind == "regex":
         return regex_grammar(response_format.get("regex"))

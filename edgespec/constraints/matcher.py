@@ -107,8 +107,11 @@ def probe(constraint: Constraint) -> None:
             m.forced()
     except ConstraintStateError as exc:
         text = str(exc)
-        reason = ("it forces output without end (a required part that contains itself?)" if "Too many" in text
-                  else "it allows no output at all (a rule that only refers to itself?)")
+        reason = (
+            "it forces output without end (a required part that contains itself?)"
+            if "Too many" in text
+            else "it allows no output at all (a rule that only refers to itself?)"
+        )
         raise ConstraintError(f"the {what} can never be satisfied: {reason}", param=spec.param) from None
 
 
@@ -169,19 +172,19 @@ class Matcher:
         self.n_vocab = constraint.n_vocab
         self._words = (tok.vocab_size + 31) // 32
         self._buf = np.zeros((17, self._words), dtype=np.int32)
-        self.consumed = 0                  # tokens consumed: THE invariant's count
+        self.consumed = 0  # tokens consumed: THE invariant's count
         # End of generation is kept here, not in llguidance (whose rollback over its
         # stop takes back a token too many): the EOG tokens consumed at the end.
         self._eos = frozenset(tok.eos_tokens)
         self._ended = 0
-        self.t_mask = 0.0                  # seconds computing masks and forced tokens
+        self.t_mask = 0.0  # seconds computing masks and forced tokens
         trig = constraint.trigger
         self._trigger = trig.encode("utf-8") if trig else None
-        self.active = trig is None         # is the grammar in force?
+        self.active = trig is None  # is the grammar in force?
         self.started_at: int | None = 0 if trig is None else None  # token index where it began
-        self._text = bytearray()           # lazy: the free text so far (bytes) ...
-        self._ends: list[int] = []         # ... and where each free token ends in it
-        self._n_free = 0                   # lazy: tokens consumed before the grammar's own
+        self._text = bytearray()  # lazy: the free text so far (bytes) ...
+        self._ends: list[int] = []  # ... and where each free token ends in it
+        self._n_free = 0  # lazy: tokens consumed before the grammar's own
         self._guard = TriggerGuard(tok, self._trigger, self._m) if trig else None
 
     # -- state ---------------------------------------------------------------------------
@@ -214,8 +217,9 @@ class Matcher:
         error = None
         if complete is False:
             error = cut_reason(self.constraint.kind, reply.finish_reason, len(reply.ids), max_tokens)
-        return dict(structured_complete=complete, parsed=parsed, structure_error=error,
-                    relaxed=tuple(self.constraint.warnings))
+        return dict(
+            structured_complete=complete, parsed=parsed, structure_error=error, relaxed=tuple(self.constraint.warnings)
+        )
 
     # -- advancing -----------------------------------------------------------------------
     def consume(self, tokens: Sequence[int]) -> None:
@@ -227,8 +231,10 @@ class Matcher:
                 continue
             if self._ended or t in self._eos:
                 if self._ended or not self._m.is_accepting():
-                    raise ConstraintStateError(f"end of generation (token {t}) where the structure "
-                                               f"is not complete, after {self.consumed} tokens")
+                    raise ConstraintStateError(
+                        f"end of generation (token {t}) where the structure "
+                        f"is not complete, after {self.consumed} tokens"
+                    )
                 self._ended = 1
                 self.consumed += 1
                 continue
@@ -236,7 +242,8 @@ class Matcher:
                 piece = self.constraint.tokenizer.decode_bytes([t])
                 raise ConstraintStateError(
                     f"the grammar refused token {t} ({piece!r}) after {self.consumed} tokens: "
-                    + (self._m.get_error().splitlines() or ["no reason given"])[0][:300])
+                    + (self._m.get_error().splitlines() or ["no reason given"])[0][:300]
+                )
             self.consumed += 1
 
     def _consume_free(self, t: int) -> None:
@@ -262,8 +269,10 @@ class Matcher:
             del self._ends[-1]  # this token was never taken
             del self._text[start:]
             self.consumed -= 1
-            raise ConstraintStateError(f"the text from the trigger on ({tail[:80]!r}) does not "
-                                       "match the grammar, which must start with the trigger")
+            raise ConstraintStateError(
+                f"the text from the trigger on ({tail[:80]!r}) does not "
+                "match the grammar, which must start with the trigger"
+            )
         self.active = True
         self.started_at = bisect.bisect_right(self._ends, at)
         self._n_free = self.consumed
@@ -294,7 +303,7 @@ class Matcher:
             self._m.reset()
             self.active, self.started_at, self._n_free = False, None, 0
         del self._ends[keep:]
-        del self._text[(self._ends[-1] if self._ends else 0):]
+        del self._text[(self._ends[-1] if self._ends else 0) :]
         self.consumed = keep
 
     # -- questions about the next position ----------------------------------------------

@@ -34,8 +34,19 @@ from urllib.parse import unquote
 
 TYPES = ("null", "boolean", "number", "integer", "string", "array", "object")
 _CHILD_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_CHILD_ONE = ("additionalProperties", "items", "additionalItems", "contains", "not", "if", "then", "else",
-              "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_CHILD_ONE = (
+    "additionalProperties",
+    "items",
+    "additionalItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+)
 _CHILD_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 
 
@@ -145,9 +156,13 @@ def _finite_now(graph: _Graph, ptr: str, finite: set[str]) -> bool:
             return False
     for name in ("anyOf", "oneOf"):
         branches = schema.get(name)
-        if isinstance(branches, list) and branches and not any(
-                f"{ptr}/{name}/{i}" in finite or f"{ptr}/{name}/{i}" not in graph.nodes
-                for i in range(len(branches))):
+        if (
+            isinstance(branches, list)
+            and branches
+            and not any(
+                f"{ptr}/{name}/{i}" in finite or f"{ptr}/{name}/{i}" not in graph.nodes for i in range(len(branches))
+            )
+        ):
             return False
     if "const" in schema or (isinstance(schema.get("enum"), list) and schema["enum"]):
         return True
@@ -161,8 +176,9 @@ def _type_finite(graph: _Graph, schema: dict, ptr: str, kind: str, finite: set[s
     if kind == "object":
         props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         required = schema.get("required") if isinstance(schema.get("required"), list) else []
-        return all(has(f"{ptr}/properties/{_esc(name)}") for name in required
-                   if isinstance(name, str) and name in props)
+        return all(
+            has(f"{ptr}/properties/{_esc(name)}") for name in required if isinstance(name, str) and name in props
+        )
     if kind == "array":
         n = schema.get("minItems", 0)
         n = n if isinstance(n, int) and not isinstance(n, bool) else 0
@@ -257,8 +273,11 @@ def _disjoint(graph: _Graph, pa: str, pb: str) -> bool:
         return False
     for x, x_props, y in ((a, pa_props, b), (b, pb_props, a)):
         # x allows no other keys than its properties, and y requires one of those others
-        if x.get("additionalProperties") is False and not x.get("patternProperties") and any(
-                isinstance(n, str) and n not in x_props for n in _list(y.get("required"))):
+        if (
+            x.get("additionalProperties") is False
+            and not x.get("patternProperties")
+            and any(isinstance(n, str) and n not in x_props for n in _list(y.get("required")))
+        ):
             return True
     both = set(_list(a.get("required"))) & set(_list(b.get("required")))
     for name in sorted(n for n in both if isinstance(n, str) and n in pa_props and n in pb_props):
@@ -291,4 +310,5 @@ def overlapping_one_of(schema: Any) -> str | None:
 def has_one_of(schema: Any) -> bool:
     """Whether any subschema of ``schema`` uses ``oneOf``."""
     return isinstance(schema, dict) and any(
-        isinstance(node, dict) and "oneOf" in node for node in _Graph(schema).nodes.values())
+        isinstance(node, dict) and "oneOf" in node for node in _Graph(schema).nodes.values()
+    )

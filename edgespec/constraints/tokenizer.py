@@ -26,7 +26,12 @@ def tokenizer_for(model: Model) -> LLTokenizer:
         tok = _cache.get(model)
         if tok is None:
             pieces, eog, vocab_ptr, tokenize_fptr = model.guidance_vocab()
-            tok = LLTokenizer.from_llamacpp(tokens=pieces, vocab_ptr=vocab_ptr, tokenize_fptr=tokenize_fptr,
-                                            eos_token=eog or [model.eos], slices=None)
+            tok = LLTokenizer.from_llamacpp(
+                tokens=pieces,
+                vocab_ptr=vocab_ptr,
+                tokenize_fptr=tokenize_fptr,
+                eos_token=eog or [model.eos],
+                slices=None,
+            )
             _cache[model] = tok
         return tok

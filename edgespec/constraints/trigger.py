@@ -35,12 +35,12 @@ def _completers(tok: LLTokenizer, trig: bytes) -> tuple[list, dict]:
                 continue
             at = b.find(trig)
             if at >= 0:
-                contains.append((t, b[at + len(trig):]))
+                contains.append((t, b[at + len(trig) :]))
             if b[0] in firsts:
                 for k in range(1, len(trig)):
                     rest = trig[k:]
                     if b.startswith(rest):
-                        starts[k].append((t, b[len(rest):]))
+                        starts[k].append((t, b[len(rest) :]))
         _index[(id(tok), trig)] = (tok, contains, starts)  # the tokenizer is kept: id stays unique
         return contains, starts
 
@@ -59,8 +59,10 @@ class TriggerGuard:
         ok = self._ok.get(tail)
         if ok is None:
             text = self.trig + tail
-            ok = any(self._m.validate_tokens(ids) == len(ids)
-                     for ids in (self.tok.tokenize_bytes(text, parse_special=s) for s in (True, False)))
+            ok = any(
+                self._m.validate_tokens(ids) == len(ids)
+                for ids in (self.tok.tokenize_bytes(text, parse_special=s) for s in (True, False))
+            )
             self._ok[tail] = ok
         return ok
 

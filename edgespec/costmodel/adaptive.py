@@ -91,8 +91,7 @@ class VerifyCost:
         return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
 
 
-def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0,
-            slowdown: float = 1.0) -> float:
+def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0, slowdown: float = 1.0) -> float:
     """Predicted speedup over plain decoding (see the module docstring)."""
     if k <= 0:
         return 1.0
@@ -102,7 +101,13 @@ def speedup(alpha: float, k: int, c: VerifyCost, gamma: float, hit: float = 1.0,
 
 
 def best_k(
-    alpha: float, c: VerifyCost, gamma: float, *, k_min: int = 1, k_max: int = 8, hit: float = 1.0,
+    alpha: float,
+    c: VerifyCost,
+    gamma: float,
+    *,
+    k_min: int = 1,
+    k_max: int = 8,
+    hit: float = 1.0,
     slowdown: float = 1.0,
 ) -> tuple[int, float]:
     """The k in [k_min, k_max] with the highest predicted speedup, and that speedup.
@@ -224,8 +229,9 @@ def step_ms(weights_bytes: int, *, overhead_ms: float, gbs: float) -> float:
     return overhead_ms + weights_bytes / (gbs * 1e9) * 1e3
 
 
-def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_max: int = 32,
-                    within: float = 0.95) -> int:
+def choose_parallel(
+    cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_max: int = 32, within: float = 0.95
+) -> int:
     """Sequences per decode for a batch job of ``n_requests``: the smallest N up to the
     cap (the requests, what the KV memory holds, ``n_max``) whose job throughput comes
     within 5% of the best. C(N) is the cost of one decode of N sequences relative to
@@ -240,8 +246,13 @@ def choose_parallel(cost: VerifyCost, n_requests: int, max_by_memory: int, *, n_
     return next(n for n, t in enumerate(throughput, start=1) if t >= within * best)
 
 
-def batch_draft_lengths(curves: Sequence[Sequence[float] | None], lengths: list[int],
-                        cost: Callable[[int], float], *, max_rows: int | None = None) -> list[int]:
+def batch_draft_lengths(
+    curves: Sequence[Sequence[float] | None],
+    lengths: list[int],
+    cost: Callable[[int], float],
+    *,
+    max_rows: int | None = None,
+) -> list[int]:
     """Draft lengths for one decode of several sequences. ``curves[i][n]`` is sequence
     i's expected committed tokens if it drafts n (None: its length is fixed in
     ``lengths``); a decode of T rows costs ``cost(T)``. Starting from ``lengths``, take
@@ -321,8 +332,9 @@ def fit_drafts(lengths: Sequence[int], room: int) -> list[int]:
     return out
 
 
-def over_network(c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float,
-                 n_max: int = 16) -> tuple[VerifyCost, float | None]:
+def over_network(
+    c: VerifyCost, gamma: float | None, *, step_ms: float, round_trip_ms: float, n_max: int = 16
+) -> tuple[VerifyCost, float | None]:
     """c(n) and γ when each target decode also pays ``round_trip_ms`` on the network
     (formulas in the module docstring); ``step_ms`` is the target's compute step."""
     t, r = max(step_ms, 1e-9), max(round_trip_ms, 0.0)

@@ -111,11 +111,24 @@ class OnlineCost:
     when a block closes. ``stale`` and ``probe`` say which size to measure again.
     """
 
-    def __init__(self, prior: VerifyCost, n_max: int = 16, *, prior_weight: float = 2.0,
-                 decay: float = 0.97, block: int = 12, window: int = 9, low: float = 0.0,
-                 anchors: int = 3, horizon: int = 32,
-                 neighbours: int = 8, plain_after: int = 16, stale_after: int = 128,
-                 probe_budget: float = 0.01, probe_rate: float = 0.25) -> None:
+    def __init__(
+        self,
+        prior: VerifyCost,
+        n_max: int = 16,
+        *,
+        prior_weight: float = 2.0,
+        decay: float = 0.97,
+        block: int = 12,
+        window: int = 9,
+        low: float = 0.0,
+        anchors: int = 3,
+        horizon: int = 32,
+        neighbours: int = 8,
+        plain_after: int = 16,
+        stale_after: int = 128,
+        probe_budget: float = 0.01,
+        probe_rate: float = 0.25,
+    ) -> None:
         self.n_max = max(1, n_max)
         self.prior = [prior(n) for n in range(self.n_max + 1)]  # index 0 unused
         self.prior_w = [prior_weight] * (self.n_max + 1)
@@ -128,15 +141,15 @@ class OnlineCost:
         self.stale_after = max(1, stale_after)
         self.probe_budget = probe_budget
         self.probe_rate = probe_rate
-        self.count = 0                                   # observations taken
-        self.weight = [0.0] * (self.n_max + 1)           # decayed count of n's measurements
-        self.last = [-1] * (self.n_max + 1)              # index of n's last measurement
+        self.count = 0  # observations taken
+        self.weight = [0.0] * (self.n_max + 1)  # decayed count of n's measurements
+        self.last = [-1] * (self.n_max + 1)  # index of n's last measurement
         w = max(1, window)
         self._anchored = [deque(maxlen=w) for _ in range(self.n_max + 1)]
         # (x, m): c(n) / c(m) = x, measured in a block without plain steps, mostly of m
         self._relative: list[deque[tuple[float, int]]] = [deque(maxlen=w) for _ in range(self.n_max + 1)]
-        self._sizes: set[int] = set()                    # sizes in block ratios (either side)
-        self._measured: dict[int, float] = {}            # their joint estimate (_solve)
+        self._sizes: set[int] = set()  # sizes in block ratios (either side)
+        self._measured: dict[int, float] = {}  # their joint estimate (_solve)
         self._block: list[tuple[int, float]] = []
         self._ones: deque[tuple[int, float]] = deque(maxlen=self.anchors)
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(1, neighbours))

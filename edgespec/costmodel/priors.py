@@ -66,8 +66,10 @@ def _curve(*c: float) -> VerifyCost:
     return VerifyCost(tuple(range(1, len(c) + 1)), tuple(float(x) for x in c))
 
 
-_VM = ("2-core AVX2 VM (this project's dev machine), llama.cpp in llama-cpp-python 0.3.36, default kernels, "
-       "Qwen2.5-Coder-1.5B")
+_VM = (
+    "2-core AVX2 VM (this project's dev machine), llama.cpp in llama-cpp-python 0.3.36, default kernels, "
+    "Qwen2.5-Coder-1.5B"
+)
 
 # Q4_K_M (the embedded default): ``tune`` on the 1.5B Q4_K_M. Note the dips at 8 and 16.
 CPU_Q4_K_M = _curve(1.0, 1.67, 2.2, 2.69, 3.3, 3.85, 4.61, 4.57, 5.3, 5.8, 6.2, 6.49, 7.2, 7.8, 8.31, 6.84)
@@ -81,13 +83,17 @@ CPU_Q8_0 = VerifyCost((1, 2, 4, 8, 16), (1.0, 2.38, 3.28, 3.4, 5.19))
 CPU_EXACT = _curve(1.0, 2.18, 2.65, 3.22, 3.93, 4.54, 5.0, 5.79, 6.13, 6.88, 7.35, 7.86, 8.45, 9.07, 9.73, 10.19)
 
 _TUNE = f"measured: edgespec tune (llama_decode of n tokens with all logits against 1), {_VM} Q4_K_M"
-_ISSUE37 = (f"measured at n = 2, 4, 8, 16: llama_decode of n tokens with all logits against 1, median of 12, {_VM}, "
-            "requantized from the Q4_K_M with llama_model_quantize (issue 37's table)")
-_STEPS = ("; the sizes between estimated, not measured: below 4 each row costs what the second did (c(2) - 1), "
-          "from 4 and from 8 the measured tile plus the rows left over at that rate (c(n) = c(4 or 8) + their "
-          "cost; c(12) = c(8) + c(4) - 1). A measurement of them on the shared VM under a load of ~10 "
-          "(benchmarks/verify_curve.py, 2026-12-02) read a 579 ms step instead of 30 and was not used; it too "
-          "had c(3) above c(4)")
+_ISSUE37 = (
+    f"measured at n = 2, 4, 8, 16: llama_decode of n tokens with all logits against 1, median of 12, {_VM}, "
+    "requantized from the Q4_K_M with llama_model_quantize (issue 37's table)"
+)
+_STEPS = (
+    "; the sizes between estimated, not measured: below 4 each row costs what the second did (c(2) - 1), "
+    "from 4 and from 8 the measured tile plus the rows left over at that rate (c(n) = c(4 or 8) + their "
+    "cost; c(12) = c(8) + c(4) - 1). A measurement of them on the shared VM under a load of ~10 "
+    "(benchmarks/verify_curve.py, 2026-12-02) read a 579 ms step instead of 30 and was not used; it too "
+    "had c(3) above c(4)"
+)
 
 # Apple GPUs (Metal). The 2026 op-level timings (#25250, #29110) say the small-batch
 # mat-vec path costs about one more n=1 matvec per added column; the full-model pp-n
@@ -108,27 +114,33 @@ _METAL_Q4_0_SRC = (
     f"n = 5..8 scale that c(4) by {_GH}10581's llama 3B Q4_0 ratios c(n)/c(4) (pp1 72.07, pp4 140.56, "
     "pp5 155.18, pp6 151.34, pp7 145.15, pp8 164.57: c = 2.05, 2.32, 2.86, 3.48, 3.50). "
     "https://github.com/ggml-org/llama.cpp/issues/25250 (M4 Pro, 2026) confirms the step from 1 to 2: "
-    "MUL_MAT q4_0 4096x14336 137.6 us at n=1, 249.7 us at n=2, c(2) = 1.81 for the matmul alone")
+    "MUL_MAT q4_0 4096x14336 137.6 us at n=1, 249.7 us at n=2, c(2) = 1.81 for the matmul alone"
+)
 _METAL_Q8_0_SRC = (
     f"published: {_GH}10491 (M1 Pro, llama 13B Q8_0, t/s pp1 12.28, pp2 13.22, pp3 13.54, pp4 13.76: "
     f"c = 1.86, 2.72, 3.57); {_GH}29110 (2026, op-level q8_0 4096x14336: 53.1 us n=1, 108.8 n=2, 403.9 n=8: "
     "c(2) = 2.05, c(8) = 7.61; Qwen3.8-27B Q8_0 decodes slower at draft n_max 2 than 1, 34.2 -> 32.5 t/s) "
     f"says the cost keeps growing ~linearly past 4, as the curve extrapolates. {_GH}10581's M1 Pro-rate "
-    "7B Q8_0 rows read lower (c(4) = 1.42, c(8) = 2.67); the larger is kept")
+    "7B Q8_0 rows read lower (c(4) = 1.42, c(8) = 2.67); the larger is kept"
+)
 _METAL_Q4_K_SRC = (
     f"published: {_GH}10581 (qwen2 32B Q4_K, t/s pp1 25.94, pp2 32.00, pp3 35.34, pp4 42.05, pp5 46.80, "
-    "pp6 45.84: c = 1.62, 2.20, 2.47, 2.77, 3.40; beyond 6 extrapolated)")
+    "pp6 45.84: c = 1.62, 2.20, 2.47, 2.77, 3.40; beyond 6 extrapolated)"
+)
 _METAL_F16_SRC = (
     f"published: {_GH}10238 (M2 Ultra, llama 3B F16, t/s pp1 73.12, pp2 63.28, pp4 123.50, pp8 245.71: "
-    "c = 2.31, 2.37, 2.38; before the small-batch kernels of #10491/#10581, none published since)")
+    "c = 2.31, 2.37, 2.38; before the small-batch kernels of #10491/#10581, none published since)"
+)
 _CUDA_Q4_0_SRC = (
     f"published: {_GH}15802 (2025, RTX 3090, llama 8B Q4_0, t/s pp1 156.56, pp2 279.89, pp3 390.96, "
     "pp4 470.48, pp5 509.70, pp6 541.57, pp7 559.30, pp8 583.77: c = 1.12, 1.20, 1.33, 1.54, 1.73, 1.96, 2.15); "
-    "past 8 the mmq tiles take over: extrapolated (not measured)")
+    "past 8 the mmq tiles take over: extrapolated (not measured)"
+)
 _CUDA_K_SRC = (
     f"published: {_GH}5434 (RTX 3090, llama 7B Q2_K_M, mmvq tiling, t/s 105.29, 190.78, 250.60, 284.61, "
     "341.47, 367.78, 377.19, 406.71 for n = 1..8: c = 1.10, 1.26, 1.48, 1.54, 1.72, 1.95, 2.07); a k-quant "
-    "mix, not Q4_K_M itself (no Q4_K_M table found); past 8 extrapolated")
+    "mix, not Q4_K_M itself (no Q4_K_M table found); past 8 extrapolated"
+)
 _CUDA_BF16_SRC = f"published: {_GH}14262 (RTX 3090, llama 8B BF16, t/s pp1 58.27, pp2 109.70: c(2) = 1.06)"
 
 VERIFY_PRIORS: dict[str, dict[str, PriorRow]] = {
@@ -157,14 +169,19 @@ VERIFY_PRIORS: dict[str, dict[str, PriorRow]] = {
     },
 }
 
+
 def mix_key(weight_mix: str | None) -> str | None:
     """A mix name as the tables spell it (upper case), None for none."""
     return weight_mix.strip().upper() or None if weight_mix else None
 
 
-def choose_verify_prior(backend: str, weight_mix: str | None = None,
-                        profile_verify: VerifyCost | Mapping[str, VerifyCost] | None = None, *,
-                        measured: VerifyCost | None = None) -> PriorChoice:
+def choose_verify_prior(
+    backend: str,
+    weight_mix: str | None = None,
+    profile_verify: VerifyCost | Mapping[str, VerifyCost] | None = None,
+    *,
+    measured: VerifyCost | None = None,
+) -> PriorChoice:
     """The c(n) a plan starts from, and where it comes from (see the module docstring
     for the order). ``backend``: "cpu", "cpu-exact" (batch-invariant kernels), "metal" or
     "cuda". ``weight_mix``: the target file's class (``catalog.gguf.weight_mix``), None
@@ -173,8 +190,9 @@ def choose_verify_prior(backend: str, weight_mix: str | None = None,
     curve measured for this file. Raises ``ProfileError`` for an unknown backend."""
     table = VERIFY_PRIORS.get(backend)
     if table is None:
-        raise ProfileError(f"no verify-cost priors for backend {backend!r}; known backends: "
-                           + ", ".join(VERIFY_PRIORS))
+        raise ProfileError(
+            f"no verify-cost priors for backend {backend!r}; known backends: " + ", ".join(VERIFY_PRIORS)
+        )
     mix = mix_key(weight_mix)
     if measured is not None:
         return PriorChoice(measured, "measured", "measured for this file")
@@ -194,8 +212,12 @@ def choose_verify_prior(backend: str, weight_mix: str | None = None,
     return PriorChoice(row.cost, f"table:{backend}/default", row.source)
 
 
-def verify_prior(backend: str, weight_mix: str | None = None,
-                 profile_verify: VerifyCost | Mapping[str, VerifyCost] | None = None, *,
-                 measured: VerifyCost | None = None) -> VerifyCost:
+def verify_prior(
+    backend: str,
+    weight_mix: str | None = None,
+    profile_verify: VerifyCost | Mapping[str, VerifyCost] | None = None,
+    *,
+    measured: VerifyCost | None = None,
+) -> VerifyCost:
     """The curve of ``choose_verify_prior`` alone."""
     return choose_verify_prior(backend, weight_mix, profile_verify, measured=measured).cost

@@ -30,8 +30,7 @@ class _BetaBuckets:
     last 20 outcomes, so a collapse or a recovery shows within a few rounds.
     """
 
-    def __init__(self, prior_mean: Sequence[float], *, prior_strength: float = 2.0,
-                 decay: float = 0.95) -> None:
+    def __init__(self, prior_mean: Sequence[float], *, prior_strength: float = 2.0, decay: float = 0.95) -> None:
         m = np.clip(np.asarray(prior_mean, dtype=np.float64), 0.01, 0.99)
         self.acc = m * prior_strength
         self.rej = (1.0 - m) * prior_strength
@@ -60,8 +59,11 @@ class _BetaBuckets:
             rej = np.asarray(state["rej"], dtype=np.float64)
         except (KeyError, TypeError, ValueError):
             return False
-        ok = (acc.shape == rej.shape == self.acc.shape and bool(np.isfinite(acc).all() and np.isfinite(rej).all())
-              and bool((acc >= 0).all() and (rej >= 0).all() and ((acc + rej) > 0).all()))
+        ok = (
+            acc.shape == rej.shape == self.acc.shape
+            and bool(np.isfinite(acc).all() and np.isfinite(rej).all())
+            and bool((acc >= 0).all() and (rej >= 0).all() and ((acc + rej) > 0).all())
+        )
         if ok:
             self.acc, self.rej = acc, rej
         return ok
@@ -108,19 +110,18 @@ class MatchAcceptance:
     def bucket(self, m: int) -> int:
         return self._bucket[min(max(m, 1), 128)]
 
-    def rates(self, match_len: int, n: int, draws: np.ndarray,
-              after_break: Sequence[bool] = ()) -> list[float]:
+    def rates(self, match_len: int, n: int, draws: np.ndarray, after_break: Sequence[bool] = ()) -> list[float]:
         """a_1..a_n for drafts that continue a match of ``match_len`` tokens."""
         b = self._bucket
         out = [float(draws[b[min(match_len + j, 128)]]) for j in range(n)]
         if any(after_break):
             a_brk = float(draws[self.brk])
-            out = [min(a, a_brk) if j < len(after_break) and after_break[j] else a
-                   for j, a in enumerate(out)]
+            out = [min(a, a_brk) if j < len(after_break) and after_break[j] else a for j, a in enumerate(out)]
         return out
 
-    def record(self, match_len: int, drafted: int, accepted: int, next_ok: bool | None = None,
-               after_break: Sequence[bool] = ()) -> None:
+    def record(
+        self, match_len: int, drafted: int, accepted: int, next_ok: bool | None = None, after_break: Sequence[bool] = ()
+    ) -> None:
         """Drafts 1..accepted were accepted; draft accepted+1 (if drafted) was rejected;
         later drafts were never tested. ``next_ok``: all were accepted and the round's
         own next token did (True) or did not (False) equal the first proposed id left
@@ -183,8 +184,9 @@ class MemoryAcceptance:
     def rates(self, match_len: int, probs: Sequence[float], n: int, draws: np.ndarray) -> list[float]:
         return [float(draws[b]) for b in self.buckets(match_len, probs, n)]
 
-    def record(self, match_len: int, probs: Sequence[float], drafted: int, accepted: int,
-               next_ok: bool | None = None) -> None:
+    def record(
+        self, match_len: int, probs: Sequence[float], drafted: int, accepted: int, next_ok: bool | None = None
+    ) -> None:
         """As ``MatchAcceptance.record``: the tested drafts, and the first unverified id's
         outcome when the round's own token tells it (``next_ok``)."""
         seen = min(accepted + 1, drafted)

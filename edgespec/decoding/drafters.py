@@ -71,8 +71,14 @@ class Drafter(Protocol):
 
     def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None, pick: Pick | None = None) -> Proposal: ...
+    def propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        keep_drafting: KeepDrafting | None = None,
+        guide=None,
+        pick: Pick | None = None,
+    ) -> Proposal: ...
 
     def accepted(self, proposal: Proposal, n: int) -> None: ...
 
@@ -88,8 +94,14 @@ class BaseDrafter:
     def begin(self, tokens: Sequence[int], params: SamplingParams | None = None, rng=None) -> None:
         pass
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None, pick: Pick | None = None) -> Proposal:
+    def propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        keep_drafting: KeepDrafting | None = None,
+        guide=None,
+        pick: Pick | None = None,
+    ) -> Proposal:
         return Proposal([])
 
     def accepted(self, proposal: Proposal, n: int) -> None:
@@ -147,8 +159,14 @@ class NgramDrafter(BaseDrafter):
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 6, max_candidates: int = 8, min_match: int = 2,
-                 is_break: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        n_min: int = 2,
+        n_max: int = 6,
+        max_candidates: int = 8,
+        min_match: int = 2,
+        is_break: Callable[[int], bool] | None = None,
+    ) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 <= n_min <= n_max")
         self.min_match = max(n_min, min_match)
@@ -163,8 +181,10 @@ class NgramDrafter(BaseDrafter):
     def _sync(self, tokens: Sequence[int]) -> None:
         """Bring the index up to ``tokens``: extend it, or rebuild after divergence."""
         have = len(self._tokens)
-        if have > len(tokens) or (have and self._tokens[have - 1] != tokens[have - 1]) or (
-            have and common_prefix_len(self._tokens, tokens[:have]) != have
+        if (
+            have > len(tokens)
+            or (have and self._tokens[have - 1] != tokens[have - 1])
+            or (have and common_prefix_len(self._tokens, tokens[:have]) != have)
         ):
             keep = common_prefix_len(self._tokens, tokens)
             if have - keep <= 32:  # a few drafted ids the target did not keep (grammar drafts)
@@ -194,7 +214,7 @@ class NgramDrafter(BaseDrafter):
             for n in range(self.n_min, self.n_max + 1):
                 if p - n < 0:
                     break
-                key = tuple(toks[p - n:p])
+                key = tuple(toks[p - n : p])
                 positions = index[key]
                 positions.pop()
                 if not positions:
@@ -229,14 +249,19 @@ class NgramDrafter(BaseDrafter):
             return toks[best_pos : best_pos + k], best_len
         return [], 0
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None, pick: Pick | None = None) -> Proposal:
+    def propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        keep_drafting: KeepDrafting | None = None,
+        guide=None,
+        pick: Pick | None = None,
+    ) -> Proposal:
         ids, m = self.lookup(tokens, k)
         if not ids or self.is_break is None:
             return Proposal(ids, match_len=m, source="prompt")
         brk = self.is_break
-        return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])),
-                        source="prompt")
+        return Proposal(ids, match_len=m, after_break=(brk(tokens[-1]), *(brk(t) for t in ids[:-1])), source="prompt")
 
     def close(self) -> None:  # (end: nothing; the next begin syncs the index to its prompt)
         self._tokens, self._index = [], {}
@@ -267,8 +292,9 @@ class ModelDrafter(BaseDrafter):
 
     name = "model"
 
-    def __init__(self, model: Model, *, n_ctx: int, n_batch: int = 512, n_threads: int | None = None,
-                 p_min: float = 0.0) -> None:
+    def __init__(
+        self, model: Model, *, n_ctx: int, n_batch: int = 512, n_threads: int | None = None, p_min: float = 0.0
+    ) -> None:
         self.model = model
         self.ctx = Context(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads)
         self.p_min = p_min
@@ -312,8 +338,14 @@ class ModelDrafter(BaseDrafter):
                 return tokens[i + 1 :]
         return tokens
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None, pick: Pick | None = None) -> Proposal:
+    def propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        keep_drafting: KeepDrafting | None = None,
+        guide=None,
+        pick: Pick | None = None,
+    ) -> Proposal:
         if k <= 0:
             return Proposal([])
         # Never draft past the context: the draft cache holds len(tokens) + k - 1 tokens.

@@ -44,8 +44,15 @@ class Drafting:
     verify batch holds (the target context's ``n_batch`` less the last committed token);
     ``is_break``: the target's sentence breaks, for prompt lookup."""
 
-    def __init__(self, options: DraftingOptions, *, verify_cost: VerifyCost, batch_cost: VerifyCost, max_k: int,
-                 is_break: Callable[[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        options: DraftingOptions,
+        *,
+        verify_cost: VerifyCost,
+        batch_cost: VerifyCost,
+        max_k: int,
+        is_break: Callable[[int], bool] | None = None,
+    ) -> None:
         self.options = options
         self.cost = OnlineCost(options.verify_cost or verify_cost)
         self._batch_prior = options.batch_cost or batch_cost
@@ -160,8 +167,7 @@ class Drafting:
         a batch: "ngram" (prompt lookup with the options' shortest match and the target's
         sentence breaks, drafting from ``memory`` too), anything else none."""
         if kind == "ngram":
-            return MemoryDrafter(NgramDrafter(min_match=self.options.ngram_min_match, is_break=self.is_break),
-                                 memory)
+            return MemoryDrafter(NgramDrafter(min_match=self.options.ngram_min_match, is_break=self.is_break), memory)
         return NoDrafter()
 
     def close(self) -> None:

@@ -57,8 +57,9 @@ class MemoryDrafter(BaseDrafter):
         self._seen = list(tokens)
         self._n_prompt = len(tokens)
 
-    def candidates(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                   guide=None) -> list[Proposal]:
+    def candidates(
+        self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None, guide=None
+    ) -> list[Proposal]:
         """Every index's proposal for continuing ``tokens`` (the empty ones left out),
         prompt lookup's first. (Fixed proposals: the loop keeps each one's valid prefix.)"""
         self._write(tokens)
@@ -67,8 +68,14 @@ class MemoryDrafter(BaseDrafter):
             out.append(self.memory.propose(tokens, k))
         return [p for p in out if p.ids]
 
-    def propose(self, tokens: Sequence[int], k: int, keep_drafting: KeepDrafting | None = None,
-                guide=None, pick: Pick | None = None) -> Proposal:
+    def propose(
+        self,
+        tokens: Sequence[int],
+        k: int,
+        keep_drafting: KeepDrafting | None = None,
+        guide=None,
+        pick: Pick | None = None,
+    ) -> Proposal:
         """The proposal the loop's ``pick`` keeps among ``candidates``; without one (a
         caller that does not rank), the one whose match reaches furthest back (prompt
         lookup's on a tie)."""
@@ -128,6 +135,6 @@ class MemoryDrafter(BaseDrafter):
             have = keep
         if self._doc is None:
             self._doc = memory.open()
-            memory.extend(self._doc, tokens[max(0, have - self.seed_len):have])
+            memory.extend(self._doc, tokens[max(0, have - self.seed_len) : have])
         memory.extend(self._doc, tokens[have:])
         seen.extend(tokens[have:])

@@ -62,8 +62,7 @@ from .acceptance import FORCED_RATE, ConfidenceAcceptance, MatchAcceptance, Memo
 from .stoploss import StopLoss
 
 
-def best_length(rates: Sequence[float], cost: OnlineCost, gamma: float = 0.0,
-                sunk: float = 0.0) -> tuple[int, float]:
+def best_length(rates: Sequence[float], cost: OnlineCost, gamma: float = 0.0, sunk: float = 0.0) -> tuple[int, float]:
     """The L maximising E(L) / (c(L+1) + γ·L + sunk) over L = 0..len(rates), and that
     ratio. ``sunk`` is draft work already paid whatever L is (it still counts, so that
     the ratio is comparable with a plain step's 1 / (1 + sunk))."""
@@ -104,8 +103,7 @@ class DraftPolicy:
     stays.
     """
 
-    def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15,
-                 seed: int = 0) -> None:
+    def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15, seed: int = 0) -> None:
         if kind not in ("ngram", "model"):
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
@@ -113,8 +111,8 @@ class DraftPolicy:
         # own (SuffixIndex.rates, handed to begin), shared by everyone drafting from it
         self.mem = MemoryAcceptance()
         self.cost = cost
-        self.gamma = gamma          # draft cost per token in target steps (model drafter)
-        self._gamma_w = 2.0         # the prior counts as two measurements
+        self.gamma = gamma  # draft cost per token in target steps (model drafter)
+        self._gamma_w = 2.0  # the prior counts as two measurements
         self.l_max = max(0, l_max)
         self._seed = seed
         self.stats = PolicyStats()
@@ -177,8 +175,15 @@ class DraftPolicy:
         nxt = (self._e + self._p * a) / (self.cost(j + 2) + self.gamma * (j + 1))
         return j < self.l_max and nxt > self._best
 
-    def _lookup_rates(self, match_len: int, rest: int, after_break: Sequence[bool], source: str,
-                      probs: Sequence[float], means: bool = False) -> list[float]:
+    def _lookup_rates(
+        self,
+        match_len: int,
+        rest: int,
+        after_break: Sequence[bool],
+        source: str,
+        probs: Sequence[float],
+        means: bool = False,
+    ) -> list[float]:
         """a_1..a_rest for a lookup proposal of ``source`` ("memory": the memory's rates;
         else prompt lookup's), from this round's draws or (``means``) the posterior means."""
         if source == "memory":
@@ -192,21 +197,34 @@ class DraftPolicy:
         draws = self.acc.beta.mean() if means else self._draws
         return self.acc.rates(match_len, rest, draws, after_break)
 
-    def rank(self, ids: Sequence[int], match_len: int = 0, after_break: Sequence[bool] = (),
-             forced: int = 0, source: str = "", probs: Sequence[float] = ()) -> float:
+    def rank(
+        self,
+        ids: Sequence[int],
+        match_len: int = 0,
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> float:
         """The most committed tokens per unit of cost a round verifying some of these
         lookup ids could expect (``best_length``'s ratio): how the loop picks among the
         memory drafter's candidates."""
         if self._draws is None or self.kind != "ngram":
             return 0.0
         rest = len(ids) - forced
-        rates = [FORCED_RATE] * forced + self._lookup_rates(match_len, rest, tuple(after_break[forced:]),
-                                                           source, probs)
+        rates = [FORCED_RATE] * forced + self._lookup_rates(match_len, rest, tuple(after_break[forced:]), source, probs)
         return best_length(rates, self.cost)[1]
 
-    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
-               probs: Sequence[float] = ()) -> int:
+    def choose(
+        self,
+        ids: Sequence[int],
+        match_len: int = 0,
+        confidence: Sequence[float] = (),
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> int:
         """How many of the proposed ``ids`` to verify (the first ``forced`` of them are
         the grammar's forced tokens; ``source`` and ``probs`` as on ``Proposal``)."""
         if not ids:
@@ -227,8 +245,7 @@ class DraftPolicy:
         else:
             if len(self._rates) < rest:  # a drafter that did not call keep_drafting
                 self._conf = list(confidence[forced:])
-                self._rates = [float(self._draws[self.acc.bucket(j + 1, c)])
-                               for j, c in enumerate(self._conf)]
+                self._rates = [float(self._draws[self.acc.bucket(j + 1, c)]) for j, c in enumerate(self._conf)]
             # the draft work is done whatever we verify: it is sunk
             n, _ = best_length(head + self._rates[:rest], self.cost, 0.0, sunk=self.gamma * rest)
         # now and then a verify size no round chose for long is measured again (within a
@@ -241,9 +258,15 @@ class DraftPolicy:
             self.stats.drafted_rounds += 1
         return n
 
-    def expected_tokens(self, ids: Sequence[int], match_len: int = 0,
-                        after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
-                        probs: Sequence[float] = ()) -> list[float]:
+    def expected_tokens(
+        self,
+        ids: Sequence[int],
+        match_len: int = 0,
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> list[float]:
         """E(L) for L = 0..len(ids): the tokens a round verifying the first L proposed ids
         is expected to commit (this round's Thompson draws; E(0) = 1, the plain step).
         The first ``forced`` ids are the grammar's (``FORCED_RATE`` each); the rest
@@ -264,10 +287,22 @@ class DraftPolicy:
         if n:
             self.stats.drafted_rounds += 1
 
-    def observe(self, *, batch: int, tested: int, accepted: int, verify_seconds: float,
-                draft_seconds: float = 0.0, drafted: int = 0, match_len: int = 0,
-                next_ok: bool | None = None, after_break: Sequence[bool] = (), forced: int = 0,
-                source: str = "", probs: Sequence[float] = ()) -> None:
+    def observe(
+        self,
+        *,
+        batch: int,
+        tested: int,
+        accepted: int,
+        verify_seconds: float,
+        draft_seconds: float = 0.0,
+        drafted: int = 0,
+        match_len: int = 0,
+        next_ok: bool | None = None,
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> None:
         """The round verified a batch of ``batch`` tokens (the last committed one and
         the drafts) in ``verify_seconds`` (target decode + acceptance test); of the
         ``tested`` drafts (fewer when one was end-of-generation) it kept ``accepted``;
@@ -277,8 +312,12 @@ class DraftPolicy:
         ``forced`` tested tokens were the grammar's: acceptance is learned after them."""
         self.cost.observe(batch, verify_seconds)
         trips = self.stop_loss.trips
-        self.stop_loss.record(seconds=verify_seconds + draft_seconds, committed=accepted + 1, drafted=batch > 1,
-                              plain_step=verify_seconds if batch == 1 else None)
+        self.stop_loss.record(
+            seconds=verify_seconds + draft_seconds,
+            committed=accepted + 1,
+            drafted=batch > 1,
+            plain_step=verify_seconds if batch == 1 else None,
+        )
         self.stats.stop_trips += self.stop_loss.trips - trips
         if forced:
             if accepted < forced:  # a forced token lost: the drafter's were never tested
@@ -325,16 +364,30 @@ class FixedPolicy:
     def keep_drafting(self, j: int, conf: float) -> bool:
         return j < self.k
 
-    def choose(self, ids: Sequence[int], match_len: int = 0, confidence: Sequence[float] = (),
-               after_break: Sequence[bool] = (), forced: int = 0, source: str = "",
-               probs: Sequence[float] = ()) -> int:
+    def choose(
+        self,
+        ids: Sequence[int],
+        match_len: int = 0,
+        confidence: Sequence[float] = (),
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> int:
         n = min(len(ids), self.k + forced)
         if n > forced:
             self.stats.drafted_rounds += 1
         return n
 
-    def rank(self, ids: Sequence[int], match_len: int = 0, after_break: Sequence[bool] = (),
-             forced: int = 0, source: str = "", probs: Sequence[float] = ()) -> float:
+    def rank(
+        self,
+        ids: Sequence[int],
+        match_len: int = 0,
+        after_break: Sequence[bool] = (),
+        forced: int = 0,
+        source: str = "",
+        probs: Sequence[float] = (),
+    ) -> float:
         """Every candidate alike: the drafter's first one is verified."""
         return 0.0
 

@@ -57,8 +57,9 @@ class Reply:
             if lp is not None:
                 self.logprobs.append(lp)
             piece, hit = self.text_out.push(self.detok.push(tok), check=len(self.ids) >= self.min_tokens)
-            events.append(Token(id=tok, text=piece, from_draft=fd, round=res.info.index,
-                                forced=fd and j < n_forced, logprob=lp))
+            events.append(
+                Token(id=tok, text=piece, from_draft=fd, round=res.info.index, forced=fd and j < n_forced, logprob=lp)
+            )
             if hit:
                 self.finish_reason, self.done = "stop", True
                 break

@@ -53,17 +53,27 @@ class Prepared(NamedTuple):
     memory: Any = None
 
 
-def check_request(model: Model, n_ctx: int, prompt_ids: list[int], params: SamplingParams, *,
-                  max_tokens: int, stop: Sequence[str] | str, constraint: Constraint | None,
-                  logprobs: int | None, memory: Any = None) -> Prepared:
+def check_request(
+    model: Model,
+    n_ctx: int,
+    prompt_ids: list[int],
+    params: SamplingParams,
+    *,
+    max_tokens: int,
+    stop: Sequence[str] | str,
+    constraint: Constraint | None,
+    logprobs: int | None,
+    memory: Any = None,
+) -> Prepared:
     """A tokenized request checked before any work (``Engine.prepare``): its sampling
     parameters against the vocabulary, ``max_tokens``, ``logprobs``, and a prompt that
     leaves room to generate in ``n_ctx`` (else ``ContextOverflowError``)."""
     params.check_vocab(model.n_vocab)
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
-    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
-                                 or not 0 <= logprobs <= MAX_TOP):
+    if logprobs is not None and (
+        isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_TOP
+    ):
         raise InputError(f"logprobs must be an integer from 0 to {MAX_TOP} (got {logprobs!r})")
     stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
     if not prompt_ids:
@@ -85,8 +95,9 @@ class DecodeSequence:
     ``t_gen``, when its first round began (set by ``events``, or by a batch's first verify
     step for it): ``finish_stats`` measures ``t_total`` and ``t_generate`` from them."""
 
-    def __init__(self, target, drafter: Drafter, req: Prepared, *, model: Model,
-                 policy: DraftPolicy | FixedPolicy, n_ctx: int) -> None:
+    def __init__(
+        self, target, drafter: Drafter, req: Prepared, *, model: Model, policy: DraftPolicy | FixedPolicy, n_ctx: int
+    ) -> None:
         ids, params = req.ids, req.params
         self.t_start = time.perf_counter()
         self.t_gen: float | None = None
@@ -97,10 +108,19 @@ class DecodeSequence:
         drafter.begin(ids, params, rng)
         policy.begin(params.seed, memory=req.memory)
         self.loop = SpeculativeLoop(
-            target=target, drafter=drafter, committed=list(ids), params=params, rng=rng, policy=policy,
-            stats=self.stats, n_vocab=model.n_vocab, is_eog=model.is_eog,
+            target=target,
+            drafter=drafter,
+            committed=list(ids),
+            params=params,
+            rng=rng,
+            policy=policy,
+            stats=self.stats,
+            n_vocab=model.n_vocab,
+            is_eog=model.is_eog,
             eog_ids=model.eog_ids if params.bans_eog else (),
-            matcher=req.constraint.matcher() if req.constraint is not None else None, logprobs=req.logprobs)
+            matcher=req.constraint.matcher() if req.constraint is not None else None,
+            logprobs=req.logprobs,
+        )
         self.reply = Reply(model, req.stops, params.min_tokens, logprobs=req.logprobs is not None)
         # the tokens it may generate: max_tokens, within the context (the one place both are enforced)
         self.max_tokens = req.max_tokens
@@ -153,6 +173,11 @@ class DecodeSequence:
         """The finished sequence as ``Done``; under a constraint, whether the structure is
         complete and its parsed value, judged on the reply as it ended."""
         m, reply = self.matcher, self.reply
-        return Done(finish_reason=reply.finish_reason, stats=self.stats, text=reply.text,
-                    token_ids=tuple(reply.ids), logprobs=reply.logprobs_out(),
-                    **(m.outcome(reply, self.max_tokens) if m is not None else {}))
+        return Done(
+            finish_reason=reply.finish_reason,
+            stats=self.stats,
+            text=reply.text,
+            token_ids=tuple(reply.ids),
+            logprobs=reply.logprobs_out(),
+            **(m.outcome(reply, self.max_tokens) if m is not None else {}),
+        )

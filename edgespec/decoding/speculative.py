@@ -81,7 +81,7 @@ class SpeculativeLoop:
 
     target: Context
     drafter: Drafter
-    committed: list[int]           # prompt + generated; the last one is not in the target KV
+    committed: list[int]  # prompt + generated; the last one is not in the target KV
     params: SamplingParams
     rng: np.random.Generator
     policy: DraftPolicy | FixedPolicy
@@ -103,8 +103,15 @@ class SpeculativeLoop:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
         proposal, draft_seconds = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
-        n = self.policy.choose(proposal.ids, proposal.match_len, proposal.confidence, proposal.after_break,
-                               forced=proposal.forced, source=proposal.source, probs=proposal.probs)
+        n = self.policy.choose(
+            proposal.ids,
+            proposal.match_len,
+            proposal.confidence,
+            proposal.after_break,
+            forced=proposal.forced,
+            source=proposal.source,
+            probs=proposal.probs,
+        )
         drafts = self.drafts(proposal, n)
         masks = self.masks(drafts.ids)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
@@ -149,8 +156,9 @@ class SpeculativeLoop:
         def pick(proposals: list[Proposal]) -> Proposal:
             options = [p for p in (self._fit(p, l_max) for p in proposals) if p.ids]
             if len(options) > 1:
-                options.sort(key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source,
-                                                        probs=p.probs))
+                options.sort(
+                    key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source, probs=p.probs)
+                )
             return options[0] if options else Proposal([])
 
         return pick
@@ -198,8 +206,14 @@ class SpeculativeLoop:
         bad = next((i for i, d in enumerate(ids) if not 0 <= d < self.n_vocab), None)
         return Drafts(proposal, ids if bad is None else ids[:bad], bad, len(ids))
 
-    def settle(self, drafts: Drafts, rows: np.ndarray, draft_seconds: float = 0.0,
-               verify_start: float | None = None, masks: list | None = None) -> RoundResult:
+    def settle(
+        self,
+        drafts: Drafts,
+        rows: np.ndarray,
+        draft_seconds: float = 0.0,
+        verify_start: float | None = None,
+        masks: list | None = None,
+    ) -> RoundResult:
         """Accept or reject ``drafts`` against the target's logit ``rows`` (x_last and
         each draft: len(drafts.ids) + 1 rows), roll the sequence back past the first
         rejection, commit, and let the policy learn. ``draft_seconds``: what drafting
@@ -213,8 +227,7 @@ class SpeculativeLoop:
         if self.logprobs is not None:
             row, read = _recorded(row)
         self.last_k = self.policy.bound
-        out, from_draft, n_acc = accept(drafts.ids, row, proposal.q, self.params, self.rng, self.is_eog,
-                                        cut=drafts.cut)
+        out, from_draft, n_acc = accept(drafts.ids, row, proposal.q, self.params, self.rng, self.is_eog, cut=drafts.cut)
         # an accepted end-of-generation draft ends generation: the drafts past it were
         # never candidates, so they count as neither drafted nor rejected
         tested = drafts.ids[:n_acc] if from_draft[-1] else drafts.ids
@@ -224,18 +237,33 @@ class SpeculativeLoop:
         self.drafter.accepted(drafts.verified, n_acc)  # (the memory counts its own drafts)
         n_forced = min(proposal.forced, len(drafts.ids))
         self.policy.observe(
-            batch=len(drafts.ids) + 1, tested=len(tested), accepted=n_acc,
+            batch=len(drafts.ids) + 1,
+            tested=len(tested),
+            accepted=n_acc,
             verify_seconds=0.0 if verify_start is None else time.perf_counter() - verify_start,
-            draft_seconds=draft_seconds, drafted=len(proposal.ids) - proposal.forced,
-            match_len=proposal.match_len, next_ok=next_ok(proposal, out, from_draft, n_acc, len(tested)),
-            after_break=proposal.after_break, forced=n_forced, source=proposal.source,
-            probs=proposal.probs)
+            draft_seconds=draft_seconds,
+            drafted=len(proposal.ids) - proposal.forced,
+            match_len=proposal.match_len,
+            next_ok=next_ok(proposal, out, from_draft, n_acc, len(tested)),
+            after_break=proposal.after_break,
+            forced=n_forced,
+            source=proposal.source,
+            probs=proposal.probs,
+        )
         self.rounds += 1
         source = proposal.source or self.drafter.name
         count_round(self.stats, len(tested), n_acc, n_forced, source)
-        info = Round(index=self.rounds, drafted=len(tested), accepted=n_acc, rejected=len(tested) - n_acc,
-                     k=self.policy.bound, drafter=self.drafter.name, rejected_ids=tuple(tested[n_acc:]),
-                     forced=n_forced, source=source if len(tested) > n_forced else "")
+        info = Round(
+            index=self.rounds,
+            drafted=len(tested),
+            accepted=n_acc,
+            rejected=len(tested) - n_acc,
+            k=self.policy.bound,
+            drafter=self.drafter.name,
+            rejected_ids=tuple(tested[n_acc:]),
+            forced=n_forced,
+            source=source if len(tested) > n_forced else "",
+        )
         return RoundResult(out, from_draft, info, lps)
 
     def _commit(self, out: list[int], n_acc: int) -> None:
@@ -302,9 +330,15 @@ class Drafts:
 Row = Callable[[int, Sequence[int]], np.ndarray]
 
 
-def accept(drafts: Sequence[int], row: Row, q: Sequence[np.ndarray | None] | None, params: SamplingParams,
-           rng: np.random.Generator, is_eog: Callable[[int], bool],
-           cut: int | None = None) -> tuple[list[int], list[bool], int]:
+def accept(
+    drafts: Sequence[int],
+    row: Row,
+    q: Sequence[np.ndarray | None] | None,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    is_eog: Callable[[int], bool],
+    cut: int | None = None,
+) -> tuple[list[int], list[bool], int]:
     """The tokens one round commits, whether each is a kept draft, and how many drafts
     were kept: the acceptance rules of the module docstring, nothing else (no cache, no
     policy). ``row(i, out)`` is p at verify row i as sampled (penalised for this
@@ -353,8 +387,7 @@ def accept(drafts: Sequence[int], row: Row, q: Sequence[np.ndarray | None] | Non
     return out, from_draft, len(drafts)
 
 
-def next_ok(proposal: Proposal, out: Sequence[int], from_draft: Sequence[bool], n_acc: int,
-            tested: int) -> bool | None:
+def next_ok(proposal: Proposal, out: Sequence[int], from_draft: Sequence[bool], n_acc: int, tested: int) -> bool | None:
     """A fixed proposal's first unverified id, when every tested draft was kept, is
     judged for free: the round's own next token is what verifying it would have tested
     (None: nothing is known)."""
@@ -388,19 +421,28 @@ def count_round(st: Stats, tested: int, n_acc: int, n_forced: int, source: str =
 
 def cut_proposal(proposal: Proposal, n: int) -> Proposal:
     """``proposal`` seen only up to ``n`` ids (a drafter may offer more than asked)."""
-    return replace(proposal, ids=list(proposal.ids[:n]), q=None if proposal.q is None else proposal.q[:n],
-                   confidence=tuple(proposal.confidence[:n]), after_break=tuple(proposal.after_break[:n]),
-                   probs=tuple(proposal.probs[:n]))
+    return replace(
+        proposal,
+        ids=list(proposal.ids[:n]),
+        q=None if proposal.q is None else proposal.q[:n],
+        confidence=tuple(proposal.confidence[:n]),
+        after_break=tuple(proposal.after_break[:n]),
+        probs=tuple(proposal.probs[:n]),
+    )
 
 
 def with_forced(proposal: Proposal, forced: Sequence[int]) -> Proposal:
     """The grammar's ``forced`` tokens followed by ``proposal``: a fixed proposal for the
     forced part (their rows of ``q`` are None), near-certain for the policy."""
     f = len(forced)
-    return replace(proposal, ids=[*forced, *proposal.ids], forced=f,
-                   q=None if proposal.q is None else [*([None] * f), *proposal.q],
-                   confidence=(*([1.0] * f), *proposal.confidence),
-                   after_break=(*([False] * f), *proposal.after_break) if proposal.after_break else ())
+    return replace(
+        proposal,
+        ids=[*forced, *proposal.ids],
+        forced=f,
+        q=None if proposal.q is None else [*([None] * f), *proposal.q],
+        confidence=(*([1.0] * f), *proposal.confidence),
+        after_break=(*([False] * f), *proposal.after_break) if proposal.after_break else (),
+    )
 
 
 def _recorded(row: Row) -> tuple[Row, list[np.ndarray]]:

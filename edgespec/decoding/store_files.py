@@ -53,9 +53,15 @@ class Refused(Unusable):
 
 
 def kind(mode: int) -> str:
-    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
-                       (stat.S_ISBLK, "a device")):
+    for test, name in (
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -66,8 +72,11 @@ def check_owner(path: Path, st: os.stat_result, what: str) -> None:
     if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
         raise Unusable(path, f"is owned by another user (uid {st.st_uid}); refused: use a {what} of your own")
     if st.st_mode & 0o022:
-        raise Unusable(path, f"is writable by others (mode {stat.S_IMODE(st.st_mode):o}); refused: "
-                             f"`chmod go-w` it or use a {what} of your own")
+        raise Unusable(
+            path,
+            f"is writable by others (mode {stat.S_IMODE(st.st_mode):o}); refused: "
+            f"`chmod go-w` it or use a {what} of your own",
+        )
 
 
 def check_folder(directory: Path, *, create: bool = False) -> bool:
@@ -167,8 +176,9 @@ def remove_stale_temps(path: Path) -> None:
     for stale in path.parent.glob(path.name + ".tmp-*"):
         try:
             st = os.lstat(stale)
-            if (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and \
-                    (not hasattr(os, "geteuid") or st.st_uid == os.geteuid()):
+            if (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and (
+                not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+            ):
                 os.unlink(stale)
         except OSError:
             continue
@@ -191,8 +201,13 @@ class StoreLock:
         return self.fd is not None
 
     def __enter__(self) -> "StoreLock":
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | \
-            getattr(os, "O_CLOEXEC", 0)
+        flags = (
+            os.O_RDWR
+            | os.O_CREAT
+            | getattr(os, "O_NOFOLLOW", 0)
+            | getattr(os, "O_NONBLOCK", 0)
+            | getattr(os, "O_CLOEXEC", 0)
+        )
         try:
             fd = os.open(self.path, flags, 0o600)
         except OSError as e:

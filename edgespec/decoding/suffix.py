@@ -76,8 +76,17 @@ class SuffixIndex:
     Positions are global and only grow: position p lives in slot ``p % cap``.
     """
 
-    def __init__(self, cap: int = DEFAULT_CAP, *, key_lens: Sequence[int] = (6, 2), max_match: int = 24,
-                 max_candidates: int = 32, alpha: float = 1.0, min_prob: float = 0.1, name: str = "global") -> None:
+    def __init__(
+        self,
+        cap: int = DEFAULT_CAP,
+        *,
+        key_lens: Sequence[int] = (6, 2),
+        max_match: int = 24,
+        max_candidates: int = 32,
+        alpha: float = 1.0,
+        min_prob: float = 0.1,
+        name: str = "global",
+    ) -> None:
         if cap < 1:
             raise ValueError("the cap must be at least one token")
         if not key_lens or min(key_lens) < 1 or max(key_lens) > max_match:
@@ -136,9 +145,20 @@ class SuffixIndex:
         length, longest first, ``prev``, ``kstart``, ``khash``, ``kend``) and the chain
         heads (one dict per key length). The live objects, not copies: read them before
         the next write. Open documents are not in it (``restore`` has none)."""
-        return {"cap": self.cap, "key_lens": self.key_lens, "start": self._start, "next": self._next,
-                "tok": self._tok, "back": self._back, "fwd": self._fwd, "prev": self._prev,
-                "kstart": self._kstart, "khash": self._khash, "kend": self._kend, "head": self._head}
+        return {
+            "cap": self.cap,
+            "key_lens": self.key_lens,
+            "start": self._start,
+            "next": self._next,
+            "tok": self._tok,
+            "back": self._back,
+            "fwd": self._fwd,
+            "prev": self._prev,
+            "kstart": self._kstart,
+            "khash": self._khash,
+            "kend": self._kend,
+            "head": self._head,
+        }
 
     @classmethod
     def restore(cls, snap: dict, **options) -> "SuffixIndex":
@@ -326,7 +346,7 @@ class SuffixIndex:
         for n, head, prev, kstart, _, _ in self._keys:
             if L < n:
                 continue
-            e = head.get(hash(tuple(context[L - n:])), -1)
+            e = head.get(hash(tuple(context[L - n :])), -1)
             best, occ, steps = 0, [], 0
             while e >= start and steps < 4 * self.max_candidates and len(occ) < self.max_candidates:
                 steps += 1

@@ -90,9 +90,12 @@ def check_meta(meta: dict) -> None:
         raise Corrupt("is corrupt (a cap under one token)")
     cap = _int(meta, "cap", 1, MAX_CAP)
     key_lens = meta.get("key_lens")
-    if not isinstance(key_lens, list) or not 1 <= len(key_lens) <= 8 or \
-            any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_KEY_LEN for k in key_lens) or \
-            key_lens != sorted(set(key_lens), reverse=True):
+    if (
+        not isinstance(key_lens, list)
+        or not 1 <= len(key_lens) <= 8
+        or any(isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_KEY_LEN for k in key_lens)
+        or key_lens != sorted(set(key_lens), reverse=True)
+    ):
         raise Corrupt("is corrupt (key lengths that are not distinct whole numbers, longest first)")
     start = _int(meta, "start", 0, 1 << 62)
     _int(meta, "next", start, 1 << 62)
@@ -101,21 +104,42 @@ def check_meta(meta: dict) -> None:
     for key in _COUNTERS:
         _int(meta, key, 0, (1 << 63) - 1)
     saved_at = meta.get("saved_at")
-    if isinstance(saved_at, bool) or not isinstance(saved_at, (int, float)) or not math.isfinite(saved_at) or \
-            not 0 <= saved_at < 1e11:
+    if (
+        isinstance(saved_at, bool)
+        or not isinstance(saved_at, (int, float))
+        or not math.isfinite(saved_at)
+        or not 0 <= saved_at < 1e11
+    ):
         raise Corrupt("is corrupt (an impossible save time)")
     models = meta.get("models", [])
-    if not isinstance(models, list) or len(models) > MAX_MODELS or \
-            any(not isinstance(m, str) or len(m) > 1024 for m in models):
+    if (
+        not isinstance(models, list)
+        or len(models) > MAX_MODELS
+        or any(not isinstance(m, str) or len(m) > 1024 for m in models)
+    ):
         raise Corrupt("is corrupt (model names that are not a short list of names)")
     probe = meta.get("hash_probe")
-    if not isinstance(probe, list) or len(probe) != len(key_lens) or \
-            any(isinstance(p, bool) or not isinstance(p, int) for p in probe):
+    if (
+        not isinstance(probe, list)
+        or len(probe) != len(key_lens)
+        or any(isinstance(p, bool) or not isinstance(p, int) for p in probe)
+    ):
         raise Corrupt("is corrupt (no hash probe)")
     arrays = meta.get("arrays")
-    if not isinstance(arrays, list) or len(arrays) > 8 + 6 * len(key_lens) or any(
-            not isinstance(a, list) or len(a) != 3 or not isinstance(a[0], str) or not isinstance(a[1], str)
-            or isinstance(a[2], bool) or not isinstance(a[2], int) or not 0 <= a[2] <= cap for a in arrays):
+    if (
+        not isinstance(arrays, list)
+        or len(arrays) > 8 + 6 * len(key_lens)
+        or any(
+            not isinstance(a, list)
+            or len(a) != 3
+            or not isinstance(a[0], str)
+            or not isinstance(a[1], str)
+            or isinstance(a[2], bool)
+            or not isinstance(a[2], int)
+            or not 0 <= a[2] <= cap
+            for a in arrays
+        )
+    ):
         raise Corrupt("is corrupt (an unreadable array layout)")
     lineage = meta.get("lineage")
     if lineage is not None and (not isinstance(lineage, str) or len(lineage) > 64):
@@ -138,17 +162,23 @@ def encode(snap: dict) -> tuple[list[tuple[str, np.ndarray]], int]:
         gone = END if keep_sentinels else -1  # an open document's OPEN becomes END: closed
         return np.where(inwin, np.where(v >= start, v - start, gone), -1).astype("<i4")
 
-    out = [("tok", np.where(inwin, np.frombuffer(snap["tok"], dtype=np.int32), 0).astype("<i4")),
-           ("back", rel(snap["back"])), ("fwd", rel(snap["fwd"], keep_sentinels=True))]
+    out = [
+        ("tok", np.where(inwin, np.frombuffer(snap["tok"], dtype=np.int32), 0).astype("<i4")),
+        ("back", rel(snap["back"])),
+        ("fwd", rel(snap["fwd"], keep_sentinels=True)),
+    ]
     for i, n_key in enumerate(snap["key_lens"]):
         kstart = rel(snap["kstart"][i])
         khash = np.where(kstart >= 0, np.frombuffer(snap["khash"][i], dtype=np.int64), 0).astype("<i8")
         head = snap["head"][i]
-        out += [(f"prev{n_key}", rel(snap["prev"][i])), (f"kstart{n_key}", kstart), (f"khash{n_key}", khash),
-                (f"kend{n_key}", rel(snap["kend"][i])),
-                (f"headkey{n_key}", np.fromiter(head.keys(), dtype="<i8", count=len(head))),
-                (f"headpos{n_key}", (np.fromiter(head.values(), dtype=np.int64, count=len(head)) - start)
-                 .astype("<i4"))]
+        out += [
+            (f"prev{n_key}", rel(snap["prev"][i])),
+            (f"kstart{n_key}", kstart),
+            (f"khash{n_key}", khash),
+            (f"kend{n_key}", rel(snap["kend"][i])),
+            (f"headkey{n_key}", np.fromiter(head.keys(), dtype="<i8", count=len(head))),
+            (f"headpos{n_key}", (np.fromiter(head.values(), dtype=np.int64, count=len(head)) - start).astype("<i4")),
+        ]
     documents = int(np.count_nonzero(inwin & (out[1][1] < 0)))
     return out, documents
 
@@ -172,15 +202,23 @@ def decode(meta: dict, payload: memoryview) -> dict:
     if at != len(payload):
         raise Corrupt("is corrupt (sizes disagree with its header)")
     per_token = ["tok", "back", "fwd", *(f"{a}{n}" for n in key_lens for a in ("prev", "kstart", "khash", "kend"))]
-    if any(name not in arrays for name in per_token) or \
-            any(f"head{a}{n}" not in arrays for n in key_lens for a in ("key", "pos")):
+    if any(name not in arrays for name in per_token) or any(
+        f"head{a}{n}" not in arrays for n in key_lens for a in ("key", "pos")
+    ):
         raise Corrupt("is corrupt (an array is missing)")
     n = len(arrays["tok"])
     window = nxt - start
     if int(meta["tokens"]) != window:
         raise Corrupt("is corrupt (sizes disagree with its header)")
-    if not key_lens or min(key_lens) < 1 or any(len(arrays[a]) != n for a in per_token) or \
-            n > cap or start < 0 or not 0 <= window <= n or (n < cap and nxt > n):
+    if (
+        not key_lens
+        or min(key_lens) < 1
+        or any(len(arrays[a]) != n for a in per_token)
+        or n > cap
+        or start < 0
+        or not 0 <= window <= n
+        or (n < cap and nxt > n)
+    ):
         raise Corrupt("is corrupt (its window disagrees with its arrays)")
     r = (np.arange(n, dtype=np.int64) - start) % cap  # each slot's position, relative to the start
     full = window == n  # every slot in the window (the ring at its cap): nothing to mask
@@ -195,9 +233,13 @@ def decode(meta: dict, payload: memoryview) -> dict:
     if bad(arrays["tok"], 0, 1 << 31) or bad(arrays["back"], -1, r) or bad(arrays["fwd"], r + 1, window, END):
         raise Corrupt("is corrupt (document links outside the window)")
     for k in key_lens:
-        if bad(arrays[f"prev{k}"], -1, r) or bad(arrays[f"kstart{k}"], -1, r + 1) or \
-                bad(arrays[f"kend{k}"], r, window, -1) or len(arrays[f"headkey{k}"]) != len(arrays[f"headpos{k}"]) \
-                or not np.all((arrays[f"headpos{k}"] >= 0) & (arrays[f"headpos{k}"] < window)):
+        if (
+            bad(arrays[f"prev{k}"], -1, r)
+            or bad(arrays[f"kstart{k}"], -1, r + 1)
+            or bad(arrays[f"kend{k}"], r, window, -1)
+            or len(arrays[f"headkey{k}"]) != len(arrays[f"headpos{k}"])
+            or not np.all((arrays[f"headpos{k}"] >= 0) & (arrays[f"headpos{k}"] < window))
+        ):
             raise Corrupt("is corrupt (chain links outside the window)")
 
     def as_array(v: np.ndarray, code: str) -> array:
@@ -212,16 +254,28 @@ def decode(meta: dict, payload: memoryview) -> dict:
         return as_array(v, "q")
 
     tok = as_array(arrays["tok"].astype(np.int32), "i")
-    snap = {"cap": cap, "key_lens": key_lens, "start": start, "next": nxt, "tok": tok,
-            "back": positions("back"), "fwd": positions("fwd"), "prev": [], "kstart": [], "khash": [],
-            "kend": [], "head": []}
+    snap = {
+        "cap": cap,
+        "key_lens": key_lens,
+        "start": start,
+        "next": nxt,
+        "tok": tok,
+        "back": positions("back"),
+        "fwd": positions("fwd"),
+        "prev": [],
+        "kstart": [],
+        "khash": [],
+        "kend": [],
+        "head": [],
+    }
     for k in key_lens:
         snap["prev"].append(positions(f"prev{k}"))
         snap["kstart"].append(positions(f"kstart{k}"))
         snap["khash"].append(as_array(arrays[f"khash{k}"].astype(np.int64), "q"))
         snap["kend"].append(positions(f"kend{k}"))
-        snap["head"].append(dict(zip(arrays[f"headkey{k}"].tolist(),
-                                     (arrays[f"headpos{k}"].astype(np.int64) + start).tolist())))
+        snap["head"].append(
+            dict(zip(arrays[f"headkey{k}"].tolist(), (arrays[f"headpos{k}"].astype(np.int64) + start).tolist()))
+        )
     return snap
 
 
@@ -255,17 +309,22 @@ def read_store(path: Path, identity: str | None, *, payload: bool = True) -> tup
 
 def _read_fd(path: Path, fd: int, size: int, identity: str | None, want_payload: bool) -> tuple[dict, memoryview]:
     head = store_files.read_exact(fd, HEAD.size, 0)
-    if len(head) < HEAD.size and MAGIC.startswith(head[:len(MAGIC)]):
+    if len(head) < HEAD.size and MAGIC.startswith(head[: len(MAGIC)]):
         raise Corrupt(f"is truncated ({len(head)} bytes, shorter than its header)")
     if not head.startswith(MAGIC):
         raise Corrupt("is not an edgespec suffix memory (no magic)")
     _, version, meta_len, payload_len, digest = HEAD.unpack(head)
     if version > FORMAT_VERSION:
-        raise Refused(path, f"has format version {version}, from a newer edgespec (this one reads "
-                             f"{FORMAT_VERSION}): not replaced; use that edgespec, or another EDGESPEC_MEMORY_DIR")
+        raise Refused(
+            path,
+            f"has format version {version}, from a newer edgespec (this one reads "
+            f"{FORMAT_VERSION}): not replaced; use that edgespec, or another EDGESPEC_MEMORY_DIR",
+        )
     if version != FORMAT_VERSION:
-        raise Corrupt(f"has format version {version}, this edgespec reads {FORMAT_VERSION} "
-                      f"(an older edgespec's: the next --remember run replaces it)")
+        raise Corrupt(
+            f"has format version {version}, this edgespec reads {FORMAT_VERSION} "
+            f"(an older edgespec's: the next --remember run replaces it)"
+        )
     body = size - HEAD.size
     if body < meta_len + payload_len:
         raise Corrupt(f"is truncated ({body} of {meta_len + payload_len} bytes after the header)")

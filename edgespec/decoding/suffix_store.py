@@ -62,8 +62,23 @@ from .suffix_codec import counters as _counters
 from .suffix_codec import decode as _decode
 from .suffix_codec import encode as _encode
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "MAX_CAP", "MAX_MODELS", "SUFFIX", "StoreStats", "SuffixStoreWarning",
-           "clear", "hash_probe", "load", "replay", "save", "stats", "store_dir", "store_path"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_CAP",
+    "MAX_MODELS",
+    "SUFFIX",
+    "StoreStats",
+    "SuffixStoreWarning",
+    "clear",
+    "hash_probe",
+    "load",
+    "replay",
+    "save",
+    "stats",
+    "store_dir",
+    "store_path",
+]
 SUFFIX = ".essuffix"
 _CLEAR_HINT = " (delete the file or run `edgespec memory clear` to silence this)"
 _NOT_SAVED = ", and this run's memory is not saved"
@@ -139,8 +154,14 @@ def _restored(meta: dict, payload: memoryview, cap: int | None, index_options: d
     return index, replayed
 
 
-def load(identity: str, *, cap: int | None = None, directory: Path | None = None,
-         warn: Callable[[str], None] | None = None, **index_options) -> SuffixIndex:
+def load(
+    identity: str,
+    *,
+    cap: int | None = None,
+    directory: Path | None = None,
+    warn: Callable[[str], None] | None = None,
+    **index_options,
+) -> SuffixIndex:
     """The saved index for this tokenizer, or an empty one (no file: silently; an
     unusable file or folder: one ``SuffixStoreWarning``, or one call of ``warn`` with its
     text). ``cap`` defaults to the saved cap; another one, other ``key_lens`` or another
@@ -160,8 +181,12 @@ def load(identity: str, *, cap: int | None = None, directory: Path | None = None
                 try:
                     index, replayed = _restored(meta, payload, cap, dict(index_options))
                 except (Corrupt, ValueError, OverflowError, MemoryError) as e:
-                    raise Unusable(path, str(e) if isinstance(e, Corrupt) else
-                                   f"is corrupt (an index this edgespec cannot rebuild: {e})") from None
+                    raise Unusable(
+                        path,
+                        str(e)
+                        if isinstance(e, Corrupt)
+                        else f"is corrupt (an index this edgespec cannot rebuild: {e})",
+                    ) from None
                 if not replayed:
                     origin.lineage, origin.base_next = meta.get("lineage"), meta["next"]
                 origin.counters, origin.stamp = _counters(meta), _stamp(meta)
@@ -285,11 +310,22 @@ def _write(path: Path, index: SuffixIndex, identity: str, models: list[str], lin
     snap = index.snapshot()
     arrays, documents = _encode(snap)
     fields = {
-        "identity": identity, "cap": index.cap, "key_lens": list(snap["key_lens"]), "start": snap["start"],
-        "next": snap["next"], "documents": documents, "tokens": snap["next"] - snap["start"],
-        "proposals": index.proposals, "hits": index.hits, "proposed": index.proposed,
-        "accepted": index.accepted_ids, "saved_at": time.time(), "models": models,
-        "hash_probe": hash_probe(snap["key_lens"]), "rates": index.rates.beta.state(), "lineage": lineage,
+        "identity": identity,
+        "cap": index.cap,
+        "key_lens": list(snap["key_lens"]),
+        "start": snap["start"],
+        "next": snap["next"],
+        "documents": documents,
+        "tokens": snap["next"] - snap["start"],
+        "proposals": index.proposals,
+        "hits": index.hits,
+        "proposed": index.proposed,
+        "accepted": index.accepted_ids,
+        "saved_at": time.time(),
+        "models": models,
+        "hash_probe": hash_probe(snap["key_lens"]),
+        "rates": index.rates.beta.state(),
+        "lineage": lineage,
         "arrays": [[name, a.dtype.str, len(a)] for name, a in arrays],
     }
     meta = json.dumps(fields).encode("utf-8")
@@ -379,11 +415,21 @@ def stats(directory: Path | None = None) -> list[StoreStats]:
         except Unusable as e:
             meta, problem = {}, e.why
         if problem:
-            out.append(StoreStats(path, str(meta.get("identity", "?")), size, 0, 0, 0, 0, 0, 0, 0.0,
-                                  problem=problem))
+            out.append(StoreStats(path, str(meta.get("identity", "?")), size, 0, 0, 0, 0, 0, 0, 0.0, problem=problem))
             continue
-        out.append(StoreStats(path, meta["identity"], size, meta["documents"], meta["tokens"],
-                              *_counters(meta), float(meta["saved_at"]), meta["cap"], tuple(meta["models"])))
+        out.append(
+            StoreStats(
+                path,
+                meta["identity"],
+                size,
+                meta["documents"],
+                meta["tokens"],
+                *_counters(meta),
+                float(meta["saved_at"]),
+                meta["cap"],
+                tuple(meta["models"]),
+            )
+        )
     return out
 
 

@@ -27,7 +27,7 @@ class TextAssembler:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = [s for s in stops if s]
-        self.text = ""       # released text
+        self.text = ""  # released text
         self._held = ""
         self.hit = False
 

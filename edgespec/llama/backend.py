@@ -13,7 +13,8 @@ import threading
 from collections import deque
 
 try:  # pragma: no cover - exercised only when the package is broken
-    import llama_cpp as _llama, llama_cpp._ggml as _ggml_binding  # noqa: E401 - one door, one statement
+    import llama_cpp as _llama  # noqa: E401 - one door, one statement
+    import llama_cpp._ggml as _ggml_binding
 except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSError etc.
     raise ImportError(
         "edgespec needs llama-cpp-python==0.3.36 with its compiled library; "
@@ -28,6 +29,7 @@ def _ggml_library() -> ctypes.CDLL:
     """libggml (the backend registry; libggml-base's symbols resolve through it), for the
     device and RPC calls the Python binding does not declare (see ``rpc.py``)."""
     return _ggml_binding.libggml
+
 
 # --------------------------------------------------------------------------------------
 # Logging: llama.cpp talks a lot on stderr. Keep its recent lines so an error message can
@@ -117,4 +119,3 @@ def default_threads() -> int:
     except Exception:  # noqa: BLE001
         n = None
     return max(1, n or os.cpu_count() or 1)
-

@@ -45,11 +45,15 @@ def _compile(source: str):
     def strftime_now(fmt: str) -> str:
         return datetime.datetime.now().strftime(fmt)
 
-    def tojson(value: Any, indent: int | None = None, separators: tuple | None = None,
-               sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+    def tojson(
+        value: Any,
+        indent: int | None = None,
+        separators: tuple | None = None,
+        sort_keys: bool = False,
+        ensure_ascii: bool = False,
+    ) -> str:
         # transformers' filter: what the templates were written (and the models trained) with
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     # transformers' environment: also {% break %} and {% continue %}, which some templates use
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
@@ -105,8 +109,14 @@ def _template_call(i: int, call: Any) -> dict:
     return {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
-def render(model, messages: Sequence[dict], *, add_generation_prompt: bool = True,
-           tools: Sequence[dict] | None = None, continue_final: bool = False) -> str:
+def render(
+    model,
+    messages: Sequence[dict],
+    *,
+    add_generation_prompt: bool = True,
+    tools: Sequence[dict] | None = None,
+    continue_final: bool = False,
+) -> str:
     """``messages`` rendered with ``model``'s template (an ``edgespec.llama.Model``);
     ``tools`` (OpenAI's tool objects) go to the template as its ``tools``.
 
@@ -146,9 +156,10 @@ def _render_open(model, messages: Sequence[dict], msgs: list[dict], tools: Seque
     for written in (content, content.strip()):  # templates may strip a message's text
         at = text.rfind(written)
         if at >= 0:
-            return text[:at + len(written)]
-    raise InputError("the model's chat template does not write the final assistant message as it was sent, "
-                     "so it cannot be continued")
+            return text[: at + len(written)]
+    raise InputError(
+        "the model's chat template does not write the final assistant message as it was sent, so it cannot be continued"
+    )
 
 
 def tokenize_rendered(model, text: str) -> list[int]:

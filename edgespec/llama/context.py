@@ -15,8 +15,10 @@ from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
 from .model import Model
 from .rpc import watch
 
-def create_context(model: Model, *, n_ctx: int, n_batch: int, n_threads: int,
-                   n_threads_batch: int | None = None, n_seq_max: int = 1) -> tuple:
+
+def create_context(
+    model: Model, *, n_ctx: int, n_batch: int, n_threads: int, n_threads_batch: int | None = None, n_seq_max: int = 1
+) -> tuple:
     """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
 
     With several sequences on llama.cpp's kernels the KV memory is one unified pool
@@ -65,13 +67,26 @@ class _LlamaContext:
     logits read, and the checked removal of a sequence's tail. ``Context`` (sequence 0)
     and ``multi.MultiContext`` (many sequences) add their own bookkeeping."""
 
-    def __init__(self, model: Model, *, n_ctx: int, n_batch: int, n_threads: int | None,
-                 n_threads_batch: int | None = None, n_seq_max: int = 1) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int | None,
+        n_threads_batch: int | None = None,
+        n_seq_max: int = 1,
+    ) -> None:
         self.model = model
         self.n_threads = n_threads or default_threads()
         self._ptr, self.batch_invariant = create_context(
-            model, n_ctx=n_ctx, n_batch=n_batch, n_threads=self.n_threads,
-            n_threads_batch=n_threads_batch, n_seq_max=n_seq_max)
+            model,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=self.n_threads,
+            n_threads_batch=n_threads_batch,
+            n_seq_max=n_seq_max,
+        )
         self._mem = _llama.llama_get_memory(self._ptr)
         self.n_ctx: int = _llama.llama_n_ctx(self._ptr)
         self.n_batch: int = _llama.llama_n_batch(self._ptr)
@@ -158,8 +173,7 @@ class Context(_LlamaContext):
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
     ) -> None:
-        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
-                         n_threads_batch=n_threads_batch)
+        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_batch=n_threads_batch)
         self.tokens: list[int] = []
         b = self._batch
         for i in range(self.n_batch):

@@ -31,9 +31,9 @@ from edgespec.errors import InputError
 
 from .backend import _llama
 
-REPO_NAME = "myproject"   # llama-server's fixed project and file names
+REPO_NAME = "myproject"  # llama-server's fixed project and file names
 FILE_NAME = "filename"
-DEFAULT_N_BATCH = 2048    # llama-server's default --batch-size, the budget of prefix and suffix
+DEFAULT_N_BATCH = 2048  # llama-server's default --batch-size, the budget of prefix and suffix
 CHUNK_SEPARATOR = "\n\n--- snippet ---\n\n"  # between extra chunks, without <|file_sep|>
 
 
@@ -78,19 +78,36 @@ def fim_tokens(model) -> FimTokens:
     missing = [name for name, t in (("prefix", pre), ("suffix", suf), ("middle", mid)) if t is None]
     if missing:
         names = " and ".join(", ".join(missing).rsplit(", ", 1)) + (" tokens" if len(missing) > 1 else " token")
-        raise NoFimTokens(f"infill is not supported by this model: its vocabulary has no fill-in-the-middle "
-                          f"{names} (use a code model trained for infill, such as Qwen2.5-Coder)")
-    return FimTokens(pre=pre, suf=suf, mid=mid, pad=get(_llama.llama_vocab_fim_pad),
-                     rep=get(_llama.llama_vocab_fim_rep), sep=get(_llama.llama_vocab_fim_sep))
+        raise NoFimTokens(
+            f"infill is not supported by this model: its vocabulary has no fill-in-the-middle "
+            f"{names} (use a code model trained for infill, such as Qwen2.5-Coder)"
+        )
+    return FimTokens(
+        pre=pre,
+        suf=suf,
+        mid=mid,
+        pad=get(_llama.llama_vocab_fim_pad),
+        rep=get(_llama.llama_vocab_fim_rep),
+        sep=get(_llama.llama_vocab_fim_sep),
+    )
 
 
 def _text(model, text: str) -> list[int]:
     return model.tokenize(text, add_special=False, parse_special=False) if text else []
 
 
-def infill_prompt(model, fim: FimTokens, *, prefix: str, suffix: str, prompt: str = "",
-                  extra: Sequence[ExtraChunk] = (), n_ctx: int, n_batch: int = DEFAULT_N_BATCH,
-                  n_predict: int = -1) -> list[int]:
+def infill_prompt(
+    model,
+    fim: FimTokens,
+    *,
+    prefix: str,
+    suffix: str,
+    prompt: str = "",
+    extra: Sequence[ExtraChunk] = (),
+    n_ctx: int,
+    n_batch: int = DEFAULT_N_BATCH,
+    n_predict: int = -1,
+) -> list[int]:
     """The token ids of an infill request (see the module's docstring for the layout
     and the budgets). ``n_batch`` above ``n_ctx / 2`` is taken as ``n_ctx / 2``, so that
     a small context keeps room for the middle."""
@@ -112,8 +129,8 @@ def infill_prompt(model, fim: FimTokens, *, prefix: str, suffix: str, prompt: st
     n_suffix = min(len(suffix_ids), max(0, n_batch // 4 - (2 + len(prompt_ids))))
     n_extra = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra_ids))
     ids = [model.bos] if model.add_bos and model.bos >= 0 else []
-    ids += extra_ids[len(extra_ids) - n_extra:]
-    ids += [fim.pre, *prefix_ids[len(prefix_ids) - n_prefix:], *prompt_ids]
+    ids += extra_ids[len(extra_ids) - n_extra :]
+    ids += [fim.pre, *prefix_ids[len(prefix_ids) - n_prefix :], *prompt_ids]
     ids += [fim.suf, *suffix_ids[:n_suffix], fim.mid]
     return ids
 

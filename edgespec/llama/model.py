@@ -28,8 +28,7 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
         raise ModelFileError(
-            f"model file not found: {p}. Check the path, or use a catalog name "
-            "(`edgespec models list`)."
+            f"model file not found: {p}. Check the path, or use a catalog name (`edgespec models list`)."
         )
     if p.is_dir():
         raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
@@ -46,9 +45,7 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
         )
     (version,) = struct.unpack("<I", head[4:8])
     if version not in (2, 3):
-        raise ModelFileError(
-            f"unsupported GGUF version {version} in {p} (llama.cpp reads versions 2 and 3)"
-        )
+        raise ModelFileError(f"unsupported GGUF version {version} in {p} (llama.cpp reads versions 2 and 3)")
     return p
 
 
@@ -114,9 +111,7 @@ class Model:
         self.n_layer: int = _llama.llama_model_n_layer(ptr)
         self.size_bytes: int = _llama.llama_model_size(ptr)
         self.n_params: int = _llama.llama_model_n_params(ptr)
-        self.is_recurrent: bool = bool(_llama.llama_model_is_recurrent(ptr)) or bool(
-            _llama.llama_model_is_hybrid(ptr)
-        )
+        self.is_recurrent: bool = bool(_llama.llama_model_is_recurrent(ptr)) or bool(_llama.llama_model_is_hybrid(ptr))
         self._piece_cache: dict[int, bytes] = {}
         self._eog_cache: dict[int, bool] = {}
 
@@ -128,10 +123,11 @@ class Model:
         elif _rpc.registered():
             devices = _rpc.local_devices()
         if tensor_split:
-            if devices is None or len(tensor_split) != len(devices) or min(tensor_split) < 0 \
-                    or sum(tensor_split) <= 0:
-                raise InputError(f"--tensor-split needs one non-negative share per RPC device "
-                                 f"({len(devices or ())} here), not {list(tensor_split)}")
+            if devices is None or len(tensor_split) != len(devices) or min(tensor_split) < 0 or sum(tensor_split) <= 0:
+                raise InputError(
+                    f"--tensor-split needs one non-negative share per RPC device "
+                    f"({len(devices or ())} here), not {list(tensor_split)}"
+                )
             self._split = _rpc.tensor_split_array(tensor_split)
             params.tensor_split = self._split
         if devices is not None:
@@ -290,9 +286,7 @@ class Model:
         return list(arr[:n])
 
     def detokenize(self, tokens: Iterable[int], *, special: bool = False) -> str:
-        return b"".join(self.token_to_bytes(t, special) for t in tokens).decode(
-            "utf-8", errors="replace"
-        )
+        return b"".join(self.token_to_bytes(t, special) for t in tokens).decode("utf-8", errors="replace")
 
 
 class Detokenizer:

@@ -28,8 +28,9 @@ Part = tuple[int, Sequence[int], Sequence[int]]
 class MultiContext(_LlamaContext):
     """A llama.cpp context holding up to ``n_seq`` sequences in one KV pool of ``n_ctx``."""
 
-    def __init__(self, model: Model, *, n_seq: int, n_ctx: int, n_batch: int = 512,
-                 n_threads: int | None = None) -> None:
+    def __init__(
+        self, model: Model, *, n_seq: int, n_ctx: int, n_batch: int = 512, n_threads: int | None = None
+    ) -> None:
         if n_seq < 1:
             raise ValueError("n_seq must be at least 1")
         super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq)
@@ -60,8 +61,8 @@ class MultiContext(_LlamaContext):
         for s, toks, rows in parts:
             m = len(toks)
             start = len(self.tokens[s])
-            self._b_token[i:i + m] = np.asarray(toks, dtype=np.int32)
-            self._b_pos[i:i + m] = np.arange(start, start + m, dtype=np.int32)
+            self._b_token[i : i + m] = np.asarray(toks, dtype=np.int32)
+            self._b_pos[i : i + m] = np.arange(start, start + m, dtype=np.int32)
             for j in range(i, i + m):
                 if self._seq_of_row[j] != s:
                     b.seq_id[j][0] = s
@@ -87,7 +88,7 @@ class MultiContext(_LlamaContext):
         arr = self._logits(n_out)  # one row per flagged token, in batch order
         result, k = [], 0
         for _, _, rows in parts:
-            result.append(np.array(in_row_order(arr[k:k + len(rows)], rows)))
+            result.append(np.array(in_row_order(arr[k : k + len(rows)], rows)))
             k += len(rows)
         return result
 

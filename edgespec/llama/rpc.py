@@ -37,8 +37,17 @@ from typing import Callable, Sequence
 from ..errors import InputError, RpcError, RpcServerLost
 from .backend import _ensure_backend, _ggml_library, _llama
 from .rpc_endpoints import (  # noqa: F401 - re-exported: the endpoints are part of this module's API
-    DEFAULT_PORT, RPC_PROTO_MAJOR, RPC_PROTO_MINOR, Endpoint, _hello, check_distinct, check_servers, endpoints,
-    parse_endpoints, probe, resolve,
+    DEFAULT_PORT,
+    RPC_PROTO_MAJOR,
+    RPC_PROTO_MINOR,
+    Endpoint,
+    _hello,
+    check_distinct,
+    check_servers,
+    endpoints,
+    parse_endpoints,
+    probe,
+    resolve,
 )
 
 _DEV_TYPE_CPU, _DEV_TYPE_GPU, _DEV_TYPE_IGPU = 0, 1, 2
@@ -97,7 +106,8 @@ def _proc(name: bytes) -> int:
         raise RpcError(
             "this llama.cpp build has no RPC backend; reinstall llama-cpp-python with it: "
             'CMAKE_ARGS="-DGGML_RPC=on" pip install --no-cache-dir --force-reinstall --no-deps '
-            "llama-cpp-python==0.3.36")
+            "llama-cpp-python==0.3.36"
+        )
     fn = _ggml().ggml_backend_reg_get_proc_address(reg, name)
     if not fn:
         raise RpcError(f"this llama.cpp's RPC backend has no {name.decode()}")
@@ -144,8 +154,10 @@ def local_devices() -> list[int]:
     out = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        if lib.ggml_backend_dev_type(dev) in (_DEV_TYPE_GPU, _DEV_TYPE_IGPU) and \
-                lib.ggml_backend_dev_backend_reg(dev) != rpc:
+        if (
+            lib.ggml_backend_dev_type(dev) in (_DEV_TYPE_GPU, _DEV_TYPE_IGPU)
+            and lib.ggml_backend_dev_backend_reg(dev) != rpc
+        ):
             out.append(dev)
     return out
 
@@ -203,8 +215,11 @@ def _on_abort(message: bytes) -> None:
     try:
         if _handler and _registered and ("RPC" in text or any(str(ep) in text for ep in _registered)):
             ep, how = lost_endpoint(tuple(_registered))
-            where = f"lost the RPC server {ep} mid-generation ({how})" if ep else \
-                f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
+            where = (
+                f"lost the RPC server {ep} mid-generation ({how})"
+                if ep
+                else f"an RPC server failed mid-generation ({how}; one of {', '.join(map(str, _registered))})"
+            )
             _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it", endpoint=str(ep or "")))
         else:
             os.write(2, text.encode() + b"\n")  # what ggml prints when no callback is set
@@ -288,13 +303,23 @@ class _Watchdog:
             eps, during = self._endpoints, self._during
             ep, how = lost_endpoint(eps)
             if ep is None:
-                how = f"no answer for {round(limit, 1):g} s: frozen, busy with another client, or its link went " \
-                      "silent without closing"
+                how = (
+                    f"no answer for {round(limit, 1):g} s: frozen, busy with another client, or its link went "
+                    "silent without closing"
+                )
                 ep = eps[0] if len(eps) == 1 else None
-            where = f"lost the RPC server {ep} {during} ({how})" if ep else \
-                f"an RPC server stopped answering {during} ({how}; one of {', '.join(map(str, eps))})"
-            _report(RpcServerLost(f"{where}; llama.cpp cannot go on without it (if the server is only slow, "
-                                  f"set {WATCHDOG_ENV} to more seconds)", endpoint=str(ep or "")))
+            where = (
+                f"lost the RPC server {ep} {during} ({how})"
+                if ep
+                else f"an RPC server stopped answering {during} ({how}; one of {', '.join(map(str, eps))})"
+            )
+            _report(
+                RpcServerLost(
+                    f"{where}; llama.cpp cannot go on without it (if the server is only slow, "
+                    f"set {WATCHDOG_ENV} to more seconds)",
+                    endpoint=str(ep or ""),
+                )
+            )
             return
 
 
@@ -321,6 +346,7 @@ class watch:
 def load_progress() -> object:
     """A ``llama_model_params.progress_callback`` for a load under ``watch``: each tensor
     loaded restarts the silence (keep the object alive for the whole load)."""
+
     def progress(_fraction: float, _data: object) -> bool:
         _watchdog.touch()
         return True
@@ -329,6 +355,7 @@ def load_progress() -> object:
 
 
 # -- running a server ----------------------------------------------------------------------
+
 
 def server_devices() -> list[int]:
     """What an RPC server offers, as llama.cpp's rpc-server picks it: the local GPUs, or
@@ -356,8 +383,9 @@ def describe_device(dev: int) -> str:
 def serve(host: str, port: int, n_threads: int) -> None:
     """Run llama.cpp's RPC server on ``host:port`` (blocks; returns only if it fails)."""
     devs = server_devices()
-    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
-                             ctypes.c_void_p)(_proc(b"ggml_backend_rpc_start_server"))
+    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p)(
+        _proc(b"ggml_backend_rpc_start_server")
+    )
     arr = device_array(devs)
     start(f"{host}:{port}".encode(), None, n_threads, len(devs), ctypes.cast(arr, ctypes.c_void_p))
     raise RpcError(f"the RPC server on {host}:{port} stopped (llama.cpp printed why above)")

@@ -69,11 +69,15 @@ def _is_ipv6(text: str) -> bool:
 def _parse_one(part: str) -> Endpoint:
     colons = part.count(":")
     if part.startswith("[") or (colons > 1 and (_is_ipv6(part) or _is_ipv6(part.rpartition(":")[0]))):
-        raise InputError(f"--rpc: {part!r} is an IPv6 address; llama.cpp's RPC client takes IPv4 addresses "
-                         f"or host names ({_EXAMPLE})")
+        raise InputError(
+            f"--rpc: {part!r} is an IPv6 address; llama.cpp's RPC client takes IPv4 addresses "
+            f"or host names ({_EXAMPLE})"
+        )
     if colons > 1:
-        raise InputError(f"--rpc: {part!r} has {colons} colons where HOST:PORT has one ({_EXAMPLE}; "
-                         "an IPv6 address would need [brackets], and llama.cpp's RPC client takes none)")
+        raise InputError(
+            f"--rpc: {part!r} has {colons} colons where HOST:PORT has one ({_EXAMPLE}; "
+            "an IPv6 address would need [brackets], and llama.cpp's RPC client takes none)"
+        )
     host, sep, port = part.partition(":")
     if not sep or not host or not port:
         raise InputError(f"--rpc: {part!r} is not HOST:PORT ({_EXAMPLE})")
@@ -123,6 +127,7 @@ def resolve(ep: Endpoint) -> tuple[str, int]:
 
 
 # -- the hello -------------------------------------------------------------------------
+
 
 def _open(ep: Endpoint, timeout: float) -> socket.socket | tuple[str, str]:
     """A connection to ``ep`` with the hello sent, or (found, detail) when there is none."""
@@ -188,19 +193,21 @@ def _hello(ep: Endpoint, timeout: float) -> tuple[str, str]:
 
 
 def _failure(ep: Endpoint, found: str, detail: str, timeout: float) -> RpcError:
-    return RpcError({
-        "refused": f"RPC server {ep}: nothing listens there (connection refused); start one on that machine "
-                   f"with `edgespec rpc-server --host ADDRESS --port {ep.port}`",
-        "unreachable": f"RPC server {ep}: cannot connect ({detail}; machine down, wrong address, or a firewall)",
-        "silent": f"{ep} accepted the connection but did not answer the RPC hello within {timeout:g} s: it is not "
-                  "an RPC server, or another client is using it (an RPC server serves one client at a time)",
-        "closed": f"{ep} hung up at the RPC hello ({detail}): not a llama.cpp RPC server, or one of another "
-                  f"protocol than {RPC_PROTO_MAJOR}.x",
-        "foreign": f"{ep} is not a llama.cpp RPC server: it answered {detail!r}"
-                   + (" (an HTTP server)" if detail.startswith(("HTTP/", "<!DOCTYPE", "<html")) else ""),
-        "version": f"RPC server {ep} speaks protocol {detail}; this llama.cpp speaks {RPC_PROTO_MAJOR}."
-                   f"{RPC_PROTO_MINOR}: run the same llama.cpp version on both ends",
-    }[found])
+    return RpcError(
+        {
+            "refused": f"RPC server {ep}: nothing listens there (connection refused); start one on that machine "
+            f"with `edgespec rpc-server --host ADDRESS --port {ep.port}`",
+            "unreachable": f"RPC server {ep}: cannot connect ({detail}; machine down, wrong address, or a firewall)",
+            "silent": f"{ep} accepted the connection but did not answer the RPC hello within {timeout:g} s: it is not "
+            "an RPC server, or another client is using it (an RPC server serves one client at a time)",
+            "closed": f"{ep} hung up at the RPC hello ({detail}): not a llama.cpp RPC server, or one of another "
+            f"protocol than {RPC_PROTO_MAJOR}.x",
+            "foreign": f"{ep} is not a llama.cpp RPC server: it answered {detail!r}"
+            + (" (an HTTP server)" if detail.startswith(("HTTP/", "<!DOCTYPE", "<html")) else ""),
+            "version": f"RPC server {ep} speaks protocol {detail}; this llama.cpp speaks {RPC_PROTO_MAJOR}."
+            f"{RPC_PROTO_MINOR}: run the same llama.cpp version on both ends",
+        }[found]
+    )
 
 
 def probe(ep: Endpoint, timeout: float = 5.0) -> str:
@@ -220,7 +227,8 @@ def check_distinct(eps: Sequence[Endpoint]) -> None:
         if addr in seen:
             raise InputError(
                 f"--rpc: {seen[addr]} and {ep} are the same server ({addr[0]}:{addr[1]}); name each server once "
-                "(a server serves one client at a time, so llama.cpp would wait forever for the second)")
+                "(a server serves one client at a time, so llama.cpp would wait forever for the second)"
+            )
         seen[addr] = ep
 
 
@@ -253,7 +261,8 @@ def check_servers(eps: Sequence[Endpoint], timeout: float = 5.0) -> list[str]:
                     raise InputError(
                         f"--rpc: {prev} and {ep} are the same server ({ep} answered only once {prev} let go); "
                         "name each server once (a server serves one client at a time, so llama.cpp would "
-                        "wait forever for the second)")
+                        "wait forever for the second)"
+                    )
             if found == "silent":
                 found, detail = _answer(sock, max(timeout - (time.monotonic() - start), 0.001))
             if found != "ok":

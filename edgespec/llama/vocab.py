@@ -59,8 +59,13 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
             )
 
 
-def check_vocab_files(target_path: str | os.PathLike, draft_path: str | os.PathLike, *,
-                      target_name: str | None = None, draft_name: str | None = None) -> None:
+def check_vocab_files(
+    target_path: str | os.PathLike,
+    draft_path: str | os.PathLike,
+    *,
+    target_name: str | None = None,
+    draft_name: str | None = None,
+) -> None:
     """``check_vocab_compatible`` on two files, loading only their vocabularies; the
     message names them ``target_name`` and ``draft_name`` (default: their file names)."""
     t = Model(target_path, vocab_only=True)

@@ -21,8 +21,7 @@ def fresh_memory(engine: Any) -> SuffixIndex | bool:
     return SuffixIndex(cap) if cap else False
 
 
-def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int | str, *,
-                     max_tokens: int) -> dict:
+def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int | str, *, max_tokens: int) -> dict:
     """The prompts one at a time (``engine.generate``) against all of them through
     ``engine.generate_many(parallel=...)``, side by side on one engine: generated tokens
     over wall time, prompt processing included (a batch job's throughput). Each side
@@ -42,20 +41,23 @@ def batch_throughput(engine: Any, prompts: Sequence[BenchPrompt], parallel: int 
     par_s = time.perf_counter() - t0
     seq_rate, par_rate = seq_tokens / seq_s, par_tokens / par_s
     return {
-        "n_parallel": run.n_parallel, "reason": run.parallel_reason,
+        "n_parallel": run.n_parallel,
+        "reason": run.parallel_reason,
         "sequential_tokens_per_second": round(seq_rate, 3),
         "parallel_tokens_per_second": round(par_rate, 3),
         "speedup": round(par_rate / seq_rate, 3) if seq_rate else None,
         "mean_running": round(run.stats.mean_running, 2),
-        "drafted": run.stats.drafted, "accepted": run.stats.accepted,
+        "drafted": run.stats.drafted,
+        "accepted": run.stats.accepted,
     }
 
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
-def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
-                 context: int = 100, repeats: int = 3) -> dict[int, float]:
+def time_batches(
+    model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *, context: int = 100, repeats: int = 3
+) -> dict[int, float]:
     """Seconds of one decode of n sequences, one new token each (logits at every row),
     each sequence holding ``context`` tokens: what a step of ``generate --parallel n``
     costs. Median of ``repeats`` after a discarded first decode."""
@@ -65,8 +67,7 @@ def time_batches(model: Any, n_threads: int, ns: Sequence[int] = BATCH_SIZES, *,
     span = max(1, min(1000, model.n_vocab - 10))  # ordinary ids of any vocabulary
     prefix = [(i * 37) % span + 5 for i in range(context)]
     for n in ns:
-        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n),
-                           n_threads=n_threads)
+        ctx = MultiContext(model, n_seq=n, n_ctx=n * (context + repeats + 8), n_batch=max(512, n), n_threads=n_threads)
         try:
             for s in range(n):
                 ctx.decode([(s, prefix, ())])

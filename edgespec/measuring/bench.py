@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..costmodel.adaptive import estimate_alpha
+from ..errors import InputError
+from ..events import Done, Round
 from .batches import fresh_memory
 from .prompts import BenchPrompt
-from ..events import Done, Round
-from ..errors import InputError
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,14 @@ class Config:
         return f"{self.drafter} k={self.k}" + (" adaptive" if self.adaptive_k else "")
 
     def to_dict(self) -> dict:
-        return {"config": self.name, "drafter": self.drafter, "k": self.k if self.drafter != "none" else 0,
-                "adaptive_k": self.adaptive_k, "k_max": self.k_max, "p_min": self.p_min}
+        return {
+            "config": self.name,
+            "drafter": self.drafter,
+            "k": self.k if self.drafter != "none" else 0,
+            "adaptive_k": self.adaptive_k,
+            "k_max": self.k_max,
+            "p_min": self.p_min,
+        }
 
 
 PLAIN = Config("none", label="plain")
@@ -106,13 +112,13 @@ class Run:
     prompt_id: str
     kind: str
     token_ids: tuple[int, ...]
-    seconds: float          # the loop's wall time (Stats.t_generate)
+    seconds: float  # the loop's wall time (Stats.t_generate)
     rounds: int
     drafted: int
     accepted: int
-    rounds_drafting: int    # rounds in which the drafter proposed something
-    rounds_rejected: int    # rounds that ended in a rejected draft
-    t_draft: float          # seconds inside the drafter's propose()
+    rounds_drafting: int  # rounds in which the drafter proposed something
+    rounds_rejected: int  # rounds that ended in a rejected draft
+    t_draft: float  # seconds inside the drafter's propose()
 
     @property
     def tokens(self) -> int:
@@ -122,15 +128,22 @@ class Run:
 ProgressFn = Callable[[int, int, str, str], None]  # (done, total, config name, prompt id)
 
 
-def run_once(engine: Any, prompt: BenchPrompt, cfg: Config, *, max_tokens: int,
-             temperature: float = 0.0, seed: int | None = None, memory: Any = True) -> Run:
+def run_once(
+    engine: Any,
+    prompt: BenchPrompt,
+    cfg: Config,
+    *,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    memory: Any = True,
+) -> Run:
     """Generate once from ``prompt`` with ``cfg`` and record what happened (``memory``:
     the memory of earlier answers it drafts from, as ``Engine.prepare`` takes it)."""
     configure(engine, cfg)
     drafting = rejected = 0
     done: Done | None = None
-    for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                            memory=memory):
+    for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, memory=memory):
         if isinstance(ev, Round):
             drafting += ev.drafted > 0
             rejected += ev.rejected > 0
@@ -138,8 +151,19 @@ def run_once(engine: Any, prompt: BenchPrompt, cfg: Config, *, max_tokens: int,
             done = ev
     assert done is not None
     s = done.stats
-    return Run(cfg.name, prompt.id, prompt.kind, tuple(done.token_ids), s.t_generate, s.rounds,
-               s.drafted, s.accepted, drafting, rejected, s.t_draft)
+    return Run(
+        cfg.name,
+        prompt.id,
+        prompt.kind,
+        tuple(done.token_ids),
+        s.t_generate,
+        s.rounds,
+        s.drafted,
+        s.accepted,
+        drafting,
+        rejected,
+        s.t_draft,
+    )
 
 
 def measure(
@@ -180,8 +204,9 @@ def measure(
         nonlocal done
         # temperature > 0: the same seed for every config, so all see the same draws
         eng = fast_engine if cfg.kernels == "fast" else engine
-        run = run_once(eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                       memory=memories[cfg.name])
+        run = run_once(
+            eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed, memory=memories[cfg.name]
+        )
         done += 1
         if progress is not None:
             progress(done, total, cfg.name, prompt.id)
@@ -215,12 +240,12 @@ class Summary:
     config: Config
     tokens: int
     seconds: float
-    speedup: float                # tokens/s over plain decoding's
+    speedup: float  # tokens/s over plain decoding's
     acceptance_rate: float | None  # accepted / drafted (None: drafted nothing)
     mean_accepted_length: float | None  # accepted drafts per round
-    alpha: float | None           # per-token acceptance, the cost model's α
-    hit: float | None             # share of rounds in which the drafter proposed
-    identical: bool | None        # same token ids as plain decoding (temperature 0 only)
+    alpha: float | None  # per-token acceptance, the cost model's α
+    hit: float | None  # share of rounds in which the drafter proposed
+    identical: bool | None  # same token ids as plain decoding (temperature 0 only)
     by_kind: dict[str, float] = field(default_factory=dict)  # speedup per prompt kind
     runs: tuple[Run, ...] = ()
 
@@ -265,8 +290,9 @@ def pooled_alpha(runs: Iterable[Run]) -> tuple[float | None, float | None]:
     return alpha, hit
 
 
-def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool,
-              reference: Sequence[Run] | None = None) -> Summary:
+def summarize(
+    cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool, reference: Sequence[Run] | None = None
+) -> Summary:
     """``cfg``'s runs against plain decoding's runs on the same prompts: speed against
     ``plain``, token identity (when ``greedy``) against ``reference`` (default ``plain``)."""
     base = rate(plain)
@@ -301,9 +327,9 @@ def summarize(cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy:
 @dataclass(frozen=True)
 class BenchReport:
     plain: Summary
-    results: tuple[Summary, ...]   # the candidate grid
-    auto: Summary                  # the automatic choice (plain's own runs if it is plain)
-    auto_plan: dict                # drafter, k, predicted_speedup, reason of the choice
+    results: tuple[Summary, ...]  # the candidate grid
+    auto: Summary  # the automatic choice (plain's own runs if it is plain)
+    auto_plan: dict  # drafter, k, predicted_speedup, reason of the choice
     settings: dict
 
     @property
@@ -355,18 +381,29 @@ def bench_report(
     plain_cfg = PLAIN_FAST if fast_engine is not None else PLAIN
     ref_cfg = PLAIN_EXACT if fast_engine is not None else PLAIN
     auto_is_plain = auto.drafter == "none"
-    auto_cfg = auto if auto.label else Config(auto.drafter, auto.k, auto.adaptive_k, auto.k_max,
-                                              auto.p_min, label=f"auto: {auto.name}")
+    auto_cfg = (
+        auto
+        if auto.label
+        else Config(auto.drafter, auto.k, auto.adaptive_k, auto.k_max, auto.p_min, label=f"auto: {auto.name}")
+    )
     configs = list(dict.fromkeys([plain_cfg, ref_cfg, *candidates] + ([] if auto_is_plain else [auto_cfg])))
     load_before = load_average()
-    runs = measure(engine, configs, prompts, max_tokens=max_tokens, repeat=repeat,
-                   temperature=temperature, seed=seed, progress=progress, fast_engine=fast_engine)
+    runs = measure(
+        engine,
+        configs,
+        prompts,
+        max_tokens=max_tokens,
+        repeat=repeat,
+        temperature=temperature,
+        seed=seed,
+        progress=progress,
+        fast_engine=fast_engine,
+    )
     greedy = temperature == 0.0
     plain_runs, ref_runs = runs[plain_cfg.name], runs[ref_cfg.name]
 
     def summ(cfg: Config) -> Summary:
-        return summarize(cfg, runs[cfg.name], plain_runs, greedy=greedy and cfg.kernels == "exact",
-                         reference=ref_runs)
+        return summarize(cfg, runs[cfg.name], plain_runs, greedy=greedy and cfg.kernels == "exact", reference=ref_runs)
 
     plain = summ(plain_cfg)
     extra = (summ(ref_cfg),) if ref_cfg is not plain_cfg else ()
@@ -381,8 +418,9 @@ def bench_report(
         "target": str(engine.target_path),
         "draft": str(engine.draft_path) if engine.draft_path else None,
         "n_threads": engine.n_threads,
-        "plain_kernels": "llama.cpp" if fast_engine is not None else
-                         ("batch-invariant" if engine.exact_kernels else "llama.cpp"),
+        "plain_kernels": "llama.cpp"
+        if fast_engine is not None
+        else ("batch-invariant" if engine.exact_kernels else "llama.cpp"),
         "load_average": {"before": load_before, "after": load_average()},
     }
     if fast_engine is not None and greedy:

@@ -33,7 +33,7 @@ class BenchPrompt:
 # Texts the prompts work on
 # --------------------------------------------------------------------------------------
 
-_INVENTORY = '''\
+_INVENTORY = """\
 class Inventory:
     def __init__(self):
         self.items = {}
@@ -58,9 +58,9 @@ class Inventory:
         for name in self.items:
             t = t + self.items[name]
         return t
-'''
+"""
 
-_FETCH = '''\
+_FETCH = """\
 import json
 import urllib.request
 
@@ -83,9 +83,9 @@ def fetch_orders(base_url, user_id):
         if o["status"] != "cancelled":
             orders.append({"id": o["id"], "total": o["total"], "status": o["status"]})
     return orders
-'''
+"""
 
-_PARSE = '''\
+_PARSE = """\
 function parseConfig(text) {
   var lines = text.split("\\n");
   var result = {};
@@ -104,9 +104,9 @@ function parseConfig(text) {
   }
   return result;
 }
-'''
+"""
 
-_STATS = '''\
+_STATS = """\
 def summarize(values):
     n = len(values)
     mean = sum(values) / n
@@ -117,7 +117,7 @@ def summarize(values):
     else:
         median = (ordered[n // 2 - 1] + ordered[n // 2]) / 2
     return {"n": n, "mean": mean, "var": var, "median": median}
-'''
+"""
 
 _BRIDGE = (
     "The Millbrook footbridge was built in 1931 to connect the textile mills on the east "
@@ -174,59 +174,95 @@ _COMET = (
 # --------------------------------------------------------------------------------------
 
 CALIBRATION: tuple[BenchPrompt, ...] = (
-    BenchPrompt("cal-code", "code",
-                "Write a Python function `merge_intervals(intervals)` that merges overlapping "
-                "[start, end] intervals and returns them sorted. Include a docstring and a "
-                "short example."),
-    BenchPrompt("cal-edit", "edit",
-                "Refactor this class to use `collections.defaultdict` and add type hints. "
-                "Return the whole updated class.\n\n```python\n" + _INVENTORY + "```"),
-    BenchPrompt("cal-summarize", "summarize",
-                "Summarise the following text in three sentences.\n\n" + _BRIDGE),
-    BenchPrompt("cal-qa", "qa",
-                "Read the policy and answer: a customer outside the EU received a damaged "
-                "item 10 days ago. What can they get, and who pays shipping?\n\n" + _POLICY),
-    BenchPrompt("cal-chat", "chat",
-                "I'm planning a weekend hiking trip with two friends who have never hiked "
-                "before. What should we pack, and how do we pick a trail?"),
+    BenchPrompt(
+        "cal-code",
+        "code",
+        "Write a Python function `merge_intervals(intervals)` that merges overlapping "
+        "[start, end] intervals and returns them sorted. Include a docstring and a "
+        "short example.",
+    ),
+    BenchPrompt(
+        "cal-edit",
+        "edit",
+        "Refactor this class to use `collections.defaultdict` and add type hints. "
+        "Return the whole updated class.\n\n```python\n" + _INVENTORY + "```",
+    ),
+    BenchPrompt("cal-summarize", "summarize", "Summarise the following text in three sentences.\n\n" + _BRIDGE),
+    BenchPrompt(
+        "cal-qa",
+        "qa",
+        "Read the policy and answer: a customer outside the EU received a damaged "
+        "item 10 days ago. What can they get, and who pays shipping?\n\n" + _POLICY,
+    ),
+    BenchPrompt(
+        "cal-chat",
+        "chat",
+        "I'm planning a weekend hiking trip with two friends who have never hiked "
+        "before. What should we pack, and how do we pick a trail?",
+    ),
 )
 
 HELD_OUT: tuple[BenchPrompt, ...] = (
-    BenchPrompt("code-lru", "code",
-                "Implement an LRU cache class in Python with `get(key)` and `put(key, value)` "
-                "in O(1) time, without using functools. Explain the design briefly."),
-    BenchPrompt("code-sql", "code",
-                "Write a SQL query that returns, for each customer, their total spending in "
-                "2024 and their most recent order date, from tables customers(id, name) and "
-                "orders(id, customer_id, total, created_at)."),
-    BenchPrompt("edit-fetch", "edit",
-                "Refactor this module: factor out the repeated request-and-parse code into a "
-                "helper, use f-strings, and fix the `== True` comparison. Return the whole "
-                "module.\n\n```python\n" + _FETCH + "```"),
-    BenchPrompt("edit-js", "edit",
-                "Rewrite this JavaScript function with `const`/`let`, strict equality and a "
-                "`for...of` loop over the lines. Keep the behaviour the same and return the "
-                "full function.\n\n```javascript\n" + _PARSE + "```"),
-    BenchPrompt("edit-stats", "edit",
-                "Add type hints and a docstring to this function and make it raise "
-                "ValueError on an empty list. Return the complete function.\n\n```python\n"
-                + _STATS + "```"),
-    BenchPrompt("summarize-sleep", "summarize",
-                "Summarise this study for a student newsletter in about 60 words.\n\n" + _SLEEP),
-    BenchPrompt("summarize-comet", "summarize",
-                "Give a bullet-point summary of the key facts in this text.\n\n" + _COMET),
-    BenchPrompt("qa-bridge", "qa",
-                "Using only the text below, answer: when was the bridge closed, why, and what "
-                "did the restoration change?\n\n" + _BRIDGE),
-    BenchPrompt("qa-sleep", "qa",
-                "According to the text, which students did worse, and what are the study's "
-                "limitations? Quote the relevant sentences.\n\n" + _SLEEP),
-    BenchPrompt("chat-story", "chat",
-                "Write a short story (about 150 words) about a lighthouse keeper who finds a "
-                "message in a bottle addressed to her."),
-    BenchPrompt("chat-advice", "chat",
-                "What are some good ways to stay focused when working from home? Give me "
-                "practical tips."),
+    BenchPrompt(
+        "code-lru",
+        "code",
+        "Implement an LRU cache class in Python with `get(key)` and `put(key, value)` "
+        "in O(1) time, without using functools. Explain the design briefly.",
+    ),
+    BenchPrompt(
+        "code-sql",
+        "code",
+        "Write a SQL query that returns, for each customer, their total spending in "
+        "2024 and their most recent order date, from tables customers(id, name) and "
+        "orders(id, customer_id, total, created_at).",
+    ),
+    BenchPrompt(
+        "edit-fetch",
+        "edit",
+        "Refactor this module: factor out the repeated request-and-parse code into a "
+        "helper, use f-strings, and fix the `== True` comparison. Return the whole "
+        "module.\n\n```python\n" + _FETCH + "```",
+    ),
+    BenchPrompt(
+        "edit-js",
+        "edit",
+        "Rewrite this JavaScript function with `const`/`let`, strict equality and a "
+        "`for...of` loop over the lines. Keep the behaviour the same and return the "
+        "full function.\n\n```javascript\n" + _PARSE + "```",
+    ),
+    BenchPrompt(
+        "edit-stats",
+        "edit",
+        "Add type hints and a docstring to this function and make it raise "
+        "ValueError on an empty list. Return the complete function.\n\n```python\n" + _STATS + "```",
+    ),
+    BenchPrompt(
+        "summarize-sleep", "summarize", "Summarise this study for a student newsletter in about 60 words.\n\n" + _SLEEP
+    ),
+    BenchPrompt(
+        "summarize-comet", "summarize", "Give a bullet-point summary of the key facts in this text.\n\n" + _COMET
+    ),
+    BenchPrompt(
+        "qa-bridge",
+        "qa",
+        "Using only the text below, answer: when was the bridge closed, why, and what "
+        "did the restoration change?\n\n" + _BRIDGE,
+    ),
+    BenchPrompt(
+        "qa-sleep",
+        "qa",
+        "According to the text, which students did worse, and what are the study's "
+        "limitations? Quote the relevant sentences.\n\n" + _SLEEP,
+    ),
+    BenchPrompt(
+        "chat-story",
+        "chat",
+        "Write a short story (about 150 words) about a lighthouse keeper who finds a "
+        "message in a bottle addressed to her.",
+    ),
+    BenchPrompt(
+        "chat-advice", "chat", "What are some good ways to stay focused when working from home? Give me practical tips."
+    ),
 )
 
 

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..costmodel import adaptive
-from . import batches, bench
 from .. import catalog, profiles
 from ..catalog import verify_cache
-from .prompts import CALIBRATION, BenchPrompt
+from ..costmodel import adaptive
 from ..errors import InputError
 from ..llama import Context, common_prefix_len
+from . import batches, bench
+from .prompts import CALIBRATION, BenchPrompt
 
 N_MAX = 16
 P_MIN_CAP = 0.95
@@ -54,10 +54,10 @@ P_MIN_CAP = 0.95
 class DecodeTimes:
     """Median wall times of decoding batches at one KV position."""
 
-    position: int                 # KV length the batches were decoded after
+    position: int  # KV length the batches were decoded after
     repeats: int
-    target_ms: dict[int, float]   # n -> ms to decode n tokens with logits at all n rows
-    draft_ms: float | None        # ms of one draft-model token, or None
+    target_ms: dict[int, float]  # n -> ms to decode n tokens with logits at all n rows
+    draft_ms: float | None  # ms of one draft-model token, or None
 
     @property
     def step_ms(self) -> float:
@@ -199,13 +199,13 @@ class KPoint:
 @dataclass(frozen=True)
 class TuneResult:
     times: DecodeTimes
-    verify: adaptive.VerifyCost   # fitted c(n)
+    verify: adaptive.VerifyCost  # fitted c(n)
     drafters: tuple[DrafterFit, ...]
     points: tuple[KPoint, ...]
     choice: adaptive.Choice
-    plain_tokens_per_second: float    # plain decoding as a user gets it (llama.cpp's kernels on CPUs)
+    plain_tokens_per_second: float  # plain decoding as a user gets it (llama.cpp's kernels on CPUs)
     settings: dict
-    exact_slowdown: float = 1.0       # plain tok/s on llama.cpp's kernels / on exact ones
+    exact_slowdown: float = 1.0  # plain tok/s on llama.cpp's kernels / on exact ones
     exact_tokens_per_second: float | None = None  # plain decoding on the exact kernels
     batch_seconds: dict[int, float] | None = None  # one decode of n sequences (time_batches)
 
@@ -240,26 +240,32 @@ class TuneResult:
             "acceptance": {d.drafter: round(d.alpha, 4) for d in self.drafters},
             "drafters": {
                 d.drafter: {
-                    "alpha": round(d.alpha, 4), "acceptance_rate": round(d.acceptance_rate, 4),
-                    "hit": round(d.hit, 4), "gamma": round(d.gamma, 4), "k": d.k,
-                    "predicted_speedup": round(d.predicted_speedup, 4), "p_min": d.p_min,
+                    "alpha": round(d.alpha, 4),
+                    "acceptance_rate": round(d.acceptance_rate, 4),
+                    "hit": round(d.hit, 4),
+                    "gamma": round(d.gamma, 4),
+                    "k": d.k,
+                    "predicted_speedup": round(d.predicted_speedup, 4),
+                    "p_min": d.p_min,
                 }
                 for d in self.drafters
             },
             "points": [
-                {"drafter": p.drafter, "k": p.k, "predicted_speedup": round(p.predicted, 4),
-                 "measured_speedup": round(p.measured, 4),
-                 "acceptance_rate": None if p.acceptance_rate is None else round(p.acceptance_rate, 4)}
+                {
+                    "drafter": p.drafter,
+                    "k": p.k,
+                    "predicted_speedup": round(p.predicted, 4),
+                    "measured_speedup": round(p.measured, 4),
+                    "acceptance_rate": None if p.acceptance_rate is None else round(p.acceptance_rate, 4),
+                }
                 for p in self.points
             ],
             "plain_tokens_per_second": round(self.plain_tokens_per_second, 3),
-            "exact_plain_tokens_per_second": None if self.exact_tokens_per_second is None
+            "exact_plain_tokens_per_second": None
+            if self.exact_tokens_per_second is None
             else round(self.exact_tokens_per_second, 3),
             "exact_slowdown": round(self.exact_slowdown, 4),
-            "batch": {
-                str(n): {"cost": round(c, 3), "throughput": round(n / c, 3)}
-                for n, c in self.batch_cost.items()
-            },
+            "batch": {str(n): {"cost": round(c, 3), "throughput": round(n / c, 3)} for n, c in self.batch_cost.items()},
             "choice": {
                 "drafter": self.choice.drafter,
                 "k": self.choice.k,
@@ -306,19 +312,28 @@ def tune(
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
     if not engine.target_model.rpc:  # this file's c(n) on this machine, for the planner (over RPC: the link's)
-        verify_cache.record(engine.target_model.path, c, step_ms=times.step_ms, threads=engine.n_threads,
-                            exact=engine.target_model.exact, source="edgespec tune")
+        verify_cache.record(
+            engine.target_model.path,
+            c,
+            step_ms=times.step_ms,
+            threads=engine.n_threads,
+            exact=engine.target_model.exact,
+            source="edgespec tune",
+        )
     say(f"timing decodes of {', '.join(map(str, batches.BATCH_SIZES))} sequences at once (batch throughput)")
     batch_model = (fast_engine or engine).target_model
     batch_seconds = batches.time_batches(batch_model, engine.n_threads)
 
-    say(f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
-        f"{', '.join(map(str, sorted(set(ks))))}")
+    say(
+        f"generating on {len(prompts)} calibration prompts: plain and {', '.join(drafters)} at k = "
+        f"{', '.join(map(str, sorted(set(ks))))}"
+    )
     fast = fast_engine is not None
     plain_cfg, ref_cfg = (bench.PLAIN_FAST, bench.PLAIN_EXACT) if fast else (bench.PLAIN, bench.PLAIN)
     configs = list(dict.fromkeys([plain_cfg, ref_cfg, *bench.grid(drafters, ks)]))
-    runs = bench.measure(engine, configs, prompts, max_tokens=max_tokens, repeat=1, progress=progress,
-                         fast_engine=fast_engine)
+    runs = bench.measure(
+        engine, configs, prompts, max_tokens=max_tokens, repeat=1, progress=progress, fast_engine=fast_engine
+    )
     plain, ref = runs[plain_cfg.name], runs[ref_cfg.name]
     slowdown = bench.rate(plain) / bench.rate(ref) if fast and bench.rate(ref) > 0 else 1.0
 
@@ -336,18 +351,33 @@ def tune(
             # the n-gram lookup's own time per drafted token, in target steps
             gamma = (sum(r.t_draft for r in pooled) / drafted) / (times.step_ms * 1e-3) if drafted else 0.0
         k, s = adaptive.best_k(alpha, c, gamma, k_min=k_min, k_max=k_max, hit=hit, slowdown=slowdown)
-        fits.append(DrafterFit(
-            drafter=d, alpha=alpha, hit=hit, gamma=gamma,
-            acceptance_rate=sum(r.accepted for r in pooled) / drafted if drafted else 0.0,
-            k=k, predicted_speedup=s, p_min=p_min_for(gamma, c, k) if d == "model" else None,
-        ))
+        fits.append(
+            DrafterFit(
+                drafter=d,
+                alpha=alpha,
+                hit=hit,
+                gamma=gamma,
+                acceptance_rate=sum(r.accepted for r in pooled) / drafted if drafted else 0.0,
+                k=k,
+                predicted_speedup=s,
+                p_min=p_min_for(gamma, c, k) if d == "model" else None,
+            )
+        )
         for cfg in cfgs:
             summ = bench.summarize(cfg, runs[cfg.name], plain, greedy=True, reference=ref)
-            points.append(KPoint(d, cfg.k, adaptive.speedup(alpha, cfg.k, c, gamma, hit, slowdown),
-                                 summ.speedup, summ.acceptance_rate))
+            points.append(
+                KPoint(
+                    d,
+                    cfg.k,
+                    adaptive.speedup(alpha, cfg.k, c, gamma, hit, slowdown),
+                    summ.speedup,
+                    summ.acceptance_rate,
+                )
+            )
 
-    choice = adaptive.choose([f.option() for f in fits], c, k_min=k_min, k_max=k_max, min_gain=min_gain,
-                             slowdown=slowdown)
+    choice = adaptive.choose(
+        [f.option() for f in fits], c, k_min=k_min, k_max=k_max, min_gain=min_gain, slowdown=slowdown
+    )
     settings = {
         "target": str(engine.target_path),
         "draft": str(engine.draft_path) if engine.draft_path else None,
@@ -361,9 +391,18 @@ def tune(
         "min_gain": min_gain,
         "load_average": bench.load_average(),
     }
-    return TuneResult(times, c, tuple(fits), tuple(points), choice, bench.rate(plain), settings,
-                      exact_slowdown=slowdown, exact_tokens_per_second=bench.rate(ref) if fast else None,
-                      batch_seconds=batch_seconds)
+    return TuneResult(
+        times,
+        c,
+        tuple(fits),
+        tuple(points),
+        choice,
+        bench.rate(plain),
+        settings,
+        exact_slowdown=slowdown,
+        exact_tokens_per_second=bench.rate(ref) if fast else None,
+        batch_seconds=batch_seconds,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -383,27 +422,39 @@ def pair_of(target: str, draft: str | None) -> str | None:
     return None
 
 
-def save_network(result: TuneResult, profile: str, *, local_step_ms: float, extends: str | None = None,
-                 when: Any = None) -> tuple[Path, float, list[str]]:
+def save_network(
+    result: TuneResult, profile: str, *, local_step_ms: float, extends: str | None = None, when: Any = None
+) -> tuple[Path, float, list[str]]:
     """After a tune over RPC: write the network's cost per target decode (the step over
     RPC less the local compute step ``local_step_ms``) as ``cost.rpc_round_trip_ms``; the
     path, that cost, and what was not saved."""
     r = max(0.0, result.times.step_ms - local_step_ms)
-    source = (f"edgespec tune --rpc: {result.times.step_ms:.1f} ms step over RPC less "
-              f"{local_step_ms:.1f} ms local, {Path(result.settings['target']).name}")
+    source = (
+        f"edgespec tune --rpc: {result.times.step_ms:.1f} ms step over RPC less "
+        f"{local_step_ms:.1f} ms local, {Path(result.settings['target']).name}"
+    )
     path = profiles.record_measurements(profile, rpc_round_trip_ms=r, source=source, when=when, extends=extends)
-    return path, r, ["c(n), step time and γ measured over RPC: they describe this link; the planner derives "
-                     "them from the local figures and the network cost"]
+    return (
+        path,
+        r,
+        [
+            "c(n), step time and γ measured over RPC: they describe this link; the planner derives "
+            "them from the local figures and the network cost"
+        ],
+    )
 
 
-def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | None = None,
-         when: Any = None) -> tuple[Path, list[str]]:
+def save(
+    result: TuneResult, profile: str, *, pair: str | None, extends: str | None = None, when: Any = None
+) -> tuple[Path, list[str]]:
     """Write the measured figures into the user profile ``profile``; return its path and
     what could not be saved (figures of a model pair need a catalog pair)."""
     s = result.settings
-    source = (f"edgespec tune: {Path(s['target']).name}, {s['n_threads']} threads, "
-              f"{len(s['prompts'])} calibration prompts x {s['max_tokens']} tokens, "
-              f"load {s['load_average']}")
+    source = (
+        f"edgespec tune: {Path(s['target']).name}, {s['n_threads']} threads, "
+        f"{len(s['prompts'])} calibration prompts x {s['max_tokens']} tokens, "
+        f"load {s['load_average']}"
+    )
     verify = {n: result.verify(n) for n in sorted(result.times.target_ms) if n >= 2}
     model, ngram = result.drafter("model"), result.drafter("ngram")
     skipped: list[str] = []
@@ -433,10 +484,17 @@ def save(result: TuneResult, profile: str, *, pair: str | None, extends: str | N
     else:
         if model is not None and s.get("draft"):  # α (and γ here) per pair, for the next automatic choice
             t, d = catalog.describe_file(s["target"]), catalog.describe_file(s["draft"])
-            catalog.measured.record(t, d, alpha=model.alpha, gamma=model.gamma, profile=profile, source=source,
-                                    when=when)
-        skipped.append("target step time and c(n) per pair: the models are not a catalog pair, so c(n) is "
-                       "saved for the device" + (" and α, γ for the pair in " + str(catalog.measured.store_path())
-                                                 if model is not None and s.get("draft") else ""))
+            catalog.measured.record(
+                t, d, alpha=model.alpha, gamma=model.gamma, profile=profile, source=source, when=when
+            )
+        skipped.append(
+            "target step time and c(n) per pair: the models are not a catalog pair, so c(n) is "
+            "saved for the device"
+            + (
+                " and α, γ for the pair in " + str(catalog.measured.store_path())
+                if model is not None and s.get("draft")
+                else ""
+            )
+        )
     path = profiles.record_measurements(profile, pair=pair, source=source, when=when, extends=extends, **kwargs)
     return path, skipped

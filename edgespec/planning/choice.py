@@ -82,8 +82,15 @@ class Pair:
 def given_target(target: str, prof: Profile, ask: Ask, room: Room, exact: bool) -> Pair:
     """The target named on the command line, its draft model candidate (every model on
     this machine that can draft for it is weighed: ``planning.pairing``) and its pair."""
-    given = pairing.for_target(target, prof, ask.mode, ask.draft, budget=room.budget, headroom=room.headroom,
-                               slowdown=exact_slowdown(prof, exact))
+    given = pairing.for_target(
+        target,
+        prof,
+        ask.mode,
+        ask.draft,
+        budget=room.budget,
+        headroom=room.headroom,
+        slowdown=exact_slowdown(prof, exact),
+    )
     notes = given.notes
     with_draft = given.draft if ask.wants_model else None
     fit = _fit(target, with_draft, prof, room.budget, room.headroom)
@@ -109,13 +116,17 @@ def choose_pair(prof: Profile, ask: Ask, room: Room) -> Pair:
         ):
             notes.append(f"skipped {pname}: not available offline")
             continue
-        fit = catalog.check_fit(p.target, draft_model if want_draft else None, n_ctx=prof.n_ctx,
-                                available_bytes=budget, headroom_bytes=headroom)
+        fit = catalog.check_fit(
+            p.target,
+            draft_model if want_draft else None,
+            n_ctx=prof.n_ctx,
+            available_bytes=budget,
+            headroom_bytes=headroom,
+        )
         if fit.fits:
             notes.append(f"pair {pname}: {fit.describe()}")
             return Pair(p.target, draft_model, pname if mode != "given" else None, tuple(notes))
-        alone = catalog.check_fit(p.target, None, n_ctx=prof.n_ctx, available_bytes=budget,
-                                  headroom_bytes=headroom)
+        alone = catalog.check_fit(p.target, None, n_ctx=prof.n_ctx, available_bytes=budget, headroom_bytes=headroom)
         if alone.fits and fallback is None:
             fallback = (p.target, None, pname)
             notes.append(f"{pname}: the target fits only without its draft ({fit.describe()})")
@@ -155,17 +166,18 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
         reason = "plain decoding: --draft none"
         return Drafter(adaptive.Choice("none", 0, 1.0), 0, 1.0, reason, reason)
     if ask.mode == "auto":
-        choice = adaptive.choose(costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max,
-                                 min_gain=prof.min_gain, slowdown=slow)
-        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow,
-                               costs.label)
+        choice = adaptive.choose(
+            costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, min_gain=prof.min_gain, slowdown=slow
+        )
+        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow, costs.label)
         if costs.suggestion and choice.drafter != "model":
             head += f"; nothing here can draft for this target: {costs.suggestion}"
         return Drafter(choice, choice.k, choice.speedup, head + ("; " + "; ".join(parts) if parts else ""), head)
     # the drafter was named on the command line: use it, say what it is predicted to do
     opt = costs.options[0]
-    kk, s = adaptive.best_k(opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, hit=opt.hit,
-                            slowdown=slow)
+    kk, s = adaptive.best_k(
+        opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, hit=opt.hit, slowdown=slow
+    )
     # without --k the drafting policy picks each round's length (up to the engine's bound),
     # and a drafter whose policy cannot lose (prompt lookup) is predicted at least its floor
     s = max(s, opt.floor / slow)
@@ -189,8 +201,11 @@ def with_k(ask: Ask, chosen: Drafter, costs: Costs) -> Drafter:
             kk = k
             s = adaptive.speedup(opt.alpha, k, costs.c, opt.gamma, opt.hit, costs.slowdown)
             reason += f"; k={k} in every round from the command line (predicted {_x(s)})"
-            headline = (f"{choice.drafter} drafter, k={k} in every round from the command line: predicted {_x(s)}"
-                        if ask.mode == "auto" else reason)
+            headline = (
+                f"{choice.drafter} drafter, k={k} in every round from the command line: predicted {_x(s)}"
+                if ask.mode == "auto"
+                else reason
+            )
     if kk == 0 and choice.drafter != "none":
         choice = adaptive.Choice("none", 0, 1.0, choice.options)
         s = 1.0

@@ -98,8 +98,16 @@ def exact_slowdown(prof: Profile, exact: bool) -> float:
     return prof.exact_slowdown.value if exact and prof.n_gpu_layers == 0 else 1.0
 
 
-def costs_for(prof: Profile, pair_name: str | None, draft_model: str | None, tgt: str, mode: str,
-              exact: bool = False, rpc: bool = False, given: pairing.ForTarget | None = None) -> Costs:
+def costs_for(
+    prof: Profile,
+    pair_name: str | None,
+    draft_model: str | None,
+    tgt: str,
+    mode: str,
+    exact: bool = False,
+    rpc: bool = False,
+    given: pairing.ForTarget | None = None,
+) -> Costs:
     """The cost model's inputs; with ``rpc`` (the target over the network) the network's
     share added. ``mode`` as the planner's ``Ask``. ``given``: for a target named on the
     command line, the drafter found on this machine (with its own α and γ) or the
@@ -123,10 +131,24 @@ def costs_for(prof: Profile, pair_name: str | None, draft_model: str | None, tgt
         options.append(adaptive.DrafterOption("model", alpha, gamma))
     if mode == "ngram" or (mode == "auto" and "ngram" in drafters):
         # the learned policy drafts only where a draft pays: prompt lookup cannot lose
-        options.append(adaptive.DrafterOption("ngram", prof.alpha_ngram.value, prof.gamma_ngram.value,
-                                              prof.ngram_hit.value, floor=1.0))
-    costs = Costs(options, v.cost, v.status, gamma_status, exact_slowdown(prof, exact), gamma, label,
-                  given.ranking.suggestion if given is not None else "", (v.note,) if v.note else (), v.k_max, v.mix)
+        options.append(
+            adaptive.DrafterOption(
+                "ngram", prof.alpha_ngram.value, prof.gamma_ngram.value, prof.ngram_hit.value, floor=1.0
+            )
+        )
+    costs = Costs(
+        options,
+        v.cost,
+        v.status,
+        gamma_status,
+        exact_slowdown(prof, exact),
+        gamma,
+        label,
+        given.ranking.suggestion if given is not None else "",
+        (v.note,) if v.note else (),
+        v.k_max,
+        v.mix,
+    )
     return _over_network(costs, prof, pair_name, tgt) if rpc else costs
 
 
@@ -153,8 +175,15 @@ def _over_network(costs: Costs, prof: Profile, pair_name: str | None, tgt: str) 
     options = [replace(o, gamma=o.gamma * t / (t + r)) for o in costs.options]
     status = f"{fig.status} ({fig.source})" if fig else "estimated for a wired LAN"
     note = f"over RPC: {r:.2f} ms of network per target decode ({status}) on a {t:.1f} ms step"
-    return replace(costs, options=options, c=c, c_status=f"{costs.c_status}, over RPC", slowdown=1.0,
-                   gamma=gamma, notes=costs.notes + (note,))
+    return replace(
+        costs,
+        options=options,
+        c=c,
+        c_status=f"{costs.c_status}, over RPC",
+        slowdown=1.0,
+        gamma=gamma,
+        notes=costs.notes + (note,),
+    )
 
 
 def _gamma_estimate(draft: str, target: str, prof: Profile) -> float:

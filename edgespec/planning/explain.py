@@ -37,8 +37,10 @@ def explain(
         else:
             head = "plain decoding: no drafter is enabled in this profile"
     elif choice.drafter == "ngram" and choice.speedup < 1.0 + prof.min_gain:
-        head = ("ngram drafter (prompt lookup): it drafts only where the text repeats its input or "
-                "an earlier answer, so it can only help")
+        head = (
+            "ngram drafter (prompt lookup): it drafts only where the text repeats its input or "
+            "an earlier answer, so it can only help"
+        )
     else:
         named = f" {label}" if choice.drafter == "model" and label else ""
         head = f"{choice.drafter} drafter{named}, up to k={choice.k}: predicted {x(choice.speedup)}"
@@ -50,8 +52,16 @@ def explain(
     return head, parts
 
 
-def _explain_model(choice: adaptive.Choice, prof: Profile, o: adaptive.DrafterOption, k: int, s: float,
-                   c: adaptive.VerifyCost, c_status: str, gamma_status: str) -> str:
+def _explain_model(
+    choice: adaptive.Choice,
+    prof: Profile,
+    o: adaptive.DrafterOption,
+    k: int,
+    s: float,
+    c: adaptive.VerifyCost,
+    c_status: str,
+    gamma_status: str,
+) -> str:
     if choice.drafter == "model":
         verdict = "wins"
     elif s < 1.0:
@@ -67,17 +77,20 @@ def _explain_model(choice: adaptive.Choice, prof: Profile, o: adaptive.DrafterOp
     )
 
 
-def _explain_ngram(prof: Profile, o: adaptive.DrafterOption, k: int, s: float, c: adaptive.VerifyCost,
-                   slowdown: float) -> str:
+def _explain_ngram(
+    prof: Profile, o: adaptive.DrafterOption, k: int, s: float, c: adaptive.VerifyCost, slowdown: float
+) -> str:
     # on a prompt the answer copies from, the drafter proposes in nearly every round
-    _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max,
-                                hit=1.0, slowdown=slowdown)
+    _, s_copy = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=prof.k_max, hit=1.0, slowdown=slowdown)
     if s_copy >= 1.0 + prof.min_gain:
         copy = f"on prompts that quote their input (code edits, summaries) it is predicted {x(s_copy)}"
     else:
         copy = f"even on prompts that quote their input it is predicted at most {x(s_copy)} here"
-    floor = ("; its policy drafts only when a draft is expected to pay, so elsewhere it stays at "
-             "plain decoding's speed" if o.floor * 1.0 / max(slowdown, 1e-9) >= 1.0 else "")
+    floor = (
+        "; its policy drafts only when a draft is expected to pay, so elsewhere it stays at plain decoding's speed"
+        if o.floor * 1.0 / max(slowdown, 1e-9) >= 1.0
+        else ""
+    )
     return (
         f"ngram {x(s)} at k={k} for a typical prompt mix (it proposes in ~{o.hit:.0%} of "
         f"rounds, α≈{o.alpha:.2f}, {prof.alpha_ngram.status}); {copy}{floor}"

@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..costmodel import adaptive
 from .. import catalog
 from ..catalog import measured
+from ..costmodel import adaptive
 from ..errors import EdgespecError
 from ..profiles import GB, Profile, detect_profile, load_profile
 
@@ -53,8 +53,10 @@ class Candidate:
 
     def line(self) -> str:
         where = "" if self.fits else f"; does not fit beside the target ({self.fit_text})"
-        return (f"{self.name} ({self.source}): {self.speedup:.2f}× at k={self.k} (α={self.alpha:.2f} "
-                f"{self.alpha_status}, γ={self.gamma:.2f} {self.gamma_status}){where}")
+        return (
+            f"{self.name} ({self.source}): {self.speedup:.2f}× at k={self.k} (α={self.alpha:.2f} "
+            f"{self.alpha_status}, γ={self.gamma:.2f} {self.gamma_status}){where}"
+        )
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,16 @@ def target_model(target: str) -> catalog.LocalModel | None:
         return None
 
 
-def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headroom: int, c: adaptive.VerifyCost,
-         slowdown: float = 1.0, pair_alpha: tuple[str, float] | None = None) -> Ranking:
+def rank(
+    target: str | catalog.LocalModel,
+    prof: Profile,
+    *,
+    budget: int,
+    headroom: int,
+    c: adaptive.VerifyCost,
+    slowdown: float = 1.0,
+    pair_alpha: tuple[str, float] | None = None,
+) -> Ranking:
     """Every local model that can draft for ``target``, ranked (see the module docstring).
     ``pair_alpha``: the profile's α for the target's catalog pair (its draft's name, α)."""
     t = target if isinstance(target, catalog.LocalModel) else target_model(target)
@@ -118,25 +128,40 @@ def rank(target: str | catalog.LocalModel, prof: Profile, *, budget: int, headro
         alpha, a_status, gamma, g_status = _figures(t, d, prof, pair_alpha)
         k, s = adaptive.best_k(alpha, c, gamma, k_min=prof.k_min, k_max=prof.k_max, slowdown=slowdown)
         fit = _fit_beside(t, d, prof.n_ctx, budget, headroom)
-        out.append(Candidate(d.name, d.source, str(d.path), alpha, a_status, gamma, g_status, k, s, fit.fits,
-                             fit.describe(), d.catalog))
+        out.append(
+            Candidate(
+                d.name,
+                d.source,
+                str(d.path),
+                alpha,
+                a_status,
+                gamma,
+                g_status,
+                k,
+                s,
+                fit.fits,
+                fit.describe(),
+                d.catalog,
+            )
+        )
     out.sort(key=lambda cand: (not cand.fits, -cand.speedup))
     return Ranking(t, tuple(out), "" if out else suggest_catalog_drafter(t, prof, budget, headroom))
 
 
-def _fit_beside(t: catalog.LocalModel, d: catalog.LocalModel, n_ctx: int, budget: int,
-               headroom: int) -> catalog.Fit:
+def _fit_beside(t: catalog.LocalModel, d: catalog.LocalModel, n_ctx: int, budget: int, headroom: int) -> catalog.Fit:
     """Whether ``d`` fits in memory beside ``t`` (both KV caches at ``n_ctx``), from the
     headers already read."""
     kv = catalog.kv_cache_bytes(t.header.shape, n_ctx) + catalog.kv_cache_bytes(d.header.shape, n_ctx)
     return catalog.Fit(t.size_bytes + d.size_bytes, kv, headroom, budget)
 
 
-def _figures(t: catalog.LocalModel, d: catalog.LocalModel, prof: Profile,
-             pair_alpha: tuple[str, float] | None) -> tuple[float, str, float, str]:
+def _figures(
+    t: catalog.LocalModel, d: catalog.LocalModel, prof: Profile, pair_alpha: tuple[str, float] | None
+) -> tuple[float, str, float, str]:
     """α and γ for ``d`` drafting for ``t``, each with where it comes from."""
-    gamma = adaptive.draft_cost_ratio(d.size_bytes, t.size_bytes, overhead_ms=prof.overhead_ms.value,
-                                      gbs=prof.decode_gbs.value)
+    gamma = adaptive.draft_cost_ratio(
+        d.size_bytes, t.size_bytes, overhead_ms=prof.overhead_ms.value, gbs=prof.decode_gbs.value
+    )
     g_status = "estimated from sizes"
     rec = measured.lookup(t.key, d.key)
     if rec is not None:
@@ -180,11 +205,12 @@ def suggest_catalog_drafter(t: catalog.LocalModel, prof: Profile, budget: int, h
         return m.size_bytes, not (base and m.title.lower().startswith(base))
 
     for m in sorted((m for m in catalog.MODELS if m.vocab == fam and m.size_bytes * 3 <= t.size_bytes), key=order):
-        fit = catalog.check_fit(str(t.path), m.name, n_ctx=prof.n_ctx, available_bytes=budget,
-                                headroom_bytes=headroom)
+        fit = catalog.check_fit(str(t.path), m.name, n_ctx=prof.n_ctx, available_bytes=budget, headroom_bytes=headroom)
         if fit.fits:
-            return (f"the catalog's {m.name} ({m.size_bytes / GB:.2f} GB, {fam} tokenizer) would fit: "
-                    f"`edgespec models pull {m.name}`")
+            return (
+                f"the catalog's {m.name} ({m.size_bytes / GB:.2f} GB, {fam} tokenizer) would fit: "
+                f"`edgespec models pull {m.name}`"
+            )
     return ""
 
 
@@ -200,8 +226,9 @@ class ForTarget:
     notes: tuple[str, ...] = ()  # the ranking's lines, or why there is no candidate
 
 
-def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: int, headroom: int,
-               slowdown: float) -> ForTarget:
+def for_target(
+    target: str, prof: Profile, mode: str, draft_kw: str, *, budget: int, headroom: int, slowdown: float
+) -> ForTarget:
     """``mode`` as the planner's ``Ask``: "auto", "model", "given", "ngram" or "none"."""
     if mode == "given":
         p = catalog.find_pair(target, draft_kw)
@@ -211,13 +238,19 @@ def for_target(target: str, prof: Profile, mode: str, draft_kw: str, *, budget: 
     ranking = Ranking(None)
     notes: tuple[str, ...] = ()
     if mode in ("auto", "model"):
-        ranking = rank(target, prof, budget=budget, headroom=headroom, c=(pc.verify or prof.verify).cost,
-                       slowdown=slowdown, pair_alpha=(p.draft, pc.alpha.value) if p and pc.alpha else None)
+        ranking = rank(
+            target,
+            prof,
+            budget=budget,
+            headroom=headroom,
+            c=(pc.verify or prof.verify).cost,
+            slowdown=slowdown,
+            pair_alpha=(p.draft, pc.alpha.value) if p and pc.alpha else None,
+        )
         notes = tuple(ranking.lines())
     best = ranking.best
     if best is not None and not (mode == "model" and p is not None):
-        return ForTarget(best.name, p.name if p is not None and best.catalog == p.draft else None, best, ranking,
-                         notes)
+        return ForTarget(best.name, p.name if p is not None and best.catalog == p.draft else None, best, ranking, notes)
     if p is not None:
         return ForTarget(p.draft, p.name, None, ranking, notes)
     same = catalog.drafts_for(target)

@@ -38,8 +38,12 @@ def plan(
     n_threads: int | None = None,
     probe: Any = None,
     offline: bool | None = None,
-    exact: bool = False, rpc: Sequence[str] = (), tensor_split: Sequence[float] = (),
-    memory: bool = True, memory_cap: int | None = None, optimized: bool = True,
+    exact: bool = False,
+    rpc: Sequence[str] = (),
+    tensor_split: Sequence[float] = (),
+    memory: bool = True,
+    memory_cap: int | None = None,
+    optimized: bool = True,
 ) -> Plan:
     """Choose the pair, drafter and k for a profile ("auto" or None: the detected
     machine; a ``Detection`` already made: its profile, its explanation the first note),
@@ -58,8 +62,14 @@ def plan(
     if k is not None and k < 0:
         raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
     prof, available, load_notes = _load(profile, probe)
-    prof = replace(prof, **{key: v for key, v in (("n_ctx", n_ctx), ("n_gpu_layers", n_gpu_layers),
-                                                   ("n_threads", n_threads)) if v is not None})
+    prof = replace(
+        prof,
+        **{
+            key: v
+            for key, v in (("n_ctx", n_ctx), ("n_gpu_layers", n_gpu_layers), ("n_threads", n_threads))
+            if v is not None
+        },
+    )
     ask = Ask.of(draft, k)
     room = Room.of(prof, available, offline)
     pair = given_target(target, prof, ask, room, exact) if target is not None else choose_pair(prof, ask, room)
@@ -73,20 +83,38 @@ def plan(
     rest = room.notes + pair.notes + costs.notes + chosen.notes + tuple(prof.notes)
     notes = load_notes + tuple(n for n in rest if n not in load_notes)
     return Plan(
-        profile=prof.name, backend=prof.backend, target=pair.target,
+        profile=prof.name,
+        backend=prof.backend,
+        target=pair.target,
         draft=pair.draft if drafter == "model" else None,
-        drafter=drafter, k=chosen.k if drafter != "none" else 0, p_min=prof.p_min,
-        n_ctx=prof.n_ctx, n_threads=prof.n_threads, n_gpu_layers=prof.n_gpu_layers,
-        predicted_speedup=chosen.speedup, explanation=Explanation(chosen.reason, chosen.headline, notes),
-        pair=pair.name, options=chosen.choice.options, exact=exact,
-        rpc=tuple(rpc), tensor_split=tuple(tensor_split),
-        drafting=_drafting(prof, drafter, k, costs, exact=exact, rpc=bool(rpc), memory=memory,
-                           memory_cap=memory_cap),
+        drafter=drafter,
+        k=chosen.k if drafter != "none" else 0,
+        p_min=prof.p_min,
+        n_ctx=prof.n_ctx,
+        n_threads=prof.n_threads,
+        n_gpu_layers=prof.n_gpu_layers,
+        predicted_speedup=chosen.speedup,
+        explanation=Explanation(chosen.reason, chosen.headline, notes),
+        pair=pair.name,
+        options=chosen.choice.options,
+        exact=exact,
+        rpc=tuple(rpc),
+        tensor_split=tuple(tensor_split),
+        drafting=_drafting(prof, drafter, k, costs, exact=exact, rpc=bool(rpc), memory=memory, memory_cap=memory_cap),
     )
 
 
-def _drafting(prof: Profile, drafter: str, k: int | None, costs: Costs, *, exact: bool, rpc: bool, memory: bool,
-              memory_cap: int | None) -> DraftingOptions:
+def _drafting(
+    prof: Profile,
+    drafter: str,
+    k: int | None,
+    costs: Costs,
+    *,
+    exact: bool,
+    rpc: bool,
+    memory: bool,
+    memory_cap: int | None,
+) -> DraftingOptions:
     """How the engine drafts: exactly ``k`` per round when --k gives one (the learned
     policy otherwise), from the profile's priors."""
     fixed = k if k and drafter != "none" else None
@@ -103,7 +131,8 @@ def _drafting(prof: Profile, drafter: str, k: int | None, costs: Costs, *, exact
         # γ of the pair's draft model, for whenever a draft model drafts (bench, chat's /draft)
         draft_gamma=costs.gamma,
         batch_cost=prof.batch.cost if prof.batch and not exact else None,
-        memory=memory, memory_cap=memory_cap or MEMORY_CAP,
+        memory=memory,
+        memory_cap=memory_cap or MEMORY_CAP,
     )
 
 

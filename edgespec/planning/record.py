@@ -137,9 +137,7 @@ class Plan:
             "reason": self.reason,
             "headline": self.summary,
             "notes": list(self.notes),
-            "options": [
-                {"drafter": d, "k": k, "predicted_speedup": round(s, 3)} for d, k, s in self.options
-            ],
+            "options": [{"drafter": d, "k": k, "predicted_speedup": round(s, 3)} for d, k, s in self.options],
         }
 
 

@@ -66,6 +66,7 @@ its closest profile). Import from ``edgespec.profiles``.
 from __future__ import annotations
 
 from ..errors import ProfileError
+from .match import Detection, detect_profile, match_profile, scale
 from .schema import (
     BACKENDS,
     DRAFTERS,
@@ -79,7 +80,6 @@ from .schema import (
     Profile,
     VerifyFigure,
 )
-from .match import Detection, detect_profile, match_profile, scale
 from .store import (
     DATA_PACKAGE,
     dump_toml,
@@ -91,8 +91,27 @@ from .store import (
 )
 
 __all__ = [
-    "BACKENDS", "DATA_PACKAGE", "DRAFTERS", "GB", "KINDS", "SCHEMA_VERSION", "STATUSES",
-    "Detection", "Figure", "Match", "PairCost", "Profile", "ProfileError", "VerifyFigure",
-    "detect_profile", "dump_toml", "list_profiles", "load_profile", "profile_names", "record_measurements",
-    "match_profile", "scale", "user_dir",
+    "BACKENDS",
+    "DATA_PACKAGE",
+    "DRAFTERS",
+    "GB",
+    "KINDS",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "Detection",
+    "Figure",
+    "Match",
+    "PairCost",
+    "Profile",
+    "ProfileError",
+    "VerifyFigure",
+    "detect_profile",
+    "dump_toml",
+    "list_profiles",
+    "load_profile",
+    "profile_names",
+    "record_measurements",
+    "match_profile",
+    "scale",
+    "user_dir",
 ]

@@ -31,7 +31,7 @@ class Detection:
 
 
 def _apple_chip(name: str) -> tuple[int, int] | None:
-    """"Apple M2 Max" -> (2, 2): generation and tier (0 base, 1 Pro, 2 Max, 3 Ultra)."""
+    """ "Apple M2 Max" -> (2, 2): generation and tier (0 base, 1 Pro, 2 Max, 3 Ultra)."""
     m = re.match(r"Apple M(\d+)(?:\s+(Pro|Max|Ultra))?", name.strip(), re.I)
     if not m:
         return None
@@ -106,9 +106,10 @@ def _by_gpu(machine: Machine, by_kind: dict[str, list[Profile]]) -> tuple[Profil
     gpu = max(machine.gpus, key=lambda g: g.memory_bytes or 0)
     if machine.gpu_offload is False:
         return _nearest_cpu(
-            machine, by_kind,
+            machine,
+            by_kind,
             f"found {gpu.name}, but this llama-cpp-python build cannot offload to a GPU "
-            "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" to use it); ",
+            '(reinstall it with CMAKE_ARGS="-DGGML_CUDA=on" to use it); ',
         )
     cuda = by_kind.get("nvidia", [])
     for p in cuda:
@@ -134,14 +135,20 @@ def scale(profile: Profile, machine: Machine) -> Profile:
     mem = profile.models_gb
     if machine.chip and machine.total_bytes:
         usable = _usable_apple(machine.total_bytes)
-        mem = Figure(round(usable / GB, 1), "estimated",
-                     f"detected {machine.total_bytes / GIB:.0f} GiB unified memory × "
-                     f"{'2/3' if usable < machine.total_bytes * 0.7 else '3/4'} (Metal's working-set limit)")
+        mem = Figure(
+            round(usable / GB, 1),
+            "estimated",
+            f"detected {machine.total_bytes / GIB:.0f} GiB unified memory × "
+            f"{'2/3' if usable < machine.total_bytes * 0.7 else '3/4'} (Metal's working-set limit)",
+        )
     elif profile.backend == "cuda" and machine.gpus and profile.match.kind == "nvidia":
         vram = max(g.memory_bytes or 0 for g in machine.gpus)
         if vram:
-            mem = Figure(round(vram / GB - 0.5, 1), "estimated",
-                         f"detected {vram / GIB:.1f} GiB VRAM less 0.5 GB for the driver and display")
+            mem = Figure(
+                round(vram / GB - 0.5, 1),
+                "estimated",
+                f"detected {vram / GIB:.1f} GiB VRAM less 0.5 GB for the driver and display",
+            )
     elif machine.total_bytes:
         usable = machine.total_bytes * 0.8
         src = f"detected {machine.total_bytes / GB:.1f} GB RAM × 0.8"
@@ -165,4 +172,3 @@ def detect_profile(probe: Probe | None = None, profiles: Sequence[Profile] | Non
     base, why = match_profile(machine, profiles)
     scaled = scale(base, machine)
     return Detection(machine, scaled, base.name, f"detected {machine.summary()} → {why}")
-

@@ -27,8 +27,23 @@ DRAFTERS = ("model", "ngram")
 STATUSES = ("measured", "estimated")
 KINDS = ("apple", "nvidia", "jetson", "raspberry-pi", "cpu")
 # weight-type mixes a profile may give its own verify curve for (catalog.gguf.classify_mix)
-WEIGHT_MIXES = ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q5_K_S", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
-                "IQ4_XS", "Q8_0", "F16", "BF16", "F32")
+WEIGHT_MIXES = (
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q6_K",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "IQ4_NL",
+    "IQ4_XS",
+    "Q8_0",
+    "F16",
+    "BF16",
+    "F32",
+)
 GB = 1_000_000_000
 
 
@@ -219,8 +234,11 @@ class Profile:
                 "overhead_ms": self.overhead_ms.to_dict(),
                 "decode_gbs": self.decode_gbs.to_dict(),
                 "verify": self.verify.to_dict(),
-                **({"verify_weights": {name: fig.to_dict() for name, fig in self.verify_weights}}
-                   if self.verify_weights else {}),
+                **(
+                    {"verify_weights": {name: fig.to_dict() for name, fig in self.verify_weights}}
+                    if self.verify_weights
+                    else {}
+                ),
                 "alpha_model": self.alpha_model.to_dict(),
                 "alpha_ngram": self.alpha_ngram.to_dict(),
                 "ngram_hit": self.ngram_hit.to_dict(),
@@ -239,4 +257,3 @@ class Profile:
             },
             "notes": list(self.notes),
         }
-

@@ -97,8 +97,7 @@ def _raw(name: str, _seen: tuple[str, ...] = ()) -> tuple[dict, str, str]:
             raise ProfileError(f"{where}: cannot read: {exc.strerror or exc}") from None
         if "name" in data and data["name"] != name:
             raise ProfileError(
-                f"{where}: name: found {_show(data['name'])}; allowed: \"{name}\" (the file name "
-                "without .toml)"
+                f'{where}: name: found {_show(data["name"])}; allowed: "{name}" (the file name without .toml)'
             )
         parent = data.pop("extends", None)
         if parent is not None and not isinstance(parent, str):
@@ -128,7 +127,6 @@ def list_profiles() -> list[Profile]:
 
 def profile_names() -> list[str]:
     return sorted(set(_shipped_files()) | set(_user_files()))
-
 
 
 # --------------------------------------------------------------------------------------
@@ -172,13 +170,19 @@ def record_measurements(
         return {"value": round(float(value), 4), "status": "measured", "source": source, "date": when}
 
     cost = data.setdefault("cost", {})
-    for key, value in (("overhead_ms", overhead_ms), ("decode_gbs", decode_gbs),
-                       ("alpha_ngram", alpha_ngram), ("ngram_hit", ngram_hit),
-                       ("exact_slowdown", exact_slowdown), ("rpc_round_trip_ms", rpc_round_trip_ms)):
+    for key, value in (
+        ("overhead_ms", overhead_ms),
+        ("decode_gbs", decode_gbs),
+        ("alpha_ngram", alpha_ngram),
+        ("ngram_hit", ngram_hit),
+        ("exact_slowdown", exact_slowdown),
+        ("rpc_round_trip_ms", rpc_round_trip_ms),
+    ):
         if value is not None:
             cost[key] = fig(value)
-    pair_figs = {k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms))
-                 if v is not None}
+    pair_figs = {
+        k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms)) if v is not None
+    }
     verify_table = _cost_table(verify, source, when) if verify else None
     _place_pair_figures(cost, pair, pair_figs, verify_table)
     if batch:  # a device figure: the cost of n sequences per decode
@@ -201,8 +205,7 @@ def _user_data(path: Path, profile: str, extends: str | None) -> dict:
     elif profile not in _shipped_files():
         if extends is None:
             raise ProfileError(
-                f"{path}: a new profile needs a base: pass extends=<profile> (one of "
-                f"{', '.join(profile_names())})"
+                f"{path}: a new profile needs a base: pass extends=<profile> (one of {', '.join(profile_names())})"
             )
     if extends is not None and extends != profile:
         data["extends"] = extends
@@ -213,8 +216,13 @@ def _user_data(path: Path, profile: str, extends: str | None) -> dict:
 def _cost_table(costs: Mapping[int, float], source: str, when: _dt.date) -> dict:
     """A measured c(n) table: ``{n = [...], c = [...], status, source, date}``."""
     ns = sorted(int(n) for n in costs)
-    return {"n": ns, "c": [round(max(1.0, float(costs[n])), 4) for n in ns],
-            "status": "measured", "source": source, "date": when}
+    return {
+        "n": ns,
+        "c": [round(max(1.0, float(costs[n])), 4) for n in ns],
+        "status": "measured",
+        "source": source,
+        "date": when,
+    }
 
 
 def _place_pair_figures(cost: dict, pair: str | None, pair_figs: dict, verify_table: dict | None) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Iterable, Mapping
 
-from ..costmodel import adaptive
 from .. import catalog
+from ..costmodel import adaptive
 from ..errors import ProfileError
 from .schema import (
     BACKENDS,
@@ -127,9 +127,10 @@ class _Table:
         """A c(n) table; ``per_weights``: one of ``cost.verify_weights``, which may also say
         how far drafting pays with those weights (``k_max``, ``drafters``)."""
         allowed = (
-            '{ n = [batch sizes ≥ 2, increasing], c = [costs ≥ 1, one per n], '
+            "{ n = [batch sizes ≥ 2, increasing], c = [costs ≥ 1, one per n], "
             'status = "measured" | "estimated", source = "..."'
-            + (', k_max = <1..64>, drafters = [model | ngram] (both optional)' if per_weights else '') + ' }'
+            + (", k_max = <1..64>, drafters = [model | ngram] (both optional)" if per_weights else "")
+            + " }"
         )
         value = self.get(key, _MISSING if required else None, allowed)
         if value is None:
@@ -138,11 +139,18 @@ class _Table:
             raise self.fail(key, value, allowed)
         t = _Table(value, self.where, f"{self.prefix}{key}.")
         n, c = t.get("n", _MISSING, "a list of batch sizes"), t.get("c", _MISSING, "a list of costs")
-        if not (isinstance(n, list) and n and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in n)
-                and n == sorted(set(n))):
+        if not (
+            isinstance(n, list)
+            and n
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in n)
+            and n == sorted(set(n))
+        ):
             raise t.fail("n", n, "a non-empty increasing list of integer batch sizes ≥ 1")
-        if not (isinstance(c, list) and len(c) == len(n)
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x <= 1000 for x in c)):
+        if not (
+            isinstance(c, list)
+            and len(c) == len(n)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and 1.0 <= x <= 1000 for x in c)
+        ):
             raise t.fail("c", c, f"a list of {len(n)} numbers ≥ 1 (one cost per batch size in n)")
         extra: dict[str, Any] = {}
         if per_weights:
@@ -199,7 +207,9 @@ def _match(m: _Table) -> Match:
     kind = m.string("kind", KINDS, default="cpu")
     cores = m.get("cores", None, "[min, max] physical cores")
     if cores is not None and not (
-        isinstance(cores, list) and len(cores) == 2 and all(isinstance(x, int) and x >= 1 for x in cores)
+        isinstance(cores, list)
+        and len(cores) == 2
+        and all(isinstance(x, int) and x >= 1 for x in cores)
         and cores[0] <= cores[1]
     ):
         raise m.fail("cores", cores, "[min, max] physical cores, e.g. [1, 4]")

@@ -75,12 +75,12 @@ from edgespec.errors import InputError
 from edgespec.events import Done
 
 from . import infill, responses_api, routes_extra
+from .bodies import parse_request
 from .choices import choice_jobs, serve_choices
 from .guard import Guard, check_origins, given_keys, key_ok
 from .memories import DEFAULT_MAX_KEYS, key_of
 from .metrics import CountRequests, Metrics
 from .responses import Gone, ReplyBody, error_for, sse
-from .bodies import parse_request
 from .schema import ApiError, ChatRequest, CompletionRequest
 from .structured import Structure, plan_chat, plan_completion
 from .worker import Failed, QueueFull, ServeJob, Started, Worker, WorkerDied
@@ -91,8 +91,15 @@ DEFAULT_MAX_QUEUE = 32
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_TOKENS = 1024
 API_ROUTES = ("/models", "/chat/completions", "/completions", *responses_api.ROUTES)
-ROUTES = ("/", "/health", "/metrics", *(f"/v1{r}" for r in API_ROUTES), *API_ROUTES, *routes_extra.ROUTES,
-          *infill.ROUTES)
+ROUTES = (
+    "/",
+    "/health",
+    "/metrics",
+    *(f"/v1{r}" for r in API_ROUTES),
+    *API_ROUTES,
+    *routes_extra.ROUTES,
+    *infill.ROUTES,
+)
 
 
 def create_app(
@@ -141,8 +148,15 @@ def create_app(
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
     origins = check_origins(allow_origins)
     metrics = Metrics()
-    worker = Worker(engine, max_queue=max_queue, metrics=metrics, parallel=parallel, on_fatal=on_fatal,
-                    memory=memory, memory_keys=memory_keys)
+    worker = Worker(
+        engine,
+        max_queue=max_queue,
+        metrics=metrics,
+        parallel=parallel,
+        on_fatal=on_fatal,
+        memory=memory,
+        memory_keys=memory_keys,
+    )
     metrics.queue_length = lambda: worker.waiting
     metrics.busy = lambda: worker.busy
     metrics.memories = lambda: (len(worker.memories), worker.memories.tokens())
@@ -159,8 +173,9 @@ def create_app(
         finally:
             await asyncio.to_thread(worker.stop)
 
-    app = FastAPI(title="edgespec", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="edgespec", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.engine = engine
     app.state.worker = worker
     app.state.metrics = metrics
@@ -186,8 +201,9 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-        err = ApiError(e.status_code, message.get(e.status_code, str(e.detail)),
-                       code="not_found" if e.status_code == 404 else None)
+        err = ApiError(
+            e.status_code, message.get(e.status_code, str(e.detail)), code="not_found" if e.status_code == 404 else None
+        )
         return JSONResponse(err.body(), status_code=e.status_code, headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
@@ -202,9 +218,14 @@ def create_app(
 
     def check_key(request: Request) -> None:
         if not has_key(request):
-            raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>' "
-                           "or 'X-Api-Key: <key>'" if not given_keys(request.headers) else "the API key is wrong",
-                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError(
+                401,
+                "a valid API key is required: send 'Authorization: Bearer <key>' or 'X-Api-Key: <key>'"
+                if not given_keys(request.headers)
+                else "the API key is wrong",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length", "")
@@ -235,13 +256,19 @@ def create_app(
             else:
                 worker.submit_all(jobs)
         except QueueFull as e:
-            raise ApiError(503, f"the server is busy ({e}); retry in {retry_after} s", type="server_error",
-                           code="queue_full", headers={"Retry-After": str(retry_after)}) from None
+            raise ApiError(
+                503,
+                f"the server is busy ({e}); retry in {retry_after} s",
+                type="server_error",
+                code="queue_full",
+                headers={"Retry-After": str(retry_after)},
+            ) from None
         except WorkerDied as e:
             raise error_for(e, param=None) from None
 
-    async def run(request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *,
-                  chat: bool) -> Response:
+    async def run(
+        request: Request, req: ChatRequest | CompletionRequest, structure: Structure, *, chat: bool
+    ) -> Response:
         options = options_for(req)
         options["memory"] = worker.memories.option(key_of(request.headers, api_key))
         if not chat:
@@ -250,13 +277,28 @@ def create_app(
             options["constraint"] = structure.constraint
 
         def reply_for(index: int, queue_wait: float) -> ReplyBody:
-            return ReplyBody(chat=chat, model=model_id, req=req, queue_wait=queue_wait, structure=structure,
-                             index=index, token_bytes=engine.target_model.token_to_bytes, fingerprint=fingerprint)
+            return ReplyBody(
+                chat=chat,
+                model=model_id,
+                req=req,
+                queue_wait=queue_wait,
+                structure=structure,
+                index=index,
+                token_bytes=engine.target_model.token_to_bytes,
+                fingerprint=fingerprint,
+            )
 
         if req.choices() > 1:  # n > 1: one job per choice (choices.py)
-            return await serve_choices(request, worker, choice_jobs(structure.prompt, options, req.choices()),
-                                       reply_for, stream=req.stream, param="messages" if chat else "prompt",
-                                       submit=submit, watch=_watch_disconnect)
+            return await serve_choices(
+                request,
+                worker,
+                choice_jobs(structure.prompt, options, req.choices()),
+                reply_for,
+                stream=req.stream,
+                param="messages" if chat else "prompt",
+                submit=submit,
+                watch=_watch_disconnect,
+            )
         job = ServeJob(prompt=structure.prompt, options=options)
         submit([job])
         watcher = asyncio.create_task(_watch_disconnect(request, job))
@@ -271,9 +313,11 @@ def create_app(
         assert isinstance(first, Started)
         reply = reply_for(0, first.queue_wait)
         if req.stream:
-            return StreamingResponse(sse(reply, job, watcher, worker.next_event),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                sse(reply, job, watcher, worker.next_event),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         try:
             while True:
                 item = await worker.next_event(job)
@@ -325,11 +369,25 @@ def create_app(
     @app.get("/models")
     async def models(request: Request) -> JSONResponse:
         check_key(request)
-        return JSONResponse({"object": "list", "data": [{
-            "id": model_id, "object": "model", "created": created, "owned_by": "edgespec",
-            "meta": {"drafter": engine.drafter_name, "k": engine.k, "n_ctx": engine.n_ctx,
-                     "exact": bool(engine.exact_kernels)},
-        }]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": model_id,
+                        "object": "model",
+                        "created": created,
+                        "owned_by": "edgespec",
+                        "meta": {
+                            "drafter": engine.drafter_name,
+                            "k": engine.k,
+                            "n_ctx": engine.n_ctx,
+                            "exact": bool(engine.exact_kernels),
+                        },
+                    }
+                ],
+            }
+        )
 
     @app.post("/v1/chat/completions")
     @app.post("/chat/completions")
@@ -347,8 +405,17 @@ def create_app(
     def generation_options(req: Any, request: Request) -> dict:
         return {**options_for(req), "memory": worker.memories.option(key_of(request.headers, api_key))}
 
-    api = routes_extra.Api(engine=engine, model_id=model_id, check_key=check_key, read_body=read_body, chat=chat,
-                           worker=worker, submit=submit, options_for=generation_options, watch=_watch_disconnect)
+    api = routes_extra.Api(
+        engine=engine,
+        model_id=model_id,
+        check_key=check_key,
+        read_body=read_body,
+        chat=chat,
+        worker=worker,
+        submit=submit,
+        options_for=generation_options,
+        watch=_watch_disconnect,
+    )
     routes_extra.add_routes(app, api)
     responses_api.add_routes(app, api)
     infill.add_routes(app, api)

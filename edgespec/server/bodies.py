@@ -19,9 +19,16 @@ from pydantic import BaseModel, ValidationError
 class ApiError(Exception):
     """An HTTP error answered with an OpenAI-style error object."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -47,10 +54,15 @@ def describe_validation_error(e: ValidationError) -> tuple[str, str | None]:
     if kind == "json_invalid":
         detail = err.get("ctx", {}).get("error", "")
         if detail.startswith("recursion limit exceeded"):  # valid JSON, only too deep for the parser
-            return (f"the request body nests arrays and objects more than {JSON_DEPTH_LIMIT} levels deep, the "
-                    "limit of the server's JSON parser (pydantic's); a schema that deep can be written with "
-                    "$defs and $ref"), None
-        return f"the request body is not valid JSON ({detail})" if detail else "the request body is not valid JSON", None
+            return (
+                f"the request body nests arrays and objects more than {JSON_DEPTH_LIMIT} levels deep, the "
+                "limit of the server's JSON parser (pydantic's); a schema that deep can be written with "
+                "$defs and $ref"
+            ), None
+        return (
+            f"the request body is not valid JSON ({detail})" if detail else "the request body is not valid JSON",
+            None,
+        )
     if kind == "model_type" or (kind.endswith("_type") and not err.get("loc")):
         return "the request body must be a JSON object", None
     loc = [str(p) for p in err.get("loc", ())]
@@ -59,7 +71,7 @@ def describe_validation_error(e: ValidationError) -> tuple[str, str | None]:
     param = ".".join(loc) or None
     msg = err.get("msg", "invalid value")
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     if kind == "missing":
         msg = "this field is required"
     return (f"{param}: {msg}" if param else msg), param

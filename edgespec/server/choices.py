@@ -89,8 +89,15 @@ def choice_jobs(prompt: Any, options: dict, n: int) -> list[ChoiceJob]:
     """``n`` jobs on one event queue; choice i with seed + i when a seed is given."""
     events: asyncio.Queue = asyncio.Queue()
     seed = options.get("seed")
-    return [ChoiceJob(prompt=prompt, options={**options, "seed": seed + i} if seed is not None else dict(options),
-                      events=events, index=i) for i in range(n)]
+    return [
+        ChoiceJob(
+            prompt=prompt,
+            options={**options, "seed": seed + i} if seed is not None else dict(options),
+            events=events,
+            index=i,
+        )
+        for i in range(n)
+    ]
 
 
 def combined_stats(stats: list[Stats]) -> Stats:
@@ -100,25 +107,56 @@ def combined_stats(stats: list[Stats]) -> Stats:
     all the choices counts once; one computed again by each, n times."""
     first = stats[0]
     processed = sum(s.prompt_tokens_processed for s in stats) - (len(stats) - 1)
-    names = ("generated_tokens", "rounds", "drafted", "accepted", "rejected", "from_draft_tokens", "forced",
-             "forced_accepted", "t_prompt", "t_draft", "t_verify", "t_decode_draft", "t_generate", "t_total",
-             "t_mask", "t_batch")
-    by_source = {name: dict(sum((Counter(getattr(s, name)) for s in stats), Counter()))
-                 for name in ("drafted_by_source", "accepted_by_source")}
-    return replace(first, prompt_tokens_processed=processed, accepted_by_position=[], drafted_by_position=[],
-                   **by_source, **{name: sum(getattr(s, name) for s in stats) for name in names})
+    names = (
+        "generated_tokens",
+        "rounds",
+        "drafted",
+        "accepted",
+        "rejected",
+        "from_draft_tokens",
+        "forced",
+        "forced_accepted",
+        "t_prompt",
+        "t_draft",
+        "t_verify",
+        "t_decode_draft",
+        "t_generate",
+        "t_total",
+        "t_mask",
+        "t_batch",
+    )
+    by_source = {
+        name: dict(sum((Counter(getattr(s, name)) for s in stats), Counter()))
+        for name in ("drafted_by_source", "accepted_by_source")
+    }
+    return replace(
+        first,
+        prompt_tokens_processed=processed,
+        accepted_by_position=[],
+        drafted_by_position=[],
+        **by_source,
+        **{name: sum(getattr(s, name) for s in stats) for name in names},
+    )
 
 
-async def serve_choices(request: Request, worker: Worker, jobs: list[ChoiceJob],
-                        make_reply: Callable[[int, float], ReplyBody], *, stream: bool, param: str,
-                        submit: Callable[[list[ServeJob]], None],
-                        watch: Callable[[Request, Any], Awaitable[None]]) -> Response:
+async def serve_choices(
+    request: Request,
+    worker: Worker,
+    jobs: list[ChoiceJob],
+    make_reply: Callable[[int, float], ReplyBody],
+    *,
+    stream: bool,
+    param: str,
+    submit: Callable[[list[ServeJob]], None],
+    watch: Callable[[Request, Any], Awaitable[None]],
+) -> Response:
     """The response of one request's choices: ``submit`` queues them (raising the
     ``ApiError`` of a full queue), ``make_reply(index, queue_wait)`` builds a choice's
     ``ReplyBody``, ``watch`` cancels the group when the client hangs up."""
     if len(jobs) > worker.max_queue:
-        raise ApiError(400, f"n={len(jobs)} is more choices than this server queues at once ({worker.max_queue})",
-                       param="n")
+        raise ApiError(
+            400, f"n={len(jobs)} is more choices than this server queues at once ({worker.max_queue})", param="n"
+        )
     submit(jobs)
     group = JobGroup(jobs, worker)
     watcher = asyncio.create_task(watch(request, group))
@@ -141,8 +179,11 @@ async def serve_choices(request: Request, worker: Worker, jobs: list[ChoiceJob],
     for r in replies[1:]:
         r.id, r.created = replies[0].id, replies[0].created
     if stream:
-        return StreamingResponse(_sse(replies, group, watcher), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _sse(replies, group, watcher),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     try:
         finished = 0
         while True:

@@ -41,8 +41,9 @@ def _one(value: Any, body: Mapping[str, Any]) -> bool:
 
 def _equals(*inert: Any) -> Callable[[Any, Mapping[str, Any]], bool]:
     """Inert: null or one of ``inert`` (a bool never stands for a number, nor the reverse)."""
-    return lambda value, body: value is None or any(
-        value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
+    return lambda value, body: (
+        value is None or any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in inert)
+    )
 
 
 def _continues(body: Mapping[str, Any]) -> bool:
@@ -64,8 +65,14 @@ class KnownField:
     group: str | None = None
 
 
-def _f(name: str, status: str, note: str, where: frozenset = BOTH,
-       inert: Callable[[Any, Mapping[str, Any]], bool] = _unset, group: str | None = None) -> KnownField:
+def _f(
+    name: str,
+    status: str,
+    note: str,
+    where: frozenset = BOTH,
+    inert: Callable[[Any, Mapping[str, Any]], bool] = _unset,
+    group: str | None = None,
+) -> KnownField:
     return KnownField(name, status, note, where, inert, group)
 
 
@@ -86,51 +93,100 @@ FIELDS: tuple[KnownField, ...] = (
     _f("frequency_penalty", HONOURED, "subtracted per occurrence"),
     _f("presence_penalty", HONOURED, "subtracted once per token present"),
     _f("seed", HONOURED, "reproducible sampling; -1 = random"),
-    _f("logit_bias", HONOURED,
-       "added to the logits: {token id: bias} or llama-server's [[id or text, bias]]; false bans the token"),
+    _f(
+        "logit_bias",
+        HONOURED,
+        "added to the logits: {token id: bias} or llama-server's [[id or text, bias]]; false bans the token",
+    ),
     _f("ignore_eos", HONOURED, "never end at an end-of-generation token"),
     _f("min_tokens", HONOURED, "no end-of-generation token or stop string before this many tokens (vLLM)"),
     _f("stop", HONOURED, "up to 16 stop strings"),
     _f("stream", HONOURED, "server-sent events"),
     _f("stream_options", HONOURED, "include_usage adds a usage chunk"),
     _f("return_tokens", HONOURED, "adds the generated token ids (llama-server)"),
-    _f("n", HONOURED, "choices per request, 1 to 16, generated from one prompt (prefix shared); "
-       "choice i samples with seed + i"),
-    _f("logprobs", HONOURED, "chat: true adds each token's log-probability (choices[].logprobs.content); "
-       "completions: N (0 to 20) adds the legacy logprobs object with N alternatives"),
-    _f("top_logprobs", HONOURED, "chat: alternatives per token, 0 to 20 (with logprobs: true); completions: "
-       "as logprobs: N"),
-    _f("response_format", HONOURED, "text, json_object, json_schema; edgespec's regex and grammar (Lark or GBNF)",
-       group=S),
+    _f(
+        "n",
+        HONOURED,
+        "choices per request, 1 to 16, generated from one prompt (prefix shared); choice i samples with seed + i",
+    ),
+    _f(
+        "logprobs",
+        HONOURED,
+        "chat: true adds each token's log-probability (choices[].logprobs.content); "
+        "completions: N (0 to 20) adds the legacy logprobs object with N alternatives",
+    ),
+    _f(
+        "top_logprobs",
+        HONOURED,
+        "chat: alternatives per token, 0 to 20 (with logprobs: true); completions: as logprobs: N",
+    ),
+    _f(
+        "response_format",
+        HONOURED,
+        "text, json_object, json_schema; edgespec's regex and grammar (Lark or GBNF)",
+        group=S,
+    ),
     _f("json_schema", HONOURED, "llama-server's bare JSON Schema: as response_format json_schema", group=S),
     _f("grammar", HONOURED, "llama-server's GBNF (or a Lark) grammar: as response_format grammar", group=S),
-    _f("lenient_schema", HONOURED, "edgespec: schema keywords the constraint engine lacks are relaxed, "
-       "not refused", group=S),
-    _f("tools", HONOURED, "function tools, in the model's own tool-call format (Hermes tool_call blocks)", CHAT,
-       group=S),
+    _f(
+        "lenient_schema",
+        HONOURED,
+        "edgespec: schema keywords the constraint engine lacks are relaxed, not refused",
+        group=S,
+    ),
+    _f(
+        "tools",
+        HONOURED,
+        "function tools, in the model's own tool-call format (Hermes tool_call blocks)",
+        CHAT,
+        group=S,
+    ),
     _f("tool_choice", HONOURED, "none, auto, required or a named function", CHAT, group=S),
     _f("parallel_tool_calls", HONOURED, "false: at most one call per answer", CHAT, group=S),
-    _f("continue_final_message", HONOURED, "a final assistant message is continued (the default, as "
-       "llama-server); false opens a new turn after it", CHAT),
+    _f(
+        "continue_final_message",
+        HONOURED,
+        "a final assistant message is continued (the default, as llama-server); false opens a new turn after it",
+        CHAT,
+    ),
     # -- refused unless they ask for nothing ---------------------------------------------
-    _f("best_of", REFUSED, "choices are not ranked: use n (best_of: 1 or equal to n is accepted)", COMPLETIONS,
-       inert=lambda v, b: _one(v, b) or (v == b.get("n") and not isinstance(v, bool))),
+    _f(
+        "best_of",
+        REFUSED,
+        "choices are not ranked: use n (best_of: 1 or equal to n is accepted)",
+        COMPLETIONS,
+        inert=lambda v, b: _one(v, b) or (v == b.get("n") and not isinstance(v, bool)),
+    ),
     _f("n_probs", REFUSED, "llama-server's probabilities object is not returned: use logprobs / top_logprobs"),
     _f("post_sampling_probs", REFUSED, "logprobs are of the distribution before temperature and the filters"),
     _f("echo", REFUSED, "the prompt is not echoed", COMPLETIONS),
-    _f("suffix", HONOURED, "fill-in-the-middle: the text after the insertion, through the model's FIM tokens "
-       "(as /infill; a model without them: 400)", COMPLETIONS),
+    _f(
+        "suffix",
+        HONOURED,
+        "fill-in-the-middle: the text after the insertion, through the model's FIM tokens "
+        "(as /infill; a model without them: 400)",
+        COMPLETIONS,
+    ),
     _f("functions", REFUSED, "the legacy function calling is not supported: use tools", CHAT),
-    _f("function_call", REFUSED, "the legacy function calling is not supported: use tool_choice", CHAT,
-       inert=_equals("none")),
+    _f(
+        "function_call",
+        REFUSED,
+        "the legacy function calling is not supported: use tool_choice",
+        CHAT,
+        inert=_equals("none"),
+    ),
     _f("typical_p", REFUSED, "locally typical sampling is not implemented", inert=_equals(1.0)),
     _f("dynatemp_range", REFUSED, "dynamic temperature is not implemented"),
     _f("mirostat", REFUSED, "mirostat sampling is not implemented"),
     _f("dry_multiplier", REFUSED, "DRY sampling is not implemented"),
     _f("xtc_probability", REFUSED, "XTC sampling is not implemented"),
     _f("top_n_sigma", REFUSED, "top-n-sigma sampling is not implemented", inert=_equals(-1, -1.0)),
-    _f("adaptive_target", REFUSED, "adaptive sampling is not implemented", inert=lambda v, b: v is None or (
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0)),
+    _f(
+        "adaptive_target",
+        REFUSED,
+        "adaptive sampling is not implemented",
+        inert=lambda v, b: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0),
+    ),
     _f("min_keep", REFUSED, "the filters keep what llama.cpp's defaults keep (min_keep 0)"),
     _f("samplers", REFUSED, "the sampler order is fixed (top-k, top-p, min-p, temperature)"),
     _f("n_indent", REFUSED, "indentation limits are not implemented"),
@@ -139,20 +195,31 @@ FIELDS: tuple[KnownField, ...] = (
     _f("n_cmpl", REFUSED, "llama-server's name for n is not read: use n", inert=_one),
     _f("lora", REFUSED, "LoRA adapters are not supported"),
     _f("response_fields", REFUSED, "responses always have their full shape"),
-    _f("grammar_lazy", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",
-       inert=_equals(False), group=S),
-    _f("grammar_triggers", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)",
-       group=S),
+    _f(
+        "grammar_lazy",
+        REFUSED,
+        "a grammar applies from the first token (tools: tool_choice auto is lazy)",
+        inert=_equals(False),
+        group=S,
+    ),
+    _f(
+        "grammar_triggers", REFUSED, "a grammar applies from the first token (tools: tool_choice auto is lazy)", group=S
+    ),
     _f("chat_template_kwargs", REFUSED, "the chat template takes no extra arguments", CHAT),
-    _f("add_generation_prompt", REFUSED, "the template opens a new assistant turn, or continues a final "
-       "assistant message (true with continue_final_message: true is a 400)", CHAT,
-       inert=lambda v, b: v is None or (v is True and b.get("continue_final_message") is not True)
-       or (v is False and _continues(b))),
+    _f(
+        "add_generation_prompt",
+        REFUSED,
+        "the template opens a new assistant turn, or continues a final "
+        "assistant message (true with continue_final_message: true is a 400)",
+        CHAT,
+        inert=lambda v, b: (
+            v is None or (v is True and b.get("continue_final_message") is not True) or (v is False and _continues(b))
+        ),
+    ),
     _f("audio", REFUSED, "audio output is not supported", CHAT),
     _f("modalities", REFUSED, "text is the only modality", CHAT, inert=lambda v, b: v in (None, ["text"])),
     _f("web_search_options", REFUSED, "web search is not supported", CHAT),
-    _f("reasoning_budget_tokens", REFUSED, "reasoning budgets are not supported", CHAT,
-       inert=_equals(-1)),
+    _f("reasoning_budget_tokens", REFUSED, "reasoning budgets are not supported", CHAT, inert=_equals(-1)),
     _f("thinking_budget_tokens", REFUSED, "reasoning budgets are not supported", CHAT, inert=_equals(-1)),
     # -- ignored: cannot change the answer -----------------------------------------------
     _f("model", IGNORED, "this server holds one model, whatever the name"),
@@ -207,7 +274,7 @@ def fields(status: str, endpoint: str) -> list[str]:
 def refused_field(body: Mapping[str, Any], endpoint: str, names: Iterable[str] | None = None) -> KnownField | None:
     """The first field of ``body`` (or of ``names`` in it) that this server refuses on
     ``endpoint`` with the value given, else None."""
-    for name in (body if names is None else names):
+    for name in body if names is None else names:
         f = BY_NAME.get(name)
         if f is not None and f.status == REFUSED and endpoint in f.where and not f.inert(body[name], body):
             return f

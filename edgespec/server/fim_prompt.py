@@ -25,8 +25,16 @@ def infill_ids(engine: Any, req: Any, max_tokens: int) -> list[int]:
     """The prompt ids of ``req`` on ``engine``'s target (off the event loop: it tokenizes)."""
     model = engine.target_model
     extra = [ExtraChunk(text=c.text, filename=c.filename) for c in req.input_extra]
-    return infill_prompt(model, _fim(model, "input_prefix"), prefix=req.input_prefix, suffix=req.input_suffix,
-                         prompt=req.prompt, extra=extra, n_ctx=engine.n_ctx, n_predict=max_tokens)
+    return infill_prompt(
+        model,
+        _fim(model, "input_prefix"),
+        prefix=req.input_prefix,
+        suffix=req.input_suffix,
+        prompt=req.prompt,
+        extra=extra,
+        n_ctx=engine.n_ctx,
+        n_predict=max_tokens,
+    )
 
 
 def suffix_prompt(engine: Any, prompt: Any, suffix: str, max_tokens: int) -> list[int]:
@@ -35,8 +43,9 @@ def suffix_prompt(engine: Any, prompt: Any, suffix: str, max_tokens: int) -> lis
     if not isinstance(prompt, str):
         raise ApiError(400, "suffix needs the prompt as text (not token ids)", param="prompt")
     model = engine.target_model
-    return infill_prompt(model, _fim(model, "suffix"), prefix=prompt, suffix=suffix, n_ctx=engine.n_ctx,
-                         n_predict=max_tokens)
+    return infill_prompt(
+        model, _fim(model, "suffix"), prefix=prompt, suffix=suffix, n_ctx=engine.n_ctx, n_predict=max_tokens
+    )
 
 
 def with_suffix_stop(stops: list[str], suffix: str) -> list[str]:

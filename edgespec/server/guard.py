@@ -61,8 +61,10 @@ def check_origins(values: Iterable[str]) -> tuple[str, ...]:
         if not value:
             continue
         if value not in ("*", "null") and not _ORIGIN.match(value):
-            raise InputError(f"--allow-origin {raw!r}: an origin is scheme://host[:port] (like "
-                             "http://localhost:3000 or https://*.example.com), 'null' or '*'")
+            raise InputError(
+                f"--allow-origin {raw!r}: an origin is scheme://host[:port] (like "
+                "http://localhost:3000 or https://*.example.com), 'null' or '*'"
+            )
         out.append(value)
     return tuple(out)
 
@@ -137,37 +139,57 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
         if not self.host_ok(host, scope.get("server")):
-            await _refuse(send, f"host {host or '(none)'!r} is not this server's address: use "
-                                "http://127.0.0.1 or http://localhost with the server's port "
-                                "(a proxy's name: --allow-origin with its origin)", "host_not_allowed")
+            await _refuse(
+                send,
+                f"host {host or '(none)'!r} is not this server's address: use "
+                "http://127.0.0.1 or http://localhost with the server's port "
+                "(a proxy's name: --allow-origin with its origin)",
+                "host_not_allowed",
+            )
             return
         origin = headers.get("origin")
         if origin is not None and not self.origin_ok(origin, host):
-            await _refuse(send, f"origin {origin!r} is not allowed: pages from other sites may not use "
-                                f"this server; start it with --allow-origin {origin} to allow it",
-                          "origin_not_allowed")
+            await _refuse(
+                send,
+                f"origin {origin!r} is not allowed: pages from other sites may not use "
+                f"this server; start it with --allow-origin {origin} to allow it",
+                "origin_not_allowed",
+            )
             return
         if origin is None:
             await self.app(scope, receive, send)
             return
         allow = "*" if self.any_origin else origin
         if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            cors = [("access-control-allow-origin", allow), ("vary", "Origin"),
-                    ("access-control-allow-methods", "GET, POST, OPTIONS"),
-                    ("access-control-allow-headers",
-                     headers.get("access-control-request-headers") or "Authorization, X-Api-Key, Content-Type"),
-                    ("access-control-max-age", str(PREFLIGHT_MAX_AGE))]
+            cors = [
+                ("access-control-allow-origin", allow),
+                ("vary", "Origin"),
+                ("access-control-allow-methods", "GET, POST, OPTIONS"),
+                (
+                    "access-control-allow-headers",
+                    headers.get("access-control-request-headers") or "Authorization, X-Api-Key, Content-Type",
+                ),
+                ("access-control-max-age", str(PREFLIGHT_MAX_AGE)),
+            ]
             if headers.get("access-control-request-private-network") == "true":
                 cors.append(("access-control-allow-private-network", "true"))
-            await send({"type": "http.response.start", "status": 204,
-                        "headers": [(k.encode(), v.encode("latin-1")) for k, v in cors]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 204,
+                    "headers": [(k.encode(), v.encode("latin-1")) for k, v in cors],
+                }
+            )
             await send({"type": "http.response.body", "body": b""})
             return
 
         async def send_cors(message: dict) -> None:
             if message["type"] == "http.response.start":
-                extra = [(b"access-control-allow-origin", allow.encode("latin-1")), (b"vary", b"Origin"),
-                         (b"access-control-expose-headers", b"Retry-After")]
+                extra = [
+                    (b"access-control-allow-origin", allow.encode("latin-1")),
+                    (b"vary", b"Origin"),
+                    (b"access-control-expose-headers", b"Retry-After"),
+                ]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
@@ -207,8 +229,14 @@ class Guard:
 
 
 async def _refuse(send: Any, message: str, code: str) -> None:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                 "code": code}}).encode()
-    await send({"type": "http.response.start", "status": 403,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    body = json.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

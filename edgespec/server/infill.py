@@ -112,11 +112,21 @@ async def _serve(request: Request, api: Any, req: InfillRequest, ids: list[int],
         watcher.cancel()
         raise
     assert isinstance(first, Started)
-    reply = InfillReply(req=req, ids=ids, model_id=api.model_id, engine=api.engine, max_tokens=options["max_tokens"],
-                        cached=first.cached, options=options)
+    reply = InfillReply(
+        req=req,
+        ids=ids,
+        model_id=api.model_id,
+        engine=api.engine,
+        max_tokens=options["max_tokens"],
+        cached=first.cached,
+        options=options,
+    )
     if req.stream:
-        return StreamingResponse(_events(reply, job, watcher, worker.next_event), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _events(reply, job, watcher, worker.next_event),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     try:
         while reply.done is None and not reply.cut:
             item = await worker.next_event(job)

@@ -38,8 +38,17 @@ from edgespec.llama.fim import keeps_newline
 class InfillReply:
     """Builds the responses of one infill generation; ``feed`` each event."""
 
-    def __init__(self, *, req: Any, ids: list[int], model_id: str, engine: Any, max_tokens: int,
-                 cached: int | None, options: dict) -> None:
+    def __init__(
+        self,
+        *,
+        req: Any,
+        ids: list[int],
+        model_id: str,
+        engine: Any,
+        max_tokens: int,
+        cached: int | None,
+        options: dict,
+    ) -> None:
         self.req = req
         self.ids = ids
         self.model_id = model_id
@@ -53,8 +62,8 @@ class InfillReply:
         self.tokens: list[int] = []
         self.drafted = self.accepted = 0
         self.done: Done | None = None
-        self.cut = False          # ended by t_max_predict_ms or n_indent, not by the engine
-        self._nl_pos = 0          # where the line being checked for n_indent starts (0: none yet)
+        self.cut = False  # ended by t_max_predict_ms or n_indent, not by the engine
+        self._nl_pos = 0  # where the line being checked for n_indent starts (0: none yet)
         self._pending_ids: list[int] = []
 
     # -- events ---------------------------------------------------------------------
@@ -123,7 +132,7 @@ class InfillReply:
             return "limit", ""
         written = self.engine.target_model.detokenize(done.token_ids)
         if len(written) > len(done.text) and written.startswith(done.text):
-            rest = written[len(done.text):]
+            rest = written[len(done.text) :]
             for stop in self.options.get("stop") or ():
                 if rest.startswith(stop):
                     return "word", stop
@@ -161,23 +170,42 @@ class InfillReply:
     def _truncated(self) -> bool:
         """The context filled up before the reply ended (llama-server's ``truncated``)."""
         done = self.done
-        return (done is not None and not self.cut and done.finish_reason == "length"
-                and len(done.token_ids) < self.max_tokens)
+        return (
+            done is not None
+            and not self.cut
+            and done.finish_reason == "length"
+            and len(done.token_ids) < self.max_tokens
+        )
 
     def settings(self) -> dict:
         opts = self.options
-        return {"n_ctx": self.engine.n_ctx, "n_predict": self.max_tokens, "temperature": opts.get("temperature"),
-                "top_k": opts.get("top_k"), "top_p": opts.get("top_p"), "min_p": opts.get("min_p"),
-                "seed": opts.get("seed"), "stop": list(opts.get("stop") or ()), "n_indent": self.req.n_indent or 0,
-                "t_max_predict_ms": self.req.t_max_predict_ms or -1, "stream": self.req.stream,
-                "model": self.model_id}
+        return {
+            "n_ctx": self.engine.n_ctx,
+            "n_predict": self.max_tokens,
+            "temperature": opts.get("temperature"),
+            "top_k": opts.get("top_k"),
+            "top_p": opts.get("top_p"),
+            "min_p": opts.get("min_p"),
+            "seed": opts.get("seed"),
+            "stop": list(opts.get("stop") or ()),
+            "n_indent": self.req.n_indent or 0,
+            "t_max_predict_ms": self.req.t_max_predict_ms or -1,
+            "stream": self.req.stream,
+            "model": self.model_id,
+        }
 
     # -- bodies -----------------------------------------------------------------------
     def chunk(self, text: str) -> dict:
         """A streamed piece."""
-        return {"index": 0, "content": text, "tokens": self.take_ids() if self.req.return_tokens else [],
-                "stop": False, "id_slot": -1, "tokens_predicted": len(self.tokens),
-                "tokens_evaluated": len(self.ids)}
+        return {
+            "index": 0,
+            "content": text,
+            "tokens": self.take_ids() if self.req.return_tokens else [],
+            "stop": False,
+            "id_slot": -1,
+            "tokens_predicted": len(self.tokens),
+            "tokens_evaluated": len(self.ids),
+        }
 
     def final(self, *, streamed: bool) -> dict:
         """The last object: the whole answer (its text empty when it was streamed)."""
@@ -187,15 +215,22 @@ class InfillReply:
             text += self.tail()
         n_gen = len(self.tokens) if self.cut or self.done is None else len(self.done.token_ids)
         body = {
-            "index": 0, "content": "" if streamed else text,
+            "index": 0,
+            "content": "" if streamed else text,
             "tokens": list(self.tokens) if self.req.return_tokens and not streamed else [],
-            "id_slot": 0, "stop": True, "model": self.model_id,
-            "tokens_predicted": n_gen, "tokens_evaluated": len(self.ids),
+            "id_slot": 0,
+            "stop": True,
+            "model": self.model_id,
+            "tokens_predicted": n_gen,
+            "tokens_evaluated": len(self.ids),
             "generation_settings": self.settings(),
             "prompt": self.engine.target_model.detokenize(self.ids, special=True),
-            "has_new_line": "\n" in text, "truncated": self._truncated(),
-            "stop_type": stop_type, "stopping_word": word,
-            "tokens_cached": len(self.ids) + n_gen, "timings": self.timings(),
+            "has_new_line": "\n" in text,
+            "truncated": self._truncated(),
+            "stop_type": stop_type,
+            "stopping_word": word,
+            "tokens_cached": len(self.ids) + n_gen,
+            "timings": self.timings(),
         }
         return nested_values(self.req.response_fields, body) if self.req.response_fields else body
 

@@ -32,8 +32,9 @@ def parse_hosts(value: str) -> list[str]:
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]
         if not host:
-            raise InputError(f"--host {value!r}: an empty address (give one, or several separated by commas, "
-                             "like 127.0.0.1,::1)")
+            raise InputError(
+                f"--host {value!r}: an empty address (give one, or several separated by commas, like 127.0.0.1,::1)"
+            )
         if host not in hosts:
             hosts.append(host)
     return hosts

@@ -59,9 +59,13 @@ class LogprobWriter:
     def object(self, lps: Sequence[TokenLogprob]) -> dict:
         """The logprobs object of the next ``lps`` of this choice."""
         if self.chat:
-            return {"content": [{**self._entry(lp.id, lp.logprob),
-                                 "top_logprobs": [self._entry(t, v) for t, v in lp.top]} for lp in lps],
-                    "refusal": None}
+            return {
+                "content": [
+                    {**self._entry(lp.id, lp.logprob), "top_logprobs": [self._entry(t, v) for t, v in lp.top]}
+                    for lp in lps
+                ],
+                "refusal": None,
+            }
         out: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for lp in lps:
             out["tokens"].append(self._text(lp.id)[0])

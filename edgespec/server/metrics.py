@@ -92,48 +92,78 @@ class Metrics:
                     num = repr(float(value)) if isinstance(value, float) else str(value)
                     lines.append(f"{name}{{{lab}}} {num}" if lab else f"{name} {num}")
 
-            series("edgespec_requests_total", "counter", "HTTP requests answered, by endpoint and status.",
-                   [({"endpoint": e, "status": s}, n) for (e, s), n in sorted(self.requests.items())])
-            series("edgespec_generations_total", "counter", "Generations that ran to the end.",
-                   [({}, self.generations)])
-            series("edgespec_prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
-                   [({}, self.prompt_tokens)])
-            series("edgespec_prompt_tokens_processed_total", "counter",
-                   "Prompt tokens actually decoded (the rest came from the reused KV prefix).",
-                   [({}, self.prompt_tokens_processed)])
-            series("edgespec_generated_tokens_total", "counter", "Tokens generated.",
-                   [({}, self.generated_tokens)])
-            series("edgespec_draft_tokens_total", "counter", "Tokens the drafter proposed.",
-                   [({}, self.drafted)])
-            series("edgespec_draft_tokens_accepted_total", "counter", "Drafted tokens the target accepted.",
-                   [({}, self.accepted)])
+            series(
+                "edgespec_requests_total",
+                "counter",
+                "HTTP requests answered, by endpoint and status.",
+                [({"endpoint": e, "status": s}, n) for (e, s), n in sorted(self.requests.items())],
+            )
+            series(
+                "edgespec_generations_total", "counter", "Generations that ran to the end.", [({}, self.generations)]
+            )
+            series(
+                "edgespec_prompt_tokens_total",
+                "counter",
+                "Prompt tokens of finished generations.",
+                [({}, self.prompt_tokens)],
+            )
+            series(
+                "edgespec_prompt_tokens_processed_total",
+                "counter",
+                "Prompt tokens actually decoded (the rest came from the reused KV prefix).",
+                [({}, self.prompt_tokens_processed)],
+            )
+            series("edgespec_generated_tokens_total", "counter", "Tokens generated.", [({}, self.generated_tokens)])
+            series("edgespec_draft_tokens_total", "counter", "Tokens the drafter proposed.", [({}, self.drafted)])
+            series(
+                "edgespec_draft_tokens_accepted_total",
+                "counter",
+                "Drafted tokens the target accepted.",
+                [({}, self.accepted)],
+            )
             sources = sorted({"prompt", "memory", "grammar", "model", *self.drafted_by_source})
-            series("edgespec_draft_tokens_by_source_total", "counter",
-                   "Tokens drafted, by where they came from (prompt lookup, earlier answers, grammar, draft model).",
-                   [({"source": name}, self.drafted_by_source[name]) for name in sources])
-            series("edgespec_draft_tokens_accepted_by_source_total", "counter",
-                   "Drafted tokens the target accepted, by where they came from.",
-                   [({"source": name}, self.accepted_by_source[name]) for name in sources])
-            series("edgespec_draft_acceptance_ratio", "gauge",
-                   "Accepted / drafted tokens over the server's life (0 before any draft).",
-                   [({}, self.accepted / self.drafted if self.drafted else 0.0)])
-            series("edgespec_generation_seconds_total", "counter", "Wall time of finished generations.",
-                   [({}, self.generation_seconds)])
-            series("edgespec_queue_wait_seconds", "summary", "Time requests waited in the queue.",
-                   [])
+            series(
+                "edgespec_draft_tokens_by_source_total",
+                "counter",
+                "Tokens drafted, by where they came from (prompt lookup, earlier answers, grammar, draft model).",
+                [({"source": name}, self.drafted_by_source[name]) for name in sources],
+            )
+            series(
+                "edgespec_draft_tokens_accepted_by_source_total",
+                "counter",
+                "Drafted tokens the target accepted, by where they came from.",
+                [({"source": name}, self.accepted_by_source[name]) for name in sources],
+            )
+            series(
+                "edgespec_draft_acceptance_ratio",
+                "gauge",
+                "Accepted / drafted tokens over the server's life (0 before any draft).",
+                [({}, self.accepted / self.drafted if self.drafted else 0.0)],
+            )
+            series(
+                "edgespec_generation_seconds_total",
+                "counter",
+                "Wall time of finished generations.",
+                [({}, self.generation_seconds)],
+            )
+            series("edgespec_queue_wait_seconds", "summary", "Time requests waited in the queue.", [])
             lines.append(f"edgespec_queue_wait_seconds_sum {float(self.queue_wait_seconds)!r}")
             lines.append(f"edgespec_queue_wait_seconds_count {self.queue_waits}")
-            series("edgespec_requests_cancelled_total", "counter",
-                   "Requests stopped because the client went away, by where they were.",
-                   [({"stage": "running"}, self.cancelled_running),
-                    ({"stage": "queued"}, self.cancelled_queued)])
-            series("edgespec_queue_length", "gauge", "Requests waiting for the model.",
-                   [({}, self.queue_length())])
-            series("edgespec_busy", "gauge", "1 while a generation is running.",
-                   [({}, int(self.busy()))])
+            series(
+                "edgespec_requests_cancelled_total",
+                "counter",
+                "Requests stopped because the client went away, by where they were.",
+                [({"stage": "running"}, self.cancelled_running), ({"stage": "queued"}, self.cancelled_queued)],
+            )
+            series("edgespec_queue_length", "gauge", "Requests waiting for the model.", [({}, self.queue_length())])
+            series("edgespec_busy", "gauge", "1 while a generation is running.", [({}, int(self.busy()))])
             keys, held = self.memories()
-            series("edgespec_memory_keys", "gauge", "API keys with a memory of earlier answers (one without a key).",
-                   [({}, keys)])
+            series(
+                "edgespec_memory_keys",
+                "gauge",
+                "API keys with a memory of earlier answers (one without a key).",
+                [({}, keys)],
+            )
             series("edgespec_memory_tokens", "gauge", "Tokens held in those memories.", [({}, held)])
             return "\n".join(lines) + "\n"
 
@@ -182,5 +212,6 @@ class CountRequests:
         finally:
             path = scope.get("path", "")
             # status 0: the client went away before any answer (a request stopped in the queue)
-            self.metrics.count_request(path if path in self.routes else "other",
-                                       499 if hung_up or not status else status)
+            self.metrics.count_request(
+                path if path in self.routes else "other", 499 if hung_up or not status else status
+            )

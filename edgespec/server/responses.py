@@ -34,9 +34,9 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from edgespec.decoding.params import SamplingOptionError
 from edgespec.errors import ContextOverflowError, EdgespecError, InputError
 from edgespec.events import Done, Round, Stats, Token, TokenLogprob
-from edgespec.decoding.params import SamplingOptionError
 
 from .logprobs import LogprobWriter
 from .schema import ApiError, ChatRequest, CompletionRequest
@@ -79,16 +79,30 @@ def draft_by_source(stats: Stats) -> dict:
     lookup), "memory" (earlier answers of the request's key), "grammar" (its forced and
     likely tokens), "model" (a draft model); every source, 0 where it drafted nothing."""
     names = [*DRAFT_SOURCES, *sorted(set(stats.drafted_by_source) - set(DRAFT_SOURCES))]
-    return {name: {"draft_n": stats.drafted_by_source.get(name, 0),
-                   "draft_n_accepted": stats.accepted_by_source.get(name, 0)} for name in names}
+    return {
+        name: {
+            "draft_n": stats.drafted_by_source.get(name, 0),
+            "draft_n_accepted": stats.accepted_by_source.get(name, 0),
+        }
+        for name in names
+    }
 
 
 class ReplyBody:
     """Builds the OpenAI response objects for one generation, from its events."""
 
-    def __init__(self, *, chat: bool, model: str, req: ChatRequest | CompletionRequest, queue_wait: float,
-                 structure: Structure | None = None, index: int = 0,
-                 token_bytes: Callable[[int, bool], bytes] | None = None, fingerprint: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        model: str,
+        req: ChatRequest | CompletionRequest,
+        queue_wait: float,
+        structure: Structure | None = None,
+        index: int = 0,
+        token_bytes: Callable[[int, bool], bytes] | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
         self.chat = chat
         self.model = model
         self.fingerprint = fingerprint  # OpenAI's system_fingerprint: the key is always there
@@ -104,8 +118,11 @@ class ReplyBody:
         self.done: Done | None = None
         self.index = index  # of this choice, with n > 1
         # logprobs, when asked for: the writer, and a stream's tokens not yet in a chunk
-        self.logprobs = LogprobWriter(token_bytes, chat=chat) \
-            if token_bytes is not None and req.logprob_count() is not None else None
+        self.logprobs = (
+            LogprobWriter(token_bytes, chat=chat)
+            if token_bytes is not None and req.logprob_count() is not None
+            else None
+        )
         self._pending: list[TokenLogprob] = []
 
     def feed(self, event: Any) -> None:
@@ -122,8 +139,12 @@ class ReplyBody:
     def finish_reason(self) -> str:
         done = self.done
         assert done is not None
-        if (self.calls is not None and self.calls.calls and done.finish_reason == "stop"
-                and all(c.complete for c in self.calls.calls)):
+        if (
+            self.calls is not None
+            and self.calls.calls
+            and done.finish_reason == "stop"
+            and all(c.complete for c in self.calls.calls)
+        ):
             return "tool_calls"
         return done.finish_reason
 
@@ -183,9 +204,14 @@ class ReplyBody:
         self.calls.finish()
         if not self.calls.calls:
             return {"role": "assistant", "content": self.calls.content}
-        return {"role": "assistant", "content": self.calls.content or None,
-                "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                               for c in self.calls.calls]}
+        return {
+            "role": "assistant",
+            "content": self.calls.content or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.calls.calls
+            ],
+        }
 
     def choice(self) -> dict:
         """This choice of the whole response."""
@@ -193,8 +219,12 @@ class ReplyBody:
         assert done is not None
         lps = self.logprobs.object(done.logprobs or ()) if self.logprobs is not None else None
         if self.chat:
-            choice = {"index": self.index, "message": self.message(), "logprobs": lps,
-                      "finish_reason": self.finish_reason()}
+            choice = {
+                "index": self.index,
+                "message": self.message(),
+                "logprobs": lps,
+                "finish_reason": self.finish_reason(),
+            }
         else:
             choice = {"index": self.index, "text": done.text, "logprobs": lps, "finish_reason": done.finish_reason}
         info = self.structure_info()
@@ -205,16 +235,30 @@ class ReplyBody:
     def body(self) -> dict:
         done = self.done
         assert done is not None
-        out = {"id": self.id, "object": self.object, "created": self.created, "model": self.model,
-               "system_fingerprint": self.fingerprint,
-               "choices": [self.choice()], "usage": self.usage(done.stats), "timings": self.timings(done.stats)}
+        out = {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [self.choice()],
+            "usage": self.usage(done.stats),
+            "timings": self.timings(done.stats),
+        }
         if self.req.return_tokens:
             out["token_ids"] = list(done.token_ids)
         return out
 
     # -- stream chunks --------------------------------------------------------------
-    def chunk(self, *, text: str | None = None, from_draft: bool | None = None, finish: str | None = None,
-              first: bool = False, tool_call: dict | None = None) -> dict:
+    def chunk(
+        self,
+        *,
+        text: str | None = None,
+        from_draft: bool | None = None,
+        finish: str | None = None,
+        first: bool = False,
+        tool_call: dict | None = None,
+    ) -> dict:
         if self.chat:
             delta: dict = {}
             if first:
@@ -223,17 +267,30 @@ class ReplyBody:
                 delta["content"] = text
             if tool_call is not None:
                 delta["tool_calls"] = [tool_call]
-            choice: dict = {"index": self.index, "delta": delta, "logprobs": self._chunk_logprobs(),
-                            "finish_reason": finish}
+            choice: dict = {
+                "index": self.index,
+                "delta": delta,
+                "logprobs": self._chunk_logprobs(),
+                "finish_reason": finish,
+            }
         else:
-            choice = {"index": self.index, "text": text or "", "logprobs": self._chunk_logprobs(),
-                      "finish_reason": finish}
+            choice = {
+                "index": self.index,
+                "text": text or "",
+                "logprobs": self._chunk_logprobs(),
+                "finish_reason": finish,
+            }
         if from_draft is not None:
             choice["from_draft"] = from_draft
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint,
-                "choices": [choice],
-                "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted}}
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [choice],
+            "x_edgespec": {"drafted": self.drafted, "accepted": self.accepted},
+        }
 
     def _chunk_logprobs(self) -> dict | None:
         """The logprobs of the tokens no chunk has carried yet (None when none are)."""
@@ -288,17 +345,25 @@ class ReplyBody:
 
     def usage_chunk(self, stats: Stats) -> dict:
         """The stream's usage chunk (``stream_options.include_usage``), no choices."""
-        return {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "system_fingerprint": self.fingerprint,
-                "choices": [], "usage": self.usage(stats), "timings": self.timings(stats)}
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [],
+            "usage": self.usage(stats),
+            "timings": self.timings(stats),
+        }
 
 
 def event(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def sse(reply: ReplyBody, job: ServeJob, watcher: asyncio.Task,
-              next_event: Callable[[ServeJob], Awaitable[Any]]) -> AsyncIterator[str]:
+async def sse(
+    reply: ReplyBody, job: ServeJob, watcher: asyncio.Task, next_event: Callable[[ServeJob], Awaitable[Any]]
+) -> AsyncIterator[str]:
     """The server-sent events of one streamed generation (``next_event``: the worker's,
     which never waits on a dead worker). An error midway is an error event, then
     ``[DONE]``."""

@@ -42,15 +42,27 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from .bodies import parse_request
 from .responses_events import ResponseBuilder
 from .routes_extra import Api
-from .bodies import parse_request
 from .schema import ApiError
 
 ROUTES = ("/responses",)
 ROLES = ("user", "assistant", "system", "developer")
-PASS_THROUGH = ("seed", "top_k", "min_p", "repeat_penalty", "repeat_last_n", "frequency_penalty",
-                "presence_penalty", "stop", "logit_bias", "min_tokens", "ignore_eos", "lenient_schema")
+PASS_THROUGH = (
+    "seed",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+    "logit_bias",
+    "min_tokens",
+    "ignore_eos",
+    "lenient_schema",
+)
 
 
 def _none_or(*inert: Any) -> Callable[[Any], bool]:
@@ -103,8 +115,12 @@ class ResponsesRequest(BaseModel):
             if rule is not None and not rule[0](value):
                 shown = json.dumps(value, ensure_ascii=False)
                 shown = shown if len(shown) <= 60 else shown[:57] + "..."
-                return ApiError(400, f"{name}={shown} is not supported by this server: {rule[1]}",
-                                param=name, code="unsupported_parameter")
+                return ApiError(
+                    400,
+                    f"{name}={shown} is not supported by this server: {rule[1]}",
+                    param=name,
+                    code="unsupported_parameter",
+                )
         return None
 
     def response_format(self) -> dict | None:
@@ -120,8 +136,11 @@ class ResponsesRequest(BaseModel):
             if fmt.strict is not None:
                 spec["strict"] = fmt.strict
             return {"type": "json_schema", "json_schema": spec}
-        raise ApiError(400, f"text.format.type must be text, json_object or json_schema (got {fmt.type!r})",
-                       param="text.format.type")
+        raise ApiError(
+            400,
+            f"text.format.type must be text, json_object or json_schema (got {fmt.type!r})",
+            param="text.format.type",
+        )
 
     def messages(self) -> list[dict]:
         out = [{"role": "system", "content": self.instructions}] if self.instructions else []
@@ -132,8 +151,11 @@ class ResponsesRequest(BaseModel):
         for i, item in enumerate(self.input):
             kind = item.get("type", "message")
             if kind == "function_call":
-                call = {"id": _text(item, "call_id", i), "type": "function",
-                        "function": {"name": _text(item, "name", i), "arguments": _text(item, "arguments", i)}}
+                call = {
+                    "id": _text(item, "call_id", i),
+                    "type": "function",
+                    "function": {"name": _text(item, "name", i), "arguments": _text(item, "arguments", i)},
+                }
                 if out and out[-1]["role"] == "assistant":  # the calls of one turn: one message
                     out[-1].setdefault("tool_calls", []).append(call)
                 else:
@@ -153,8 +175,9 @@ class ResponsesRequest(BaseModel):
         choice = self.tool_choice
         if isinstance(choice, dict):
             if choice.get("type") != "function" or not isinstance(choice.get("name"), str):
-                raise ApiError(400, "tool_choice: a named choice is {\"type\": \"function\", \"name\": ...}",
-                               param="tool_choice")
+                raise ApiError(
+                    400, 'tool_choice: a named choice is {"type": "function", "name": ...}', param="tool_choice"
+                )
             choice = {"type": "function", "function": {"name": choice["name"]}}
         if choice is not None and not (choice in ("none", "auto") and not self.tools):
             out["tool_choice"] = choice
@@ -164,8 +187,7 @@ class ResponsesRequest(BaseModel):
 
     def chat_body(self) -> dict:
         body: dict[str, Any] = {"messages": self.messages(), "stream": self.stream}
-        for ours, theirs in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
-                             ("top_p", "top_p")):
+        for ours, theirs in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p")):
             if getattr(self, ours) is not None:
                 body[theirs] = getattr(self, ours)
         fmt = self.response_format()
@@ -189,8 +211,12 @@ def _text(item: dict, key: str, i: int) -> str:
 def _tool(i: int, tool: dict) -> dict:
     """A Responses function tool as a chat tool; a 400 naming ``tools.i`` for other kinds."""
     if tool.get("type") != "function":
-        raise ApiError(400, f"tools.{i}.type: {tool.get('type')!r} tools are not supported: this server calls "
-                            "functions", param=f"tools.{i}.type", code="unsupported_parameter")
+        raise ApiError(
+            400,
+            f"tools.{i}.type: {tool.get('type')!r} tools are not supported: this server calls functions",
+            param=f"tools.{i}.type",
+            code="unsupported_parameter",
+        )
     fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
     return {"type": "function", "function": fn}
 
@@ -199,13 +225,16 @@ def _message(i: int, item: dict) -> dict:
     """One input item as a chat message; a 400 naming ``input.i...`` for what is not text."""
     kind = item.get("type", "message")
     if kind != "message":
-        raise ApiError(400, f"input.{i}.type: {kind!r} items are not supported: this server takes text "
-                            "messages, function calls and their outputs", param=f"input.{i}.type",
-                       code="unsupported_parameter")
+        raise ApiError(
+            400,
+            f"input.{i}.type: {kind!r} items are not supported: this server takes text "
+            "messages, function calls and their outputs",
+            param=f"input.{i}.type",
+            code="unsupported_parameter",
+        )
     role = item.get("role")
     if role not in ROLES:
-        raise ApiError(400, f"input.{i}.role must be one of {', '.join(ROLES)} (got {role!r})",
-                       param=f"input.{i}.role")
+        raise ApiError(400, f"input.{i}.role must be one of {', '.join(ROLES)} (got {role!r})", param=f"input.{i}.role")
     return {"role": role, "content": _parts_text(i, item.get("content"), "content")}
 
 
@@ -219,15 +248,24 @@ def _parts_text(i: int, content: Any, key: str) -> str:
     for j, part in enumerate(content):
         ptype = part.get("type") if isinstance(part, dict) else None
         if ptype not in ("input_text", "output_text", "text") or not isinstance(part.get("text"), str):
-            raise ApiError(400, f"input.{i}.{key}.{j}: {ptype!r} parts are not supported: this server takes "
-                                "text (input_text)", param=f"input.{i}.{key}.{j}.type", code="unsupported_parameter")
+            raise ApiError(
+                400,
+                f"input.{i}.{key}.{j}: {ptype!r} parts are not supported: this server takes text (input_text)",
+                param=f"input.{i}.{key}.{j}.type",
+                code="unsupported_parameter",
+            )
         texts.append(part["text"])
     return "".join(texts)
 
 
 # the chat request's field -> the Responses request's, for a 400 the chat path gives
-CHAT_PARAMS = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input",
-               "tools": "tools", "tool_choice": "tool_choice"}
+CHAT_PARAMS = {
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "messages": "input",
+    "tools": "tools",
+    "tool_choice": "tool_choice",
+}
 
 
 def _renamed(e: ApiError) -> ApiError:
@@ -254,9 +292,11 @@ def add_routes(app: FastAPI, api: Api) -> None:
             raise _renamed(e) from None
         build = ResponseBuilder(req, api.model_id)
         if isinstance(answer, StreamingResponse):
-            return StreamingResponse(_closing(build.events(answer.body_iterator), answer.body_iterator),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                _closing(build.events(answer.body_iterator), answer.body_iterator),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         return JSONResponse(build.whole(json.loads(bytes(answer.body))))
 
 

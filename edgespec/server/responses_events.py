@@ -38,13 +38,24 @@ class ResponseBuilder:
 
     @staticmethod
     def message(item_id: str, text: str | None, status: str) -> dict:
-        return {"id": item_id, "type": "message", "status": status, "role": "assistant",
-                "content": [] if text is None else [ResponseBuilder.part(text)]}
+        return {
+            "id": item_id,
+            "type": "message",
+            "status": status,
+            "role": "assistant",
+            "content": [] if text is None else [ResponseBuilder.part(text)],
+        }
 
     @staticmethod
     def call(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict:
-        return {"id": item_id, "type": "function_call", "status": status, "call_id": call_id, "name": name,
-                "arguments": arguments}
+        return {
+            "id": item_id,
+            "type": "function_call",
+            "status": status,
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+        }
 
     @staticmethod
     def part(text: str) -> dict:
@@ -52,27 +63,45 @@ class ResponseBuilder:
 
     def response(self, status: str, *, usage: Mapping | None = None, error: dict | None = None) -> dict:
         req = self.req
-        fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) \
-            if req.text is not None and req.text.format is not None else {"type": "text"}
+        fmt = (
+            req.text.format.model_dump(by_alias=True, exclude_none=True)
+            if req.text is not None and req.text.format is not None
+            else {"type": "text"}
+        )
         return {
-            "id": self.id, "object": "response", "created_at": self.created, "status": status,
-            "error": error, "model": self.model,
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": error,
+            "model": self.model,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+            "instructions": req.instructions,
+            "max_output_tokens": req.max_output_tokens,
             "output": list(self.output) if status in ("completed", "incomplete") else [],
-            "parallel_tool_calls": req.parallel_tool_calls is not False, "previous_response_id": None,
-            "store": False, "temperature": req.temperature, "top_p": req.top_p, "text": {"format": fmt},
-            "tool_choice": req.tool_choice or ("auto" if req.tools else "none"), "tools": req.tools or [],
-            "truncation": "disabled", "metadata": {},
+            "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "previous_response_id": None,
+            "store": False,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "text": {"format": fmt},
+            "tool_choice": req.tool_choice or ("auto" if req.tools else "none"),
+            "tools": req.tools or [],
+            "truncation": "disabled",
+            "metadata": {},
             "usage": self.usage(usage) if usage is not None else None,
         }
 
     @staticmethod
     def usage(chat: Mapping) -> dict:
         cached = (chat.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        return {"input_tokens": chat["prompt_tokens"], "input_tokens_details": {"cached_tokens": cached},
-                "output_tokens": chat["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": chat["total_tokens"]}
+        return {
+            "input_tokens": chat["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": chat["completion_tokens"],
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": chat["total_tokens"],
+        }
 
     def whole(self, completion: Mapping) -> dict:
         """The Responses object for a whole chat completion."""
@@ -82,8 +111,9 @@ class ResponseBuilder:
         if text or not calls:
             self.output.append(self.message(_new_id("msg_"), text, status))
         for c in calls:
-            self.output.append(self.call(_new_id("fc_"), c["id"], c["function"]["name"], c["function"]["arguments"],
-                                         "completed"))
+            self.output.append(
+                self.call(_new_id("fc_"), c["id"], c["function"]["name"], c["function"]["arguments"], "completed")
+            )
         out = self.response(status, usage=completion["usage"])
         if "structure" in choice:
             out["structure"] = choice["structure"]
@@ -103,8 +133,13 @@ class ResponseBuilder:
         out = []
         if self.text is None:
             self.text = {"id": _new_id("msg_"), "index": self._open(), "text": ""}
-            out.append(self.event("response.output_item.added", output_index=self.text["index"],
-                                  item=self.message(self.text["id"], None, "in_progress")))
+            out.append(
+                self.event(
+                    "response.output_item.added",
+                    output_index=self.text["index"],
+                    item=self.message(self.text["id"], None, "in_progress"),
+                )
+            )
             out.append(self.event("response.content_part.added", **self._where(), part=self.part("")))
         self.text["text"] += piece
         out.append(self.event("response.output_text.delta", **self._where(), delta=piece, logprobs=[]))
@@ -121,32 +156,57 @@ class ResponseBuilder:
         item = self.message(self.text["id"], text, status)
         self.output.append(item)
         self.text = None
-        return [self.event("response.output_text.done", **where, text=text, logprobs=[]),
-                self.event("response.content_part.done", **where, part=self.part(text)),
-                self.event("response.output_item.done", output_index=where["output_index"], item=item)]
+        return [
+            self.event("response.output_text.done", **where, text=text, logprobs=[]),
+            self.event("response.content_part.done", **where, part=self.part(text)),
+            self.event("response.output_item.done", output_index=where["output_index"], item=item),
+        ]
 
     def call_piece(self, delta: dict) -> list[str]:
         """One ``delta.tool_calls`` entry: a call's start (id and name) or a piece of its arguments."""
         fn = delta.get("function") or {}
         if delta.get("id"):
             out = self.close_text("completed")  # the text before a call is whole
-            call = self.calls[delta["index"]] = {"id": _new_id("fc_"), "index": self._open(), "call_id": delta["id"],
-                                                 "name": fn.get("name", ""), "arguments": ""}
-            out.append(self.event("response.output_item.added", output_index=call["index"],
-                                  item=self.call(call["id"], call["call_id"], call["name"], "", "in_progress")))
+            call = self.calls[delta["index"]] = {
+                "id": _new_id("fc_"),
+                "index": self._open(),
+                "call_id": delta["id"],
+                "name": fn.get("name", ""),
+                "arguments": "",
+            }
+            out.append(
+                self.event(
+                    "response.output_item.added",
+                    output_index=call["index"],
+                    item=self.call(call["id"], call["call_id"], call["name"], "", "in_progress"),
+                )
+            )
             return out
         call = self.calls[delta["index"]]
         call["arguments"] += fn.get("arguments") or ""
-        return [self.event("response.function_call_arguments.delta", item_id=call["id"],
-                           output_index=call["index"], delta=fn.get("arguments") or "")]
+        return [
+            self.event(
+                "response.function_call_arguments.delta",
+                item_id=call["id"],
+                output_index=call["index"],
+                delta=fn.get("arguments") or "",
+            )
+        ]
 
     def close_calls(self) -> list[str]:
         out = []
         for call in self.calls.values():
             item = self.call(call["id"], call["call_id"], call["name"], call["arguments"], "completed")
             self.output.append(item)
-            out.append(self.event("response.function_call_arguments.done", item_id=call["id"],
-                                  output_index=call["index"], name=call["name"], arguments=call["arguments"]))
+            out.append(
+                self.event(
+                    "response.function_call_arguments.done",
+                    item_id=call["id"],
+                    output_index=call["index"],
+                    name=call["name"],
+                    arguments=call["arguments"],
+                )
+            )
             out.append(self.event("response.output_item.done", output_index=call["index"], item=item))
         self.calls = {}
         return out
@@ -160,8 +220,12 @@ class ResponseBuilder:
             if "error" in chunk:
                 err = chunk["error"]
                 yield self.event("error", code=err.get("code"), message=err.get("message"), param=err.get("param"))
-                yield self.event("response.failed", response=self.response(
-                    "failed", error={"code": err.get("code") or "server_error", "message": err.get("message")}))
+                yield self.event(
+                    "response.failed",
+                    response=self.response(
+                        "failed", error={"code": err.get("code") or "server_error", "message": err.get("message")}
+                    ),
+                )
                 return
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices", []):
@@ -186,4 +250,4 @@ async def _data(chunks: AsyncIterator[Any]) -> AsyncIterator[dict]:
     async for raw in chunks:
         for line in (raw.decode() if isinstance(raw, bytes) else raw).splitlines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                yield json.loads(line[len("data: "):])
+                yield json.loads(line[len("data: ") :])

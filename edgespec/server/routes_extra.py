@@ -73,9 +73,15 @@ def system_fingerprint(engine: Any) -> str:
     """``edgespec-<version>-<10 hex digits>``: stable for one configuration (see above)."""
     from edgespec.llama import LLAMA_CPP_PYTHON_VERSION, system_info
 
-    parts = [__version__, LLAMA_CPP_PYTHON_VERSION, system_info(),
-             _file_identity(engine.target_path), _file_identity(getattr(engine, "draft_path", None)),
-             str(engine.drafter_name), "exact" if engine.exact_kernels else "fast"]
+    parts = [
+        __version__,
+        LLAMA_CPP_PYTHON_VERSION,
+        system_info(),
+        _file_identity(engine.target_path),
+        _file_identity(getattr(engine, "draft_path", None)),
+        str(engine.drafter_name),
+        "exact" if engine.exact_kernels else "fast",
+    ]
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", errors="replace")).hexdigest()
     return f"edgespec-{__version__}-{digest[:10]}"
 
@@ -111,14 +117,16 @@ def tokenize(model: Any, req: TokenizeRequest) -> dict:
 def detokenize(model: Any, req: DetokenizeRequest) -> dict:
     bad = [t for t in req.tokens if not 0 <= t < model.n_vocab]
     if bad:
-        raise ApiError(400, f"tokens: token id {bad[0]} is outside the vocabulary (0..{model.n_vocab - 1})",
-                       param="tokens")
+        raise ApiError(
+            400, f"tokens: token id {bad[0]} is outside the vocabulary (0..{model.n_vocab - 1})", param="tokens"
+        )
     return {"content": model.detokenize(req.tokens, special=True)}
 
 
 def add_routes(app: FastAPI, api: Api) -> None:
     """``/tokenize`` and ``/detokenize`` on the target's vocabulary. The vocabulary is
     read-only, so they run beside a generation (off the event loop, in a thread)."""
+
     @app.post("/tokenize")
     async def tokenize_route(request: Request) -> JSONResponse:
         api.check_key(request)

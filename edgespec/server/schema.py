@@ -29,12 +29,10 @@ from typing import Any, Callable, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError is re-exported
-
 from edgespec.decoding.params import SAMPLING_KEYS
-
 from edgespec.llama.fim import suffix_stop
 
+from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError is re-exported
 from .fields import refused_field
 
 MAX_STOP_STRINGS = 16
@@ -161,7 +159,7 @@ class _Request(BaseModel):
     top_logprobs: Optional[int] = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: Optional[dict[str, Any]] = None
     json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
-    grammar: Optional[str] = None                 # llama-server: a GBNF grammar
+    grammar: Optional[str] = None  # llama-server: a GBNF grammar
     lenient_schema: bool = False  # edgespec: relax schema keywords the constraint engine lacks
 
     @field_validator("response_format")
@@ -174,12 +172,18 @@ class _Request(BaseModel):
     def constraint_format(self) -> tuple[dict | None, str]:
         """The structure asked for, in ``response_format``'s shape, and the field that
         asked for it (for a 400's ``param``); ``(None, "")`` for free text."""
-        given = [(name, getattr(self, name)) for name in ("response_format", "json_schema", "grammar")
-                 if getattr(self, name) is not None]
+        given = [
+            (name, getattr(self, name))
+            for name in ("response_format", "json_schema", "grammar")
+            if getattr(self, name) is not None
+        ]
         given = [(n, v) for n, v in given if not (n == "response_format" and v.get("type") == "text")]
         if len(given) > 1:
-            raise ApiError(400, f"give one of response_format, json_schema and grammar, not "
-                                f"{' and '.join(n for n, _ in given)}", param=given[1][0])
+            raise ApiError(
+                400,
+                f"give one of response_format, json_schema and grammar, not {' and '.join(n for n, _ in given)}",
+                param=given[1][0],
+            )
         if not given:
             return None, ""
         name, value = given[0]
@@ -208,8 +212,7 @@ class _Request(BaseModel):
     def _bias_pairs(cls, v: Any) -> Any:
         if isinstance(v, list):
             for pair in v:
-                if len(pair) != 2 or isinstance(pair[0], (bool, float)) or isinstance(pair[1], str) \
-                        or pair[1] is True:
+                if len(pair) != 2 or isinstance(pair[0], (bool, float)) or isinstance(pair[1], str) or pair[1] is True:
                     raise ValueError("each entry must be [token id or text, bias] (bias a number or false)")
         elif isinstance(v, dict) and any(b is True for b in v.values()):
             raise ValueError("a bias must be a number, or false to ban the token")
@@ -223,8 +226,12 @@ class _Request(BaseModel):
             return None
         value = json.dumps(extra[f.name], ensure_ascii=False)
         value = value if len(value) <= 60 else value[:57] + "..."
-        return ApiError(400, f"{f.name}={value} is not supported by this server: {f.note}",
-                        param=f.name, code="unsupported_parameter")
+        return ApiError(
+            400,
+            f"{f.name}={value} is not supported by this server: {f.note}",
+            param=f.name,
+            code="unsupported_parameter",
+        )
 
     def stops(self) -> list[str]:
         if self.stop is None:
@@ -309,23 +316,37 @@ class ChatRequest(_Request):
         last = self.messages[-1]
         ends = last.role == "assistant" and not last.tool_calls
         if self.continue_final_message and not ends:
-            raise ApiError(400, "continue_final_message: the last message must be an assistant message "
-                                "(without tool calls) to continue", param="continue_final_message")
-        if ends and self.continue_final_message is None and len(self.messages) > 1 \
-                and self.messages[-2].role == "assistant":
-            raise ApiError(400, "messages: the conversation ends with two assistant messages, so which one to "
-                                "continue is unclear (llama-server refuses it too); send continue_final_message: "
-                                "true to continue the last one, or false to answer in a new turn after them",
-                           param="messages")
+            raise ApiError(
+                400,
+                "continue_final_message: the last message must be an assistant message "
+                "(without tool calls) to continue",
+                param="continue_final_message",
+            )
+        if (
+            ends
+            and self.continue_final_message is None
+            and len(self.messages) > 1
+            and self.messages[-2].role == "assistant"
+        ):
+            raise ApiError(
+                400,
+                "messages: the conversation ends with two assistant messages, so which one to "
+                "continue is unclear (llama-server refuses it too); send continue_final_message: "
+                "true to continue the last one, or false to answer in a new turn after them",
+                param="messages",
+            )
         return ends and self.continue_final_message is not False
 
     def refusal(self) -> ApiError | None:
         """``_Request.refusal``, after llama-server's and vLLM's rule that a reply cannot both
         open a new turn (``add_generation_prompt``) and continue the final message."""
         if self.continue_final_message is True and (self.model_extra or {}).get("add_generation_prompt") is True:
-            return ApiError(400, "add_generation_prompt and continue_final_message cannot both be true: the reply "
-                                 "either opens a new assistant turn or continues the final message; drop one",
-                            param="add_generation_prompt")
+            return ApiError(
+                400,
+                "add_generation_prompt and continue_final_message cannot both be true: the reply "
+                "either opens a new assistant turn or continues the final message; drop one",
+                param="add_generation_prompt",
+            )
         return super().refusal()
 
     @field_validator("tool_choice")
@@ -337,9 +358,11 @@ class ChatRequest(_Request):
             try:
                 return NamedToolChoice.model_validate(v)
             except ValidationError as e:
-                raise ValueError("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}} "
-                                 f"({describe_validation_error(e)[0]})") from None
-        raise ValueError(f"tool_choice must be \"none\", \"auto\", \"required\" or a named function (got {v!r})")
+                raise ValueError(
+                    'a named tool_choice is {"type": "function", "function": {"name": ...}} '
+                    f"({describe_validation_error(e)[0]})"
+                ) from None
+        raise ValueError(f'tool_choice must be "none", "auto", "required" or a named function (got {v!r})')
 
     @field_validator("tools")
     @classmethod
@@ -359,8 +382,11 @@ class ChatRequest(_Request):
             return "none"
         if isinstance(choice, NamedToolChoice):
             if choice.function.name not in {t.function.name for t in self.tools}:
-                raise ApiError(400, f"tool_choice names {choice.function.name!r}, which is not one of the tools",
-                               param="tool_choice")
+                raise ApiError(
+                    400,
+                    f"tool_choice names {choice.function.name!r}, which is not one of the tools",
+                    param="tool_choice",
+                )
             return choice.function.name
         return choice or "auto"
 

@@ -33,4 +33,3 @@ class Server(uvicorn.Server):
             grace = self.config.timeout_graceful_shutdown
             begin(None if grace is None else max(0.0, grace - STOP_MARGIN_S))
         await super().shutdown(sockets=sockets)
-

@@ -31,11 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgespec.llama.chat_template import render, tokenize_rendered
 from edgespec.errors import InputError
+from edgespec.llama.chat_template import render, tokenize_rendered
 
-from .schema import ApiError, ChatRequest, CompletionRequest
 from .fim_prompt import suffix_prompt
+from .schema import ApiError, ChatRequest, CompletionRequest
 from .tools import NoToolFormat, call_grammar, no_call_grammar, tool_format
 
 
@@ -108,8 +108,12 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
         constraint = _compile_format(fmt, engine.target_model, lenient=req.lenient_schema, field=field)
         return Structure(prompt=prompt, kind=fmt["type"], param=field, constraint=constraint)
     if fmt is not None:
-        raise ApiError(400, f"{field} cannot be combined with tools: a tool call has its own structure "
-                            "(send tool_choice \"none\" to answer in this format instead)", param=field)
+        raise ApiError(
+            400,
+            f"{field} cannot be combined with tools: a tool call has its own structure "
+            '(send tool_choice "none" to answer in this format instead)',
+            param=field,
+        )
     model = engine.target_model
     try:
         tool_format(model.chat_template)
@@ -117,9 +121,14 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
         raise ApiError(400, str(e), param="tools", code="tools_not_supported") from None
     tools = list(req.tools or ())
     try:
-        grammar = call_grammar(tools, model, only=None if mode in ("auto", "required") else mode,
-                               parallel=req.parallel_tool_calls is not False, free=mode == "auto",
-                               lenient=req.lenient_schema)
+        grammar = call_grammar(
+            tools,
+            model,
+            only=None if mode in ("auto", "required") else mode,
+            parallel=req.parallel_tool_calls is not False,
+            free=mode == "auto",
+            lenient=req.lenient_schema,
+        )
     except InputError as e:
         raise ApiError(400, str(e), param="tools") from None
     from edgespec.constraints import ConstraintError, compile_lark
@@ -127,15 +136,27 @@ def plan_chat(engine: Any, req: ChatRequest) -> Structure:
     try:
         constraint = compile_lark(grammar, model, lenient=req.lenient_schema)
     except ConstraintError as e:
-        raise ApiError(400, f"the tools' parameters do not compile: {e}".replace(
-            "(--lenient-schema)", '("lenient_schema": true in the request)'), param="tools") from None
+        raise ApiError(
+            400,
+            f"the tools' parameters do not compile: {e}".replace(
+                "(--lenient-schema)", '("lenient_schema": true in the request)'
+            ),
+            param="tools",
+        ) from None
     try:
-        text = render(model, messages, tools=[t.model_dump(exclude_none=True) for t in tools],
-                      continue_final=req.continues())
+        text = render(
+            model, messages, tools=[t.model_dump(exclude_none=True) for t in tools], continue_final=req.continues()
+        )
     except InputError as e:
         raise ApiError(400, str(e), param="messages") from None
-    return Structure(prompt=tokenize_rendered(model, text), kind="tool_calls", param="tools",
-                     constraint=constraint, tools=True, optional=mode == "auto")
+    return Structure(
+        prompt=tokenize_rendered(model, text),
+        kind="tool_calls",
+        param="tools",
+        constraint=constraint,
+        tools=True,
+        optional=mode == "auto",
+    )
 
 
 def _writes_calls(model: Any) -> bool:
@@ -147,8 +168,7 @@ def _writes_calls(model: Any) -> bool:
     return True
 
 
-def _plan_no_call(model: Any, req: ChatRequest, messages: list[dict], fmt: dict | None, field: str | None
-                  ) -> Structure:
+def _plan_no_call(model: Any, req: ChatRequest, messages: list[dict], fmt: dict | None, field: str | None) -> Structure:
     """``tool_choice`` none with tools: OpenAI's "do not call", not "forget the tools".
     The tools stay in the prompt (the conversation may hold their calls and results),
     and the answer is held to free text without a call (``tools.no_call_grammar``), or
@@ -156,8 +176,12 @@ def _plan_no_call(model: Any, req: ChatRequest, messages: list[dict], fmt: dict 
     from edgespec.constraints import ConstraintError, compile_lark
 
     try:
-        text = render(model, messages, tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
-                      continue_final=req.continues())
+        text = render(
+            model,
+            messages,
+            tools=[t.model_dump(exclude_none=True) for t in req.tools or ()],
+            continue_final=req.continues(),
+        )
     except InputError as e:
         raise ApiError(400, str(e), param="messages") from None
     prompt = tokenize_rendered(model, text)

@@ -42,16 +42,19 @@ _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"argumen
 _TAIL = re.compile(r"\s*\}\s*" + re.escape(CLOSE))
 # a call written without its tags, at the start of an answer: its object, maybe fenced,
 # maybe in doubled braces (as the example in Qwen2.5-Coder-1.5B's template writes it)
-_BARE_HEAD = re.compile(r'\s*(?:(```(?:json)?\s*)|(\{\s*))?\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*'
-                        r'"arguments"\s*:\s*(?=\S)')
+_BARE_HEAD = re.compile(
+    r'\s*(?:(```(?:json)?\s*)|(\{\s*))?\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*'
+    r'"arguments"\s*:\s*(?=\S)'
+)
 _BARE_TAIL = re.compile(r"\s*\}")
 _DOUBLE_TAIL = re.compile(r"\s*\}\s*\}")
 _FENCED_TAIL = re.compile(r"\s*\}\s*```")
 _BARE_STARTS = ('```json{"name":"', '```{"name":"', '{"name":"', '{{"name":"')  # without white space
 _WS = r"[ \t\n]*"
 # free text: no opening tag anywhere, and no start like a call written without its tags
-_FREE = (f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS}|\\{{{_WS})?\\{{{_WS}"name"(.|\\n)*/'
-         ' & ~/(.|\\n)*<tool_call>(.|\\n)*/')
+_FREE = (
+    f'FREE: /(.|\\n)+/ & ~/{_WS}(```(json)?{_WS}|\\{{{_WS})?\\{{{_WS}"name"(.|\\n)*/ & ~/(.|\\n)*<tool_call>(.|\\n)*/'
+)
 
 
 class NoToolFormat(InputError):
@@ -63,10 +66,15 @@ def tool_format(template: str | None) -> str:
     when it writes none that edgespec knows."""
     if template and "tools" in template and OPEN in template and CLOSE in template:
         return "hermes"
-    why = "the model has no chat template" if not template else \
-        "its chat template does not render tools in a format edgespec knows"
-    raise NoToolFormat(f"this model cannot call tools: {why} (edgespec knows the Hermes-style "
-                       f"{OPEN} blocks of Qwen2.5 and Hermes templates)")
+    why = (
+        "the model has no chat template"
+        if not template
+        else "its chat template does not render tools in a format edgespec knows"
+    )
+    raise NoToolFormat(
+        f"this model cannot call tools: {why} (edgespec knows the Hermes-style "
+        f"{OPEN} blocks of Qwen2.5 and Hermes templates)"
+    )
 
 
 def _literal(text: str) -> str:
@@ -95,8 +103,15 @@ def argument_schema(i: int, function: Any, *, lenient: bool = False) -> dict:
     return schema
 
 
-def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, parallel: bool = True,
-                 free: bool = False, lenient: bool = False) -> str:
+def call_grammar(
+    tools: Sequence[Any],
+    model: Any,
+    *,
+    only: str | None = None,
+    parallel: bool = True,
+    free: bool = False,
+    lenient: bool = False,
+) -> str:
     """The Lark grammar of an answer that calls tools: one call (``parallel`` False, or
     ``only`` a function's name) or several, each to one of ``tools`` (OpenAI's tool
     objects, pydantic's ``schema.Tool``) with arguments that follow its parameters.
@@ -127,10 +142,15 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
             loose["x-guidance"].pop("item_separator", None)
             loose["x-guidance"].pop("key_separator", None)
             key = _WS.join(["", "\\{", '"name"', ":", f'"{fn.name}"', ",", '"arguments"', ":", ""])
-            rules += [f"bare_{i}: HEAD_{i} loose_{i} END", f"fenced_{i}: FHEAD_{i} loose_{i} FEND",
-                      f"double_{i}: DHEAD_{i} loose_{i} DEND",
-                      f"HEAD_{i}: /{key}/", f"FHEAD_{i}: /{_WS}```(json)?{key}/", f"DHEAD_{i}: /{_WS}\\{{{key}/",
-                      f"loose_{i}: %json {json.dumps(loose)}"]
+            rules += [
+                f"bare_{i}: HEAD_{i} loose_{i} END",
+                f"fenced_{i}: FHEAD_{i} loose_{i} FEND",
+                f"double_{i}: DHEAD_{i} loose_{i} DEND",
+                f"HEAD_{i}: /{key}/",
+                f"FHEAD_{i}: /{_WS}```(json)?{key}/",
+                f"DHEAD_{i}: /{_WS}\\{{{key}/",
+                f"loose_{i}: %json {json.dumps(loose)}",
+            ]
             bare += [f"bare_{i}", f"fenced_{i}", f"double_{i}"]
     one = only is not None or not parallel
 
@@ -141,24 +161,31 @@ def call_grammar(tools: Sequence[Any], model: Any, *, only: str | None = None, p
     lines = [f"calls: {several('call')}", "call: " + " | ".join(calls), *rules]
     if not free:
         return "\n".join(["start: calls", *lines]) + "\n"
-    return "\n".join([
-        "start: bare_calls | FREE? calls?",
-        f"bare_calls: {several('bare')}",
-        "bare: " + " | ".join(bare),
-        *lines,
-        f"END: /{_WS}\\}}/",
-        f"FEND: /{_WS}\\}}{_WS}```/",
-        f"DEND: /{_WS}\\}}{_WS}\\}}/",
-        _FREE,
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "start: bare_calls | FREE? calls?",
+                f"bare_calls: {several('bare')}",
+                "bare: " + " | ".join(bare),
+                *lines,
+                f"END: /{_WS}\\}}/",
+                f"FEND: /{_WS}\\}}{_WS}```/",
+                f"DEND: /{_WS}\\}}{_WS}\\}}/",
+                _FREE,
+            ]
+        )
+        + "\n"
+    )
 
 
 # tool_choice none: no opening tag anywhere, and no start like a call's head in any
 # spelling, after a fence or not: {"name", {{"name ", {'name ... (Qwen2.5-Coder-1.5B, told
 # not to call after a tool result, wrote {{"name ": ... when only auto's exact forms were
 # refused, and then the result itself: {{"temperature_c": 21, ...}})
-_NO_CALL = (f'FREE: /(.|\\n)+/ & ~/{_WS}(```[a-z]*{_WS})?\\{{{_WS}\\{{?{_WS}["\']?{_WS}name(.|\\n)*/'
-            ' & ~/(.|\\n)*<tool_call>(.|\\n)*/')
+_NO_CALL = (
+    f"FREE: /(.|\\n)+/ & ~/{_WS}(```[a-z]*{_WS})?\\{{{_WS}\\{{?{_WS}[\"']?{_WS}name(.|\\n)*/"
+    " & ~/(.|\\n)*<tool_call>(.|\\n)*/"
+)
 
 
 def no_call_grammar() -> str:
@@ -200,10 +227,10 @@ class CallStream:
     calls: list[Call] = field(default_factory=list)
     content: str = ""
     _buf: str = ""
-    _at: int = 0            # what is before it has been read
-    _state: str = "text"    # text -> head -> args -> tail -> text ...
-    _bare: str = ""         # the current call came without its tags: "bare", "double" or "fenced"
-    _depth: int = 0         # the arguments' JSON nesting, and whether in a string
+    _at: int = 0  # what is before it has been read
+    _state: str = "text"  # text -> head -> args -> tail -> text ...
+    _bare: str = ""  # the current call came without its tags: "bare", "double" or "fenced"
+    _depth: int = 0  # the arguments' JSON nesting, and whether in a string
     _in_string: bool = False
     _escaped: bool = False
 
@@ -220,7 +247,7 @@ class CallStream:
         name is complete is dropped (the reply ends with ``length``)."""
         out: list[Piece] = []
         if self._state == "text" and not (self.calls and self._bare):
-            rest = self._buf[self._at:]
+            rest = self._buf[self._at :]
             self._say(out, rest.strip() if self.calls else rest)
         self._at = len(self._buf)
         return out
@@ -251,7 +278,7 @@ class CallStream:
                 return True
             end = len(buf)
             for n in range(min(len(OPEN) - 1, end - at), 0, -1):
-                if OPEN.startswith(buf[end - n:]):
+                if OPEN.startswith(buf[end - n :]):
                     end -= n  # held: it may be the start of a tag
                     break
             while end > at and buf[end - 1].isspace():

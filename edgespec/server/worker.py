@@ -123,9 +123,17 @@ class Worker:
     ``on_fatal(error)`` is called if the thread dies. ``memory``: whether requests draft
     from earlier answers (their key's, at most ``memory_keys`` keys kept)."""
 
-    def __init__(self, engine: Any, *, max_queue: int, metrics: Metrics, parallel: int = 1,
-                 on_fatal: Callable[[BaseException], None] | None = None, memory: bool = True,
-                 memory_keys: int = DEFAULT_MAX_KEYS) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        max_queue: int,
+        metrics: Metrics,
+        parallel: int = 1,
+        on_fatal: Callable[[BaseException], None] | None = None,
+        memory: bool = True,
+        memory_keys: int = DEFAULT_MAX_KEYS,
+    ) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be at least 1 (got {max_queue})")
         if parallel < 1:
@@ -178,8 +186,10 @@ class Worker:
             if self._stopping:
                 raise QueueFull("the server is shutting down")
             if self._jobs.qsize() + len(jobs) > self.max_queue:
-                raise QueueFull(f"{self._jobs.qsize()} requests are waiting and {len(jobs)} choices do not fit "
-                                f"in the queue of {self.max_queue}")
+                raise QueueFull(
+                    f"{self._jobs.qsize()} requests are waiting and {len(jobs)} choices do not fit "
+                    f"in the queue of {self.max_queue}"
+                )
             for job in jobs:
                 self._jobs.put_nowait(job)
 
@@ -385,8 +395,13 @@ class Worker:
                 self.metrics.count_cancelled(started=False)
                 continue
             wait = time.perf_counter() - job.enqueued_at
-            req = Request(job, job.prompt, job.options, on_event=lambda ev, j=job: self._forward(j, ev),
-                          cancelled=lambda j=job: j.cancelled)
+            req = Request(
+                job,
+                job.prompt,
+                job.options,
+                on_event=lambda ev, j=job: self._forward(j, ev),
+                cancelled=lambda j=job: j.cancelled,
+            )
             try:
                 failed = runner.admit(req)
                 error = failed.error if failed is not None else None
