@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.decoding import store_files, suffix_store
+from edgespec.decoding import store_files, suffix_merge, suffix_store
 from edgespec.decoding.suffix import SuffixIndex
 from edgespec.decoding.suffix_store import SuffixStoreWarning, clear, load, save, stats, store_path
 from edgespec.errors import MemoryStoreError
@@ -291,7 +291,7 @@ def test_two_runs_on_one_store_keep_both_runs_answers(tmp_path):
     assert back.proposals == 8
     c = load(IDENT, directory=tmp_path)  # a third run, and one that started cold, merge by content
     cold = add(SuffixIndex(1000), [60, 61])
-    suffix_store._ORIGINS[cold] = suffix_store._Origin(generation=0)
+    suffix_merge.ORIGINS[cold] = suffix_merge.Origin(generation=0)
     add(c, [70])
     save(cold, IDENT, tmp_path)
     save(c, IDENT, tmp_path)

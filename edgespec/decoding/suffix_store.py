@@ -20,7 +20,7 @@ one, so a kill -9 at any moment leaves the previous file whole.
 
 Two runs on one store (the rule docs/memory.md states): a save takes the store's lock
 (``flock`` on ``<store>.lock``), re-reads the file and merges what another run saved
-since this one loaded (``_merge``: by position where both continue one file, by content
+since this one loaded (``suffix_merge``: by position where both continue one file, by content
 otherwise), so neither run's answers are lost; the counters add up, the drafts' learned
 rates are this run's. ``clear`` takes the lock and adds one to the store's generation: a
 run that loaded before the clear finds another generation at its save and does not save,
@@ -43,11 +43,8 @@ import json
 import os
 import stat
 import time
-import uuid
 import warnings
-import weakref
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -61,6 +58,7 @@ from .suffix_codec import HEAD as _HEAD
 from .suffix_codec import counters as _counters
 from .suffix_codec import decode as _decode
 from .suffix_codec import encode as _encode
+from .suffix_merge import ORIGINS, Origin, merge, replay, stamp
 
 __all__ = [
     "FORMAT_VERSION",
@@ -86,23 +84,6 @@ _NOT_SAVED = ", and this run's memory is not saved"
 
 class SuffixStoreWarning(UserWarning):
     """A suffix-memory file could not be used; the run starts cold."""
-
-
-@dataclass
-class _Origin:
-    """What ``load`` saw, for the save of the same index: the store's generation then
-    (None: no lock), the file's lineage and window end (None: a cold start or a replay,
-    whose positions are its own), its counters, and a refusal the load already reported."""
-
-    generation: int | None = None
-    lineage: str | None = None
-    base_next: int = 0
-    counters: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
-    refused: str = ""
-    stamp: tuple = ()  # the loaded file's (saved_at, next, lineage): the same file at the save, nothing to merge
-
-
-_ORIGINS: "weakref.WeakKeyDictionary[SuffixIndex, _Origin]" = weakref.WeakKeyDictionary()
 
 
 def store_dir() -> Path:
@@ -170,7 +151,7 @@ def load(
     saved meanwhile, and does not save after a ``clear``."""
     d = directory or store_dir()
     path = store_path(identity, d)
-    origin, index = _Origin(), None
+    origin, index = Origin(), None
     try:
         if check_folder(d):
             with StoreLock(path, exclusive=False) as lock:
@@ -189,7 +170,7 @@ def load(
                     ) from None
                 if not replayed:
                     origin.lineage, origin.base_next = meta.get("lineage"), meta["next"]
-                origin.counters, origin.stamp = _counters(meta), _stamp(meta)
+                origin.counters, origin.stamp = _counters(meta), stamp(meta)
     except Refused as e:
         origin.refused = e.why
         _warn(e.path, e.why, warn, hint=_NOT_SAVED)
@@ -199,22 +180,8 @@ def load(
         _warn(e.path, e.why, warn, hint=_NOT_SAVED if e.path != path else _CLEAR_HINT)
     if index is None:
         index = SuffixIndex(cap or DEFAULT_CAP, **index_options)
-    _ORIGINS[index] = origin
+    ORIGINS[index] = origin
     return index
-
-
-def replay(source: SuffixIndex, into: SuffixIndex) -> SuffixIndex:
-    """``into`` with ``source``'s window written into it, fragment by fragment, each as a
-    closed document (what a cap or key lengths other than the saved ones need)."""
-    for _, tokens, _ in source.documents():
-        _append(into, tokens)
-    return into
-
-
-def _append(index: SuffixIndex, tokens: list[int]) -> None:
-    doc = index.open()
-    index.extend(doc, tokens)
-    index.close(doc)
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -222,14 +189,14 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
     """Write the index (its open documents as closed ones) and its counters atomically,
     holding the store's lock; returns the path. ``model``: the name of the model that
     wrote it, added to the names a valid file of this tokenizer keeps. An index from
-    ``load`` is first merged with what other runs saved since (``_merge``). Temporary
+    ``load`` is first merged with what other runs saved since (``suffix_merge.merge``). Temporary
     files of killed saves are removed. ``MemoryStoreError`` (naming the path) when it
     cannot be saved: the folder or the path refused, a newer edgespec's file, the store
     cleared since this index was loaded, an OS error; None where the load already warned
     of the same refusal."""
     d = directory or store_dir()
     path = store_path(identity, d)
-    origin = _ORIGINS.get(index)
+    origin = ORIGINS.get(index)
     try:
         if index.cap > MAX_CAP:
             raise Refused(path, f"cannot hold a cap of {index.cap:,} tokens (at most {MAX_CAP:,})")
@@ -243,7 +210,7 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
                 raise
             except Unusable:
                 current = None  # corrupt, foreign, older, a link, another user's: replaced
-            lineage = _merge(index, current, origin)
+            lineage = merge(index, current, origin)
             models = list(current[0].get("models", [])) if current else []
             if model:
                 models = [model, *(m for m in models if m != model)]
@@ -256,54 +223,8 @@ def save(index: SuffixIndex, identity: str, directory: Path | None = None, *, mo
         raise MemoryStoreError(f"suffix memory {e.path} {e.why}{_NOT_SAVED}") from None
     except OSError as e:
         raise MemoryStoreError(f"suffix memory {path} could not be saved ({e.strerror or e}){_NOT_SAVED}") from None
-    _ORIGINS[index] = _Origin(generation, lineage, saved["next"], _counters(saved), stamp=_stamp(saved))
+    ORIGINS[index] = Origin(generation, lineage, saved["next"], _counters(saved), stamp=stamp(saved))
     return path
-
-
-def _stamp(meta: dict) -> tuple:
-    return meta["saved_at"], meta["next"], meta.get("lineage")
-
-
-def _merge(index: SuffixIndex, current: tuple[dict, memoryview] | None, origin: _Origin | None) -> str:
-    """Add to ``index`` what the file on disk (``current``) holds that its load did not:
-    another run's answers saved since. Where the file continues the one this index was
-    loaded from (one lineage), those are its documents past the loaded window's end;
-    otherwise (another run started cold, replayed, or merged) every document of the file
-    that the index does not hold already, by content (then an answer this index dropped
-    at its cap can come back, as the other run's). The counters add what the file gained
-    since the load. Returns the lineage to save under (a new one after a merge:
-    the positions are this index's)."""
-    if origin is None or current is None:
-        return (origin.lineage if origin is not None and current is None else None) or uuid.uuid4().hex
-    meta, payload = current
-    if origin.stamp and _stamp(meta) == origin.stamp:
-        return origin.lineage or uuid.uuid4().hex  # the file this index was loaded from: nothing new in it
-    same = origin.lineage is not None and meta.get("lineage") == origin.lineage and meta["next"] >= origin.base_next
-    if same and meta["next"] == origin.base_next:
-        return origin.lineage  # nobody saved since: nothing to merge
-    try:
-        theirs = SuffixIndex.restore(_decode(meta, payload))
-    except (Corrupt, ValueError):
-        return uuid.uuid4().hex  # arrays it cannot use: replaced
-    documents = theirs.documents()
-    if same:
-        new = [tokens for positions, tokens, _ in documents if positions[0] >= origin.base_next]
-    else:
-        held = Counter(tuple(tokens) for _, tokens, _ in index.documents())
-        new = []
-        for _, tokens, _ in documents:
-            if held[tuple(tokens)]:
-                held[tuple(tokens)] -= 1
-            else:
-                new.append(tokens)
-    for tokens in new:
-        _append(index, tokens)
-    gained = [max(0, a - b) for a, b in zip(_counters(meta), origin.counters)]
-    index.proposals += gained[0]
-    index.hits += gained[1]
-    index.proposed += gained[2]
-    index.accepted_ids += gained[3]
-    return uuid.uuid4().hex
 
 
 def _write(path: Path, index: SuffixIndex, identity: str, models: list[str], lineage: str) -> dict:
