@@ -64,7 +64,7 @@ def test_an_answer_is_written_into_the_memory_and_drafts_the_next_answers_first_
 
 
 def test_the_memory_is_credited_with_its_own_kept_ids_not_the_grammars():
-    from edgespec.decoding.speculative import with_forced
+    from edgespec.decoding.verify import with_forced
 
     memory = SuffixIndex(1000)
     d = drafter(memory)

@@ -1,4 +1,4 @@
-"""The acceptance rules on their own (``decoding.speculative.accept``): greedy accept,
+"""The acceptance rules on their own (``decoding.verify.accept``): greedy accept,
 reject and bonus; a fixed proposal under sampling; q-based acceptance; an end of
 generation among the drafts; the cut draft's residual; and that the committed first
 token follows p. No model, no KV cache, no policy: rows are made-up logits.
@@ -14,7 +14,7 @@ import numpy as np
 from edgespec.decoding import sampling
 from edgespec.decoding.drafters import Proposal
 from edgespec.decoding.params import SamplingParams
-from edgespec.decoding.speculative import accept, cut_proposal, with_forced
+from edgespec.decoding.verify import accept, cut_proposal, with_forced
 from test_exact_sampling import chi_square_rejects
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from ..constraints import batch_masks
 from ..decoding.drafters import Proposal
 from ..decoding.sequence import DecodeSequence
-from ..decoding.speculative import Drafts
+from ..decoding.verify import Drafts
 from ..errors import ConstraintStateError
 from ..events import Result
 
