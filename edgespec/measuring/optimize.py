@@ -42,8 +42,8 @@ from .. import catalog, llama
 from ..catalog import optimized, verify_cache
 from ..errors import InputError, OutputError
 from ..llama import Context, Model, check_gguf_file, default_threads
+from .decode_times import fit_verify_cost
 from .perplexity import BATCH, CHUNK, Perplexity, heldout_text, perplexity
-from .tune import fit_verify_cost
 
 PREFIX_TOKENS = 64  # the KV position c(n) is timed at
 SOURCE = "edgespec models optimize"

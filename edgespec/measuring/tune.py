@@ -23,258 +23,42 @@ From these it picks k per drafter and the best configuration with ``costmodel.ad
 (plain decoding when nothing is predicted to gain), and a ``p_min`` for the model
 drafter. ``save`` writes the figures into the user's profile through
 ``profiles.record_measurements``. Nothing here prints.
+
+The timing and the c(n) fit live in ``decode_times``, the result records in ``tune_result``,
+the saving in ``tune_save``; their public names are imported here too, so ``measuring.tune``
+stays the one entry point (``tune.time_decodes``, ``tune.fit_verify_cost``, ``tune.save``, ...).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import catalog, profiles
 from ..catalog import verify_cache
 from ..costmodel import adaptive
 from ..errors import InputError
-from ..llama import Context, common_prefix_len
 from . import batches, bench
+from .decode_times import N_MAX, P_MIN_CAP, DecodeTimes, fit_verify_cost, p_min_for, step_model, time_decodes
 from .prompts import CALIBRATION, BenchPrompt
+from .tune_result import DrafterFit, KPoint, TuneResult
+from .tune_save import pair_of, save, save_network
 
-N_MAX = 16
-P_MIN_CAP = 0.95
-
-
-# --------------------------------------------------------------------------------------
-# Step times and c(n)
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DecodeTimes:
-    """Median wall times of decoding batches at one KV position."""
-
-    position: int  # KV length the batches were decoded after
-    repeats: int
-    target_ms: dict[int, float]  # n -> ms to decode n tokens with logits at all n rows
-    draft_ms: float | None  # ms of one draft-model token, or None
-
-    @property
-    def step_ms(self) -> float:
-        return self.target_ms[1]
-
-    @property
-    def relative(self) -> dict[int, float]:
-        """c(n) as measured: time(n) / time(1)."""
-        return {n: t / self.step_ms for n, t in self.target_ms.items()}
-
-    @property
-    def gamma(self) -> float | None:
-        return self.draft_ms / self.step_ms if self.draft_ms is not None else None
-
-
-def _hold(ctx: Context, tokens: Sequence[int]) -> None:
-    """Make ``ctx`` hold exactly ``tokens`` (reusing what it already has)."""
-    keep = common_prefix_len(ctx.tokens, tokens)
-    ctx.rollback(keep)
-    if len(tokens) > keep:
-        ctx.decode(tokens[keep:], rows=())
-
-
-def time_decodes(
-    target: Context,
-    prefix: Sequence[int],
-    *,
-    n_max: int = N_MAX,
-    repeats: int = 5,
-    draft: Context | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> DecodeTimes:
-    """Time decoding n = 1..n_max tokens after ``prefix`` (and one draft token).
-
-    The first sweep warms up and is discarded; then ``repeats`` sweeps, alternately
-    n = n_max..1 and 1..n_max. The draft model's single step is timed four times per
-    sweep, spread through it, so both models see the same load. Both contexts are left
-    holding ``prefix``.
-    """
-    if len(prefix) < 1 or repeats < 1 or n_max < 1:
-        raise InputError("time_decodes needs a non-empty prefix, repeats ≥ 1 and n_max ≥ 1")
-    if len(prefix) + n_max > target.n_ctx:
-        raise InputError(f"the context ({target.n_ctx}) cannot hold the prefix plus {n_max} tokens")
-    _hold(target, prefix)
-    if draft is not None:
-        _hold(draft, prefix)
-    pos = len(prefix)
-    batch = [prefix[i % pos] for i in range(n_max)]  # real tokens of the prompt
-    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
-    draft_samples: list[float] = []
-    draft_at = {1, n_max, max(1, n_max // 3), max(1, 2 * n_max // 3)}
-    for sweep in range(repeats + 1):
-        order = range(1, n_max + 1) if sweep % 2 else range(n_max, 0, -1)
-        for n in order:
-            t0 = clock()
-            target.decode(batch[:n], rows=range(n))
-            dt = clock() - t0
-            target.rollback(pos)
-            if sweep:
-                samples[n].append(dt)
-            if draft is not None and n in draft_at:
-                t0 = clock()
-                draft.decode(batch[:1])
-                dt = clock() - t0
-                draft.rollback(pos)
-                if sweep:
-                    draft_samples.append(dt)
-    return DecodeTimes(
-        position=pos,
-        repeats=repeats,
-        target_ms={n: statistics.median(v) * 1e3 for n, v in samples.items()},
-        draft_ms=statistics.median(draft_samples) * 1e3 if draft_samples else None,
-    )
-
-
-def fit_verify_cost(relative: dict[int, float]) -> adaptive.VerifyCost:
-    """c(n) from measured ratios: c(1) = 1 and never below 1; dips are kept (a tiled
-    GEMM's batches of 8 and 16 cost less than 7 and 15, which the policy exploits)."""
-    ns = sorted(n for n in relative if n >= 2)
-    return adaptive.VerifyCost((1, *ns), (1.0, *(max(1.0, relative[n]) for n in ns)))
-
-
-def step_model(target_ms: float, draft_ms: float, target_bytes: int, draft_bytes: int) -> tuple[float, float] | None:
-    """(overhead_ms, decode_gbs) such that ``costmodel.adaptive.step_ms`` reproduces both measured
-    steps, or None when the two do not determine a sensible pair (two models of about
-    one size, or a draft slower per byte than the target)."""
-    db = target_bytes - draft_bytes
-    dt = target_ms - draft_ms
-    if db <= 0 or dt <= 0:
-        return None
-    gbs = db / (dt * 1e-3) / 1e9
-    overhead = target_ms - target_bytes / (gbs * 1e9) * 1e3
-    return (overhead, gbs) if overhead >= 0 else None
-
-
-def p_min_for(gamma: float, c: adaptive.VerifyCost, k: int) -> float:
-    """The draft confidence below which the model drafter should stop.
-
-    One more drafted token costs a draft step and a wider verify batch — about
-    γ + (c(k+1) − 1)/k target steps — and saves one target step if it is accepted. A
-    token whose draft probability is below that cost loses on average. Capped at 0.95
-    (above it the drafter would almost never draft; the choice then is plain decoding
-    anyway)."""
-    k = max(1, k)
-    return round(min(P_MIN_CAP, max(0.0, gamma + (c(k + 1) - 1.0) / k)), 2)
-
-
-# --------------------------------------------------------------------------------------
-# The whole measurement
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DrafterFit:
-    """One drafter's measured figures and the k the cost model picks for it."""
-
-    drafter: str
-    alpha: float
-    hit: float
-    gamma: float
-    acceptance_rate: float
-    k: int
-    predicted_speedup: float
-    p_min: float | None = None  # model drafter only
-
-    def option(self) -> adaptive.DrafterOption:
-        return adaptive.DrafterOption(self.drafter, self.alpha, self.gamma, self.hit)
-
-
-@dataclass(frozen=True)
-class KPoint:
-    drafter: str
-    k: int
-    predicted: float
-    measured: float
-    acceptance_rate: float | None
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    times: DecodeTimes
-    verify: adaptive.VerifyCost  # fitted c(n)
-    drafters: tuple[DrafterFit, ...]
-    points: tuple[KPoint, ...]
-    choice: adaptive.Choice
-    plain_tokens_per_second: float  # plain decoding as a user gets it (llama.cpp's kernels on CPUs)
-    settings: dict
-    exact_slowdown: float = 1.0  # plain tok/s on llama.cpp's kernels / on exact ones
-    exact_tokens_per_second: float | None = None  # plain decoding on the exact kernels
-    batch_seconds: dict[int, float] | None = None  # one decode of n sequences (time_batches)
-
-    @property
-    def batch_cost(self) -> dict[int, float]:
-        """C(n) = one decode of n sequences relative to one."""
-        b = self.batch_seconds or {}
-        return {n: t / b[1] for n, t in sorted(b.items())} if b.get(1) else {}
-
-    def drafter(self, name: str) -> DrafterFit | None:
-        return next((d for d in self.drafters if d.drafter == name), None)
-
-    @property
-    def measured_choice_speedup(self) -> float | None:
-        """The measured speedup at the chosen drafter and k, if that k was measured."""
-        if self.choice.drafter == "none":
-            return 1.0
-        p = next((p for p in self.points if (p.drafter, p.k) == (self.choice.drafter, self.choice.k)), None)
-        return p.measured if p else None
-
-    def to_dict(self) -> dict:
-        gamma = self.times.gamma
-        fit = self.drafter(self.choice.drafter)
-        measured = self.measured_choice_speedup
-        return {
-            "target_step_ms": round(self.times.step_ms, 3),
-            "draft_step_ms": round(self.times.draft_ms, 3) if self.times.draft_ms is not None else None,
-            "verify_cost": {str(n): round(self.verify(n), 4) for n in sorted(self.times.target_ms)},
-            "verify_cost_measured": {str(n): round(c, 4) for n, c in sorted(self.times.relative.items())},
-            "verify_ms": {str(n): round(t, 3) for n, t in sorted(self.times.target_ms.items())},
-            "draft_cost_ratio": round(gamma, 4) if gamma is not None else None,
-            "acceptance": {d.drafter: round(d.alpha, 4) for d in self.drafters},
-            "drafters": {
-                d.drafter: {
-                    "alpha": round(d.alpha, 4),
-                    "acceptance_rate": round(d.acceptance_rate, 4),
-                    "hit": round(d.hit, 4),
-                    "gamma": round(d.gamma, 4),
-                    "k": d.k,
-                    "predicted_speedup": round(d.predicted_speedup, 4),
-                    "p_min": d.p_min,
-                }
-                for d in self.drafters
-            },
-            "points": [
-                {
-                    "drafter": p.drafter,
-                    "k": p.k,
-                    "predicted_speedup": round(p.predicted, 4),
-                    "measured_speedup": round(p.measured, 4),
-                    "acceptance_rate": None if p.acceptance_rate is None else round(p.acceptance_rate, 4),
-                }
-                for p in self.points
-            ],
-            "plain_tokens_per_second": round(self.plain_tokens_per_second, 3),
-            "exact_plain_tokens_per_second": None
-            if self.exact_tokens_per_second is None
-            else round(self.exact_tokens_per_second, 3),
-            "exact_slowdown": round(self.exact_slowdown, 4),
-            "batch": {str(n): {"cost": round(c, 3), "throughput": round(n / c, 3)} for n, c in self.batch_cost.items()},
-            "choice": {
-                "drafter": self.choice.drafter,
-                "k": self.choice.k,
-                "predicted_speedup": round(self.choice.speedup, 4),
-                "measured_speedup": None if measured is None else round(measured, 4),
-                "p_min": fit.p_min if fit is not None else None,
-            },
-            "settings": self.settings,
-        }
+__all__ = [
+    "N_MAX",
+    "P_MIN_CAP",
+    "DecodeTimes",
+    "DrafterFit",
+    "InputError",
+    "KPoint",
+    "TuneResult",
+    "fit_verify_cost",
+    "p_min_for",
+    "pair_of",
+    "save",
+    "save_network",
+    "step_model",
+    "time_decodes",
+    "tune",
+]
 
 
 def tune(
@@ -403,98 +187,3 @@ def tune(
         exact_tokens_per_second=bench.rate(ref) if fast else None,
         batch_seconds=batch_seconds,
     )
-
-
-# --------------------------------------------------------------------------------------
-# Saving
-# --------------------------------------------------------------------------------------
-
-
-def pair_of(target: str, draft: str | None) -> str | None:
-    """The catalog pair of a target and draft given as catalog names, catalog file
-    names or paths to files named like the catalog's."""
-    if not draft:
-        return None
-    for t, d in ((target, draft), (Path(target).name, Path(draft).name)):
-        p = catalog.find_pair(t, d)
-        if p is not None:
-            return p.name
-    return None
-
-
-def save_network(
-    result: TuneResult, profile: str, *, local_step_ms: float, extends: str | None = None, when: Any = None
-) -> tuple[Path, float, list[str]]:
-    """After a tune over RPC: write the network's cost per target decode (the step over
-    RPC less the local compute step ``local_step_ms``) as ``cost.rpc_round_trip_ms``; the
-    path, that cost, and what was not saved."""
-    r = max(0.0, result.times.step_ms - local_step_ms)
-    source = (
-        f"edgespec tune --rpc: {result.times.step_ms:.1f} ms step over RPC less "
-        f"{local_step_ms:.1f} ms local, {Path(result.settings['target']).name}"
-    )
-    path = profiles.record_measurements(profile, rpc_round_trip_ms=r, source=source, when=when, extends=extends)
-    return (
-        path,
-        r,
-        [
-            "c(n), step time and γ measured over RPC: they describe this link; the planner derives "
-            "them from the local figures and the network cost"
-        ],
-    )
-
-
-def save(
-    result: TuneResult, profile: str, *, pair: str | None, extends: str | None = None, when: Any = None
-) -> tuple[Path, list[str]]:
-    """Write the measured figures into the user profile ``profile``; return its path and
-    what could not be saved (figures of a model pair need a catalog pair)."""
-    s = result.settings
-    source = (
-        f"edgespec tune: {Path(s['target']).name}, {s['n_threads']} threads, "
-        f"{len(s['prompts'])} calibration prompts x {s['max_tokens']} tokens, "
-        f"load {s['load_average']}"
-    )
-    verify = {n: result.verify(n) for n in sorted(result.times.target_ms) if n >= 2}
-    model, ngram = result.drafter("model"), result.drafter("ngram")
-    skipped: list[str] = []
-    kwargs: dict[str, Any] = {"verify": verify}
-    if result.batch_cost:
-        kwargs["batch"] = {n: c for n, c in result.batch_cost.items() if n >= 2}
-    if result.exact_tokens_per_second is not None:
-        kwargs["exact_slowdown"] = min(5.0, max(0.5, result.exact_slowdown))
-    if ngram is not None:
-        kwargs.update(alpha_ngram=min(ngram.alpha, 0.99), ngram_hit=ngram.hit)
-    if pair is not None:
-        kwargs["target_step_ms"] = result.times.step_ms
-        if model is not None:
-            kwargs.update(alpha=min(model.alpha, 0.99), gamma=model.gamma)
-            try:
-                pc = catalog.get_pair(pair)
-                sizes = catalog.model_info(pc.target).size_bytes, catalog.model_info(pc.draft).size_bytes
-            except Exception:  # noqa: BLE001 - sizes are only needed for the device fit
-                sizes = None
-            fitted = step_model(result.times.step_ms, result.times.draft_ms or 0.0, *sizes) if sizes else None
-            # the profile schema's ranges; outside them the two steps did not determine a
-            # sensible fit (noise, or models far from the catalog's sizes)
-            if fitted is not None and 0 <= fitted[0] <= 10_000 and 0.01 <= fitted[1] <= 100_000:
-                kwargs.update(overhead_ms=fitted[0], decode_gbs=fitted[1])
-            else:
-                skipped.append("the step-time model (overhead_ms, decode_gbs): the measured steps do not fit it")
-    else:
-        if model is not None and s.get("draft"):  # α (and γ here) per pair, for the next automatic choice
-            t, d = catalog.describe_file(s["target"]), catalog.describe_file(s["draft"])
-            catalog.measured.record(
-                t, d, alpha=model.alpha, gamma=model.gamma, profile=profile, source=source, when=when
-            )
-        skipped.append(
-            "target step time and c(n) per pair: the models are not a catalog pair, so c(n) is "
-            "saved for the device"
-            + (
-                " and α, γ for the pair in " + str(catalog.measured.store_path())
-                if model is not None and s.get("draft")
-                else ""
-            )
-        )
-    path = profiles.record_measurements(profile, pair=pair, source=source, when=when, extends=extends, **kwargs)
-    return path, skipped
