@@ -118,7 +118,7 @@ def test_batch_masks_equal_each_matchers_own(engines):
     rng = np.random.default_rng(7)
     for trial in range(6):
         items = []
-        for i, schema in enumerate(SCHEMAS):
+        for schema in SCHEMAS:
             m = compile_constraint(rf(schema), model).matcher()
             m.consume(_walk(m, rng, int(rng.integers(0, 6)), model.is_eog))  # somewhere inside
             drafts = _walk(m, rng, int(rng.integers(0, 7)), model.is_eog)

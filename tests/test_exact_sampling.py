@@ -113,8 +113,8 @@ def marginals(small_pair):
 def test_model_drafter_sampling_matches_target_distribution(small_pair, marginals, kernels_exact):
     target, draft = small_pair
     c1, c2 = speculative_counts(target, draft, k=2, kernels_exact=kernels_exact)
-    p = marginals[kernels_exact]
-    for counts, p in ((c1, p[0]), (c2, p[1])):
+    marg = marginals[kernels_exact]
+    for counts, p in ((c1, marg[0]), (c2, marg[1])):
         rejected, stat, crit = chi_square_rejects(counts, p)
         assert not rejected, f"chi2 {stat:.1f} > {crit:.1f}"
 
@@ -124,8 +124,8 @@ def test_fixed_proposal_sampling_matches_target_distribution(small_pair, margina
     # prompt lookup proposes a fixed continuation (q is None): verified by matching the
     # target's own sample
     c1, c2 = speculative_counts(small_pair[0], "ngram", k=3, kernels_exact=kernels_exact)
-    p = marginals[kernels_exact]
-    for counts, p in ((c1, p[0]), (c2, p[1])):
+    marg = marginals[kernels_exact]
+    for counts, p in ((c1, marg[0]), (c2, marg[1])):
         rejected, stat, crit = chi_square_rejects(counts, p)
         assert not rejected, f"chi2 {stat:.1f} > {crit:.1f}"
 

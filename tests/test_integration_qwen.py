@@ -98,7 +98,8 @@ def test_real_model_logits_do_not_depend_on_batch_size(qwen05):
 def test_real_model_sequence_logits_do_not_depend_on_the_batch_it_shares(qwen05):
     """Multi-sequence decoding under exact kernels: a sequence's logits are bit-identical
     to its solo run, prefilled in other chunks, sharing its decode with other sequences,
-    after others left holes in the KV pool, with a prefix taken from another sequence. On llama.cpp's kernels they differ."""
+    after others left holes in the KV pool, with a prefix taken from another sequence. On llama.cpp's
+    kernels they differ."""
     import numpy as np
 
     from edgespec.llama import Model, MultiContext

@@ -234,7 +234,7 @@ def page_fetch(driver, url: str, *, no_cors: bool = False) -> dict:
 
 def generations(url: str) -> int:
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    return int(next(l.split()[1] for l in text.splitlines() if l.startswith("edgespec_generations_total ")))
+    return int(next(ln.split()[1] for ln in text.splitlines() if ln.startswith("edgespec_generations_total ")))
 
 
 @pytest.fixture(scope="module")

@@ -159,9 +159,9 @@ def test_timings_and_metrics_count_drafts_by_source(engine):
         assert two["draft_by_source"]["memory"]["draft_n_accepted"] > 0
         metrics = client.get("/metrics").text
         line = next(
-            l
-            for l in metrics.splitlines()
-            if l.startswith('edgespec_draft_tokens_accepted_by_source_total{source="memory"}')
+            ln
+            for ln in metrics.splitlines()
+            if ln.startswith('edgespec_draft_tokens_accepted_by_source_total{source="memory"}')
         )
         assert int(line.split()[-1]) > 0
         assert "edgespec_memory_keys 1" in metrics

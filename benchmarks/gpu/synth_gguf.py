@@ -288,7 +288,7 @@ def make_model(path: str | Path, shape: Shape | str, *, seed: int = 0) -> dict:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, spec in specs:
+    for _name, spec in specs:
         if spec[0] == "q":
             _, rows, cols, qtype, std, zero_rows = spec
             w.write_tensor_data(quantized(rng, rows, cols, qtype, std, zero_rows))

@@ -16,7 +16,8 @@ the same reasons at the same token. What changes is who chooses the draft length
 many rows per decode, a draft row costs real compute on a CPU, so the lengths are
 chosen for the batch as a whole: the set of lengths with the most expected committed
 tokens per unit of the combined batch's cost C(T), T its rows, learned online from the
-batch's own timings (``costmodel.costs.OnlineCost``, the engine's: ``Engine.batch_cost``), each sequence's acceptance learned from its
+batch's own timings (``costmodel.costs.OnlineCost``, the engine's: ``Engine.batch_cost``),
+each sequence's acceptance learned from its
 own text (``DraftPolicy``). Often that drafts nothing on a CPU, more on a GPU. Whatever
 the policy (a large fixed ``--k`` too), the drafts are cut to the rows one decode holds.
 A sequence's times (``Stats``) are its share of each step, in proportion to its rows.

@@ -219,7 +219,7 @@ def _ollama_manifest(
         why = exc.strerror if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         skip(f"corrupt manifest ({why})")
         return None
-    for media, digest in kinds:
+    for media, _digest in kinds:
         if media in _OLLAMA_SKIPPED_LAYERS:
             skip(_OLLAMA_SKIPPED_LAYERS[media], ())  # the model layer beside it is used
     digests = [d for m, d in kinds if m == OLLAMA_MODEL_LAYER]
@@ -256,7 +256,7 @@ def lmstudio(home: Path, walk: _Walk) -> list[Found]:
             for repo in walk.folders(Path(pub.path)):
                 models = group_files(walk.ggufs(Path(repo.path), 2), walk.skipped)
                 base = f"{pub.name}/{repo.name}"
-                for stem, files in models:
+                for _stem, files in models:
                     name = base if len(models) == 1 else f"{base}/{files[0].name}"
                     # the repo alone names each of several models: an ambiguity that lists them
                     aliases = (f"{base}/{files[0].name}",) if len(models) == 1 else (base,)

@@ -157,7 +157,8 @@ def _run_batch(
         if writer.torn_line is not None:
             err.print(
                 Text(
-                    f"{output_file}:{writer.torn_line}: {writer.torn_action} a torn last line left by an interrupted run",
+                    f"{output_file}:{writer.torn_line}: {writer.torn_action} a torn last line "
+                    "left by an interrupted run",
                     style="yellow" if err.is_terminal else "",
                 )
             )

@@ -2,7 +2,8 @@
 
 Ten options choose the model pair and how it runs: ``--profile``, ``--target``,
 ``--draft``, ``--k``, ``--exact``, ``--n-ctx``, ``--threads``, ``--rpc``,
-``--tensor-split`` and ``--optimized/--no-optimized``. Their Typer declarations are the ``Annotated`` aliases below (each
+``--tensor-split`` and ``--optimized/--no-optimized``. Their Typer declarations are the
+``Annotated`` aliases below (each
 command gives the defaults in its signature); a command gathers what it was given into
 one frozen ``PlanOptions`` (where each is parsed and normalised, once) and ``make_plan``
 turns that into the profile's plan with those options in it. ``bench`` and ``tune``
@@ -47,7 +48,8 @@ OptimizedOpt = Annotated[
     bool,
     typer.Option(
         "--optimized/--no-optimized",
-        help="Run the copy `edgespec models optimize` wrote for the target, where there is one (its weight type verifies "
+        help="Run the copy `edgespec models optimize` wrote for the target, where there is one "
+        "(its weight type verifies "
         "drafts for less); --no-optimized: the original.",
     ),
 ]

@@ -5,7 +5,8 @@ It consumes the event stream of ``Engine.stream()`` (``Token`` / ``Round`` / ``D
 
 On a terminal it runs a Rich ``Live`` region: tokens the target accepted from the
 drafter are green, tokens the grammar forced (structured output) cyan, tokens the
-target produced itself are in the terminal's default colour, and with ``show_rejected`` the rejected draft text of each round is shown struck
+target produced itself are in the terminal's default colour, and with ``show_rejected``
+the rejected draft text of each round is shown struck
 through where it was proposed (between the accepted drafts and the target's correction).
 Completed lines are printed above the live region, which holds only the line being
 written and a status line (acceptance rate, mean accepted length, current k, tokens/s,

@@ -11,7 +11,8 @@ what the request's rounds really cost against what plain decoding would have:
   would have paid one step each. t1 is its own, not the cost model's scale: with no plain
   step measured that scale comes from the rounds' times through the c(n) table, and a
   wrong table (a GPU's curve on a CPU) would make every round look cheap. So when no
-  plain round was seen for ``REFERENCE_EVERY`` rounds, the next round is plain: one round without drafts in 64, which also anchors the cost
+  plain round was seen for ``REFERENCE_EVERY`` rounds, the next round is plain: one round
+  without drafts in 64, which also anchors the cost
   model's c(n) to a real plain step;
 * once at least ``MIN_DRAFTED`` rounds drafted, if the committed tokens per step spent
   are below ``FLOOR`` and the loss exceeds ``MIN_LOSS`` steps, drafting pauses for

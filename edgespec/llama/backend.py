@@ -13,7 +13,7 @@ import threading
 from collections import deque
 
 try:  # pragma: no cover - exercised only when the package is broken
-    import llama_cpp as _llama  # noqa: E401 - one door, one statement
+    import llama_cpp as _llama
     import llama_cpp._ggml as _ggml_binding
 except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSError etc.
     raise ImportError(

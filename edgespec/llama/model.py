@@ -15,6 +15,7 @@ from . import rpc as _rpc
 from .backend import LLAMA_CPP_PYTHON_VERSION, _ensure_backend, _last_llama_errors, _llama, _log_mark
 from .backend import supports_gpu_offload as _supports_gpu_offload
 from .kernels import FAST_KERNELS
+from .rpc_endpoints import endpoints as _endpoints
 
 _GGUF_MAGIC = b"GGUF"
 
@@ -82,7 +83,7 @@ class Model:
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
         params.use_extra_bufts = not self.exact
-        self.rpc = _rpc.endpoints(rpc)
+        self.rpc = _endpoints(rpc)
         self._set_devices(params, tensor_split)
         self.n_gpu_layers: int = params.n_gpu_layers
         mark = _log_mark()

@@ -44,7 +44,6 @@ from .rpc_endpoints import (  # noqa: F401 - re-exported: the endpoints are part
     _hello,
     check_distinct,
     check_servers,
-    endpoints,
     parse_endpoints,
     probe,
     resolve,

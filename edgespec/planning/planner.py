@@ -20,7 +20,7 @@ from ..catalog import optimized as optimized_copies
 from ..costmodel.drafting import MEMORY_CAP, DraftingOptions
 from ..errors import ProfileError
 from ..profiles import Detection, Profile, detect_profile, load_profile
-from .choice import Ask, Pair, Room, choose_drafter, choose_pair, given_target, with_k
+from .choice import Ask, Drafter, Pair, Room, choose_drafter, choose_pair, given_target, with_k
 from .costs import Costs, costs_for, local_step_ms
 from .record import Explanation, Plan
 
@@ -62,14 +62,7 @@ def plan(
     if k is not None and k < 0:
         raise ProfileError(f"--k: found {k}; allowed: an integer ≥ 0")
     prof, available, load_notes = _load(profile, probe)
-    prof = replace(
-        prof,
-        **{
-            key: v
-            for key, v in (("n_ctx", n_ctx), ("n_gpu_layers", n_gpu_layers), ("n_threads", n_threads))
-            if v is not None
-        },
-    )
+    prof = _with_settings(prof, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
     ask = Ask.of(draft, k)
     room = Room.of(prof, available, offline)
     pair = given_target(target, prof, ask, room, exact) if target is not None else choose_pair(prof, ask, room)
@@ -79,9 +72,32 @@ def plan(
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {pair.target}; pass a path")
     costs = costs_for(prof, pair.name, pair.draft, pair.target, ask.mode, exact, bool(rpc), pair.given)
     chosen = with_k(ask, choose_drafter(prof, ask, costs), costs)
-    drafter = chosen.choice.drafter
     rest = room.notes + pair.notes + costs.notes + chosen.notes + tuple(prof.notes)
     notes = load_notes + tuple(n for n in rest if n not in load_notes)
+    drafting = _drafting(
+        prof, chosen.choice.drafter, k, costs, exact=exact, rpc=bool(rpc), memory=memory, memory_cap=memory_cap
+    )
+    return _record(prof, pair, chosen, notes, drafting, exact=exact, rpc=rpc, tensor_split=tensor_split)
+
+
+def _with_settings(prof: Profile, **settings: int | None) -> Profile:
+    """The profile with the command line's run settings (those given) on top."""
+    return replace(prof, **{key: v for key, v in settings.items() if v is not None})
+
+
+def _record(
+    prof: Profile,
+    pair: Pair,
+    chosen: Drafter,
+    notes: tuple[str, ...],
+    drafting: DraftingOptions,
+    *,
+    exact: bool,
+    rpc: Sequence[str],
+    tensor_split: Sequence[float],
+) -> Plan:
+    """The frozen Plan from what each step chose."""
+    drafter = chosen.choice.drafter
     return Plan(
         profile=prof.name,
         backend=prof.backend,
@@ -100,7 +116,7 @@ def plan(
         exact=exact,
         rpc=tuple(rpc),
         tensor_split=tuple(tensor_split),
-        drafting=_drafting(prof, drafter, k, costs, exact=exact, rpc=bool(rpc), memory=memory, memory_cap=memory_cap),
+        drafting=drafting,
     )
 
 

@@ -187,14 +187,17 @@ def record_measurements(
     _place_pair_figures(cost, pair, pair_figs, verify_table)
     if batch:  # a device figure: the cost of n sequences per decode
         cost["batch"] = _cost_table(batch, source, when)
-    text = (
-        f"# edgespec profile {profile}: figures measured on this machine by {source}.\n"
-        f"# Last written {when.isoformat()}. Keys not set here come from "
-        f"{'the shipped profile' if profile in _shipped_files() else data.get('extends', 'the base')}.\n"
-        + dump_toml(data)
-    )
-    _write_checked(path, text, profile)
+    _write_checked(path, _measured_text(profile, data, source, when), profile)
     return path
+
+
+def _measured_text(profile: str, data: dict, source: str, when: _dt.date) -> str:
+    """A user profile's TOML text, with the header saying where its figures came from."""
+    base = "the shipped profile" if profile in _shipped_files() else data.get("extends", "the base")
+    return (
+        f"# edgespec profile {profile}: figures measured on this machine by {source}.\n"
+        f"# Last written {when.isoformat()}. Keys not set here come from {base}.\n" + dump_toml(data)
+    )
 
 
 def _user_data(path: Path, profile: str, extends: str | None) -> dict:
