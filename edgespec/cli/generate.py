@@ -53,6 +53,7 @@ from edgespec.cli.structured import (
     check_complete,
     response_format_from_options,
 )
+from edgespec.measuring.learned import keep_learned_costs
 
 
 def generate(
@@ -173,7 +174,10 @@ def generate(
                     quiet=quiet,
                 )
         finally:
+            learned = keep_learned_costs(engine)
             engine.close()
+        if learned and not quiet:
+            err_console().print(Text(learned, style="dim"))
         check_complete(done)
 
 
