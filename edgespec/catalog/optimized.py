@@ -22,7 +22,6 @@ its original and is newer than it. Nothing here writes a model file.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import glob
 import json
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .chunks import cache_dir
-from .verify_cache import file_identity
+from .verify_cache import file_identity, write_json
 
 COPY_NAME = re.compile(r"^(?P<stem>.+)\.edgespec-(?P<type>[A-Za-z0-9_]+)\.gguf$", re.IGNORECASE)
 UNLISTED_STORES = ("ollama", "huggingface")  # stores that do not list a file added to their folders
@@ -107,17 +106,7 @@ def record(
         "date": (when or _dt.date.today()).isoformat(),
     }
     data["copies"] = copies
-    out = registry_path()
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, out)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        return None
-    return out
+    return write_json(registry_path(), data)
 
 
 def entry(copy: str | os.PathLike) -> dict[str, Any] | None:

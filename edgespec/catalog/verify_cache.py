@@ -151,7 +151,13 @@ def record(
         "date": (when or _dt.date.today()).isoformat(),
     }
     data["entries"] = entries
-    out = store_path()
+    return write_json(store_path(), data)
+
+
+def write_json(out: Path, data: Mapping[str, Any]) -> Path | None:
+    """Replace the small JSON file ``out`` with ``data`` atomically (a temporary file in
+    its folder, renamed over it); ``out``, or None when it cannot be written (a cache:
+    its readers fall back to what they had)."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
