@@ -34,8 +34,9 @@ def test_each_workload_has_32_different_requests(name):
 def test_the_other_benchmarks_prompts_are_not_reused():
     from benchmarks.prompts import heldout as heldout_prompts
     from benchmarks.prompts import structured as structured_prompts
+    from benchmarks.prompts import structured_documents
 
-    others = Path(heldout_prompts.__file__).read_text() + Path(structured_prompts.__file__).read_text()
+    others = "".join(Path(m.__file__).read_text() for m in (heldout_prompts, structured_prompts, structured_documents))
     for name in ("TICKETS", "FUNCTIONS", "QUESTIONS"):
         for text in getattr(rp, name):
             assert text[:60] not in others
