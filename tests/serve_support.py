@@ -9,7 +9,8 @@ string ``"[DONE]"`` for the end marker. ``GatedEngine`` / ``SlowEngine`` wrap a 
 ``Engine``: the first waits on a gate before its first event (to fill the queue), the
 second sleeps between events (so a hang-up lands mid-generation); both record whether
 their generator was closed. ``run_load`` is the concurrent load test (also runnable by
-hand: ``python tests/serve_support.py URL``).
+hand: ``python tests/serve_support.py URL``). The fixture ``engine`` is the tiny target
+with its always-agreeing drafter.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_target, tiny_same, engines):
+    """The tiny target with a drafter that always agrees (k=4): what the server tests serve.
+    A test module takes it as ``engine = serve_support.engine``."""
+    return engines(tiny_target, tiny_same, k=4)
 
 
 def free_port() -> int:
