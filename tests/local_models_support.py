@@ -14,9 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
+import catalog_support
 from edgespec import catalog
 from edgespec.catalog import stores
 from edgespec.profiles import load_profile
@@ -170,11 +169,4 @@ def gpu_profile():
     return dataclasses.replace(prof, overhead_ms=dataclasses.replace(prof.overhead_ms, value=0.0))
 
 
-@pytest.fixture
-def cli():
-    from edgespec.cli.profiles import models_app
-
-    app = typer.Typer()
-    app.add_typer(models_app, name="models")
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+cli = catalog_support.cli  # `edgespec models ...`, as tests/test_catalog.py runs it
