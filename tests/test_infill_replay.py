@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.infill_replay import replay, request_at, session_requests
-from benchmarks.infill_report import compare, markdown, summarize
+from benchmarks.infill_report import MIN_QUIET, compare, goal, markdown, summarize
 from benchmarks.prompts.infill_sessions import MARK, SESSIONS, Session
 from edgespec import Engine
 from edgespec.server import create_app
@@ -93,6 +93,7 @@ def test_two_requests_replayed_give_the_reports_fields(server):
         s["all"]["t_total_s"] / summarize(again)["all"]["t_total_s"], rel=1e-2
     )
 
+    assert 0 <= c["quiet"]["pairs"] <= 2 and goal(c).startswith("not judged") and MIN_QUIET > 2
     settings = {
         "requests": 2,
         "sessions": ["t"],
