@@ -71,6 +71,8 @@ RESPONSE_FIELDS = [
     "stop_type",
     "tokens_predicted",
     "tokens_evaluated",
+    "timings/draft_n",
+    "timings/draft_n_accepted",
 ]
 
 
@@ -162,6 +164,8 @@ def record(out: dict, body: dict) -> dict:
         "stop_type": stop_type,
         "cut": bool(limit > 0 and stop_type == "limit" and n_pred < body["n_predict"]),
         "truncated": bool(f.get("truncated", False)),
+        "drafted": int(f.get("timings/draft_n", 0)),
+        "accepted": int(f.get("timings/draft_n_accepted", 0)),
         "content": out["content"],
     }
 
