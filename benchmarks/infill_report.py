@@ -95,13 +95,25 @@ def compare(ours: list[dict], theirs: list[dict]) -> dict:
 
 
 def markdown(result: dict) -> str:
-    s, c = result["summary"], result["compare"]
+    """The summary: the timed passes' table and ratios (when there were passes), the run
+    without a time cut and the ``--exact`` check (when run), the goal."""
     lines = [
         f"# infill replay {result['date']} ({result['git']['commit']})",
         "",
         f"{result['settings']['requests']} requests in {len(result['settings']['sessions'])} held-out sessions, "
         f"{result['settings']['passes']} passes, {result['settings']['target_name']}, "
         f"t_max_predict_ms {result['settings']['t_max_predict_ms']}, n_predict {result['settings']['n_predict']}.",
+    ]
+    if result["settings"]["passes"]:
+        lines += _timed(result["summary"], result["compare"])
+    lines += _more(result)
+    if result["settings"]["passes"]:
+        lines.append(f"\nGoal (median time to whole completion ≤ 0.8×, TTFT no worse): {result['goal']}")
+    return "\n".join(lines) + "\n"
+
+
+def _timed(s: dict, c: dict) -> list[str]:
+    lines = [
         "",
         "| server | requests | median prompt tokens processed | median TTFT s | median gen tok/s "
         "| median time to whole completion s | same, after each session's first | cut by t_max_predict_ms |",
@@ -130,6 +142,11 @@ def markdown(result: dict) -> str:
             f"**{q['t_total_median_ratio']}×** (paired {q['t_total_paired_geomean']}×), TTFT {q['ttft_median_ratio']}× "
             f"(paired {q['ttft_paired_geomean']}×), gen rate {q['gen_tps_median_ratio']}×."
         )
+    return lines
+
+
+def _more(result: dict) -> list[str]:
+    lines = []
     if "uncut" in result:
         u, v = result["uncut"], result["uncut"]["compare"]["all"]
         n = {k: x["all"]["t_total_s"] for k, x in u["summary"].items()}
@@ -145,5 +162,4 @@ def markdown(result: dict) -> str:
             f"\n`--exact`, no time cut, n_predict {e['n_predict']}: {e['identical']}/{e['requests']} middles "
             "identical to `--draft none`."
         )
-    lines.append(f"\nGoal (median time to whole completion ≤ 0.8×, TTFT no worse): {result['goal']}")
-    return "\n".join(lines) + "\n"
+    return lines
