@@ -146,7 +146,9 @@ def post_infill(url: str, body: dict, timeout: float = 600.0) -> dict:
 
 
 def record(out: dict, body: dict) -> dict:
-    """The per-request row of the report, from ``post_infill``'s answer."""
+    """The per-request row of the report, from ``post_infill``'s answer. ``cut``: under a time
+    limit, ended by ``limit`` before ``n_predict``; ``n_indent`` also ends a middle so (the
+    answer does not say which), but only on a cursor line with text."""
     f = out["final"]
     n_pred = int(f.get("tokens_predicted", f.get("timings/predicted_n", 0)))
     stop_type = f.get("stop_type", "")
