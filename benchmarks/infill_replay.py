@@ -28,7 +28,10 @@ streamed text (client side), generation rate (the server's ``predicted_per_secon
 to the whole completion (client side, until the last event), whether ``t_max_predict_ms``
 cut it. Per server: medians over all requests and over the requests after each session's
 first; the ratio edgespec / llama-server of the median time to the whole completion, and
-the paired per-request ratios. ``--exact-check`` then replays every request with
+the paired per-request ratios, and the same over the quiet pairs, on which the goal is
+judged (``infill_report``). ``--uncut`` then runs one more pass of both servers with
+``t_max_predict_ms`` off and ``--exact-n-predict`` tokens (generation speed without the
+time limit). ``--exact-check`` then replays every request with
 ``t_max_predict_ms`` off and ``--exact-n-predict`` tokens against ``edgespec serve --exact``
 (the default plan) and ``edgespec serve --exact --draft none`` (plain decoding) and
 counts identical middles.
@@ -36,7 +39,9 @@ counts identical middles.
     flock /tmp/edgespec-bench.lock python -m benchmarks.infill_replay --passes 2 --exact-check \\
         --out benchmarks/results/infill-replay-$(date +%F).json
 
-writes the JSON and FILE.md (the summary). Timing is noisy on a shared CPU: compare ratios.
+writes the JSON and FILE.md (the summary). ``--passes 0`` runs only ``--uncut`` and/or
+``--exact-check``. Timing is noisy on a shared CPU: compare ratios. Each pass of the
+three sessions takes ~5 min on a quiet 2-core VM, several times that under load.
 """
 
 from __future__ import annotations
