@@ -199,9 +199,8 @@ def test_optimize_writes_measures_and_records_the_copy(place):
     assert optimized.optimized_copy_for(place) == copy and optimized.optimized_copy_for(copy) is None
     for path, a in ((place, r.before), (copy, r.after)):
         curve = verify_cache.measured_curve(path, machine=CPU)
-        assert curve is not None and [round(curve(n), 3) for n in (2, 3, 4)] == [
-            round(a.verify[n], 3) for n in (2, 3, 4)
-        ]
+        # the cache keeps 4 decimals: compare within that, not after a second rounding
+        assert curve is not None and all(abs(curve(n) - a.verify[n]) < 1e-3 for n in (2, 3, 4))
     assert verify_cache.measured_curve(place, machine=GPU_BOX) is None  # another machine's is not ours
     assert verify_cache.measured_curve(place, machine=CPU, exact=True) is None  # nor the exact kernels'
     # a source replaced in place has no copy until it is optimized again
