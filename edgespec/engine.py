@@ -16,6 +16,7 @@ outcome) is ``decoding.generation.run``'s; a ``response_format`` compiles throug
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
@@ -23,14 +24,12 @@ from .constraints import Constraint, compile_constraint, tokenizer_for
 from .costmodel.adaptive import NO_DRAFT_ALIASES
 from .costmodel.costs import (
     CPU_BATCH_PRIOR,
-    CPU_EXACT_VERIFY_PRIOR,
-    CPU_VERIFY_PRIOR,
     GPU_BATCH_PRIOR,
-    GPU_VERIFY_PRIOR,
     OnlineCost,
     VerifyCost,
 )
 from .costmodel.drafting import DraftingOptions
+from .costmodel.priors import verify_prior
 from .decoding import generation
 from .decoding.drafters import Drafter, ModelDrafter, sentence_breaks
 from .decoding.drafting import DEFAULT_K, Drafting
@@ -153,9 +152,11 @@ class Engine:
         return self._gpu_layers != 0 and supports_gpu_offload()
 
     def _default_verify_cost(self) -> VerifyCost:
-        if self._on_gpu():
-            return GPU_VERIFY_PRIOR
-        return CPU_EXACT_VERIFY_PRIOR if self.target_model.exact else CPU_VERIFY_PRIOR
+        """c(n) when the options give none (an engine built by hand): ``costmodel.priors``'
+        row for this backend and the target's weight type (the file type its header names)."""
+        gpu = ("metal" if sys.platform == "darwin" else "cuda") if self._on_gpu() else None
+        backend = gpu or ("cpu-exact" if self.target_model.exact else "cpu")
+        return verify_prior(backend, self.target_model.file_type or None)
 
     @property
     def verify_cost(self) -> VerifyCost:

@@ -92,8 +92,25 @@ def test_quantize_model_writes_a_q4_0_file_llama_cpp_loads(tiny_target, tmp_path
         ctx = Context(m, n_ctx=64, n_threads=1)
         assert ctx.decode(m.tokenize("hello world"), rows=[0]).shape == (1, m.n_vocab)
         ctx.close()
+        assert m.file_type == "Q4_0"  # the door reads the type the header names
     finally:
         m.close()
+
+
+def test_an_engine_built_by_hand_starts_from_its_weight_types_curve(tiny_target, tmp_path):
+    # Engine(target) with no verify_cost: the CPU table's row for the file's type, so a
+    # Q4_0 file is not planned on Q4_K_M's curve (c(4) 1.79 against 2.69), nor an F32 one
+    # off the table (its default row)
+    from edgespec import Engine
+    from edgespec.costmodel import priors
+
+    q4 = tmp_path / "q4.gguf"
+    llama.quantize_model(tiny_target, q4, "Q4_0", threads=1, allow_requantize=False)
+    for path, row in ((q4, priors.CPU_Q4_0), (tiny_target, priors.VERIFY_PRIORS["cpu"]["default"].cost)):
+        with Engine(path, draft="ngram", n_ctx=256, n_threads=1) as eng:
+            assert [round(eng.verify_cost(n), 2) for n in (2, 3, 4, 8)] == [round(row(n), 2) for n in (2, 3, 4, 8)]
+    with Engine(q4, n_ctx=256, n_threads=1, exact=True) as eng:  # the batch-invariant kernels: their own row
+        assert round(eng.verify_cost(4), 2) == round(priors.CPU_EXACT(4), 2)
 
 
 def test_run_quantize_reports_llama_cpps_reason(tiny_target, tiny_truncated, tmp_path):

@@ -61,8 +61,6 @@ from .adaptive import VerifyCost
 CPU_VERIFY_PRIOR = priors.CPU_Q4_K_M
 # The same on the batch-invariant kernels (``exact``): no tiles, so no dips.
 CPU_EXACT_VERIFY_PRIOR = priors.CPU_EXACT
-# A memory-bound accelerator: verifying a few more tokens is nearly free.
-GPU_VERIFY_PRIOR = VerifyCost((1, 16), (1.0, 1.45))
 # One decode of n sequences, one new token each (100-token contexts), relative to one:
 # measured with llama.cpp's low-level API on the 2-core dev VM, 1.5B Q4_K_M, llama.cpp's
 # kernels (issue 14's table). The weights are read once for all of them.

@@ -180,6 +180,22 @@ class Model:
             size = n + 1
 
     @property
+    def file_type(self) -> str:
+        """The weight type llama.cpp wrote in the header (``general.file_type``, as its
+        ``LLAMA_FTYPE_*`` names spell it: "Q4_K_M", "Q4_0", "F32"...); "" when the header
+        has none or one this build does not name."""
+        raw = self.meta("general.file_type")
+        try:
+            code = int(raw) if raw is not None else None
+        except ValueError:
+            return ""
+        for prefix in ("LLAMA_FTYPE_MOSTLY_", "LLAMA_FTYPE_ALL_"):
+            for attr in dir(_llama):
+                if attr.startswith(prefix) and getattr(_llama, attr) == code:
+                    return attr.removeprefix(prefix)
+        return ""
+
+    @property
     def architecture(self) -> str:
         return self.meta("general.architecture") or "unknown"
 

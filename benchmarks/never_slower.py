@@ -1,0 +1,155 @@
+"""The defaults against plain decoding on held-out workloads, as a script runs them: never slower?
+
+Each workload is 16 requests in one JSONL file, run by ``edgespec generate --input``
+at ``--parallel 1`` in a process of its own: the defaults (the plan for this machine,
+prompt lookup with the memory of earlier answers) against ``--draft none``, alternating
+which goes first per pass. Every process starts with a fresh edgespec configuration
+(its own ``XDG_CONFIG_HOME``): no ``tune`` figures, no optimized copy, no c(n) measured
+before, as on a first use; the model cache is the user's.
+
+Reported per workload and half (requests 1-8, where the memory is nearly empty, and
+9-16): the defaults' generation rate over plain's (tokens over seconds generating,
+summed over the half's requests; the median of the passes), and per draft source
+(``prompt``, ``memory``) how many drafted tokens were kept. Issue 37's goal: >= 0.97x on
+both halves of every workload.
+
+Workloads: the first 16 of ``prompts/repeat.py``'s ``tests`` (the test-writing workload
+issue 37 found losing) and the three of ``prompts/never_slower.py``, written for this
+check and never tuned on.
+
+    python -m benchmarks.never_slower --passes 2 --out benchmarks/results/never-slower-DATE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import commit, machine_info
+from benchmarks.prompts.never_slower import workloads as held_out
+from benchmarks.prompts.repeat import WORKLOADS
+
+CONFIGS = {"defaults": [], "plain": ["--draft", "none"]}
+HALF = 8
+
+
+def all_workloads() -> dict[str, list[list[dict]]]:
+    tests = next(w for w in WORKLOADS if w.name == "tests")
+    out = {"tests": [r.messages for r in tests.requests[:16]]}
+    out.update(held_out())
+    return out
+
+
+def run_batch(requests: list[list[dict]], extra: list[str], args, tmp: Path) -> tuple[list[dict], str]:
+    """One ``edgespec generate --input`` process over the requests; its records in request
+    order and what it printed on stderr (the plan line, the summary)."""
+    src, dst, cfg = tmp / "in.jsonl", tmp / "out.jsonl", tempfile.mkdtemp(dir=tmp)
+    src.write_text("".join(json.dumps({"id": i, "messages": m}) + "\n" for i, m in enumerate(requests)))
+    dst.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "edgespec", "generate", "--input", str(src), "--output", str(dst)]
+    cmd += ["--parallel", "1", "--max-tokens", str(args.max_tokens), "--target", args.target, *extra]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    env = {**os.environ, "XDG_CONFIG_HOME": cfg}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    records = [json.loads(line) for line in dst.read_text().splitlines() if line.strip()]
+    return sorted(records, key=lambda r: r["id"]), proc.stderr
+
+
+def half_rate(records: list[dict], lo: int, hi: int) -> float:
+    part = [r["stats"] for r in records[lo:hi]]
+    seconds = sum(s["t_generate"] for s in part)
+    return sum(s["generated_tokens"] for s in part) / seconds if seconds else 0.0
+
+
+def sources(records: list[dict], lo: int, hi: int) -> dict[str, list[int]]:
+    """Per draft source: [drafted, kept] over the requests."""
+    out: dict[str, list[int]] = {}
+    for r in records[lo:hi]:
+        st = r["stats"]
+        for src, n in st.get("drafted_by_source", {}).items():
+            row = out.setdefault(src, [0, 0])
+            row[0] += n
+            row[1] += st.get("accepted_by_source", {}).get(src, 0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--workloads", default=None, help="comma-separated names (tests, docstrings, commits, shell)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    loads = all_workloads()
+    if args.workloads:
+        wanted = args.workloads.split(",")
+        if set(wanted) - set(loads):
+            ap.error(f"unknown workload(s): {', '.join(sorted(set(wanted) - set(loads)))}")
+        loads = {k: v for k, v in loads.items() if k in wanted}
+
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for name, requests in loads.items():
+            n = len(requests)
+            halves = {"first": (0, min(HALF, n)), "rest": (HALF, n)}
+            runs: dict[str, list] = {c: [] for c in CONFIGS}
+            for rep in range(args.passes):
+                order = list(CONFIGS) if rep % 2 == 0 else list(reversed(CONFIGS))
+                for config in order:
+                    records, stderr = run_batch(requests, CONFIGS[config], args, tmp)
+                    runs[config].append((records, stderr))
+                    rates = {h: half_rate(records, lo, hi) for h, (lo, hi) in halves.items()}
+                    print(f"[{rep + 1}/{args.passes}] {name} {config}: {rates}", file=sys.stderr)
+            row: dict = {"requests": n}
+            for h, (lo, hi) in halves.items():
+                ratios = [
+                    half_rate(d, lo, hi) / half_rate(p, lo, hi)
+                    for (d, _), (p, _) in zip(runs["defaults"], runs["plain"])
+                    if half_rate(p, lo, hi)
+                ]
+                row[h] = {
+                    "ratio": round(statistics.median(ratios), 3),
+                    "passes": [round(x, 3) for x in ratios],
+                    "plain_tps": round(statistics.median(half_rate(p, lo, hi) for p, _ in runs["plain"]), 2),
+                    "sources": sources(runs["defaults"][-1][0], lo, hi),
+                }
+            row["plan"] = next((ln for ln in runs["defaults"][-1][1].splitlines() if ln.strip()), "")
+            results[name] = row
+
+    print(f"\n{'workload':12} {'1-8':>7} {'9-16':>7}  kept/drafted by source (last pass)")
+    for name, row in results.items():
+        src = "; ".join(
+            f"{h} " + ", ".join(f"{s} {k}/{d}" for s, (d, k) in row[h]["sources"].items()) for h in ("first", "rest")
+        )
+        print(f"{name:12} {row['first']['ratio']:6.3f}x {row['rest']['ratio']:6.3f}x  {src}")
+    goal = all(row[h]["ratio"] >= 0.97 for row in results.values() for h in ("first", "rest"))
+    print(f"goal >= 0.97x on both halves of every workload: {'met' if goal else 'NOT met'}")
+    if args.out:
+        out = {
+            "commit": commit(),
+            "machine": machine_info(),
+            "target": args.target,
+            "max_tokens": args.max_tokens,
+            "passes": args.passes,
+            "workloads": results,
+            "goal_met": goal,
+        }
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
