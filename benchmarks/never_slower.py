@@ -4,8 +4,9 @@ Each workload is 16 requests in one JSONL file, run by ``edgespec generate --inp
 at ``--parallel 1`` in a process of its own: the defaults (the plan for this machine,
 prompt lookup with the memory of earlier answers) against ``--draft none``, alternating
 which goes first per pass. Every process starts with a fresh edgespec configuration
-(its own ``XDG_CONFIG_HOME``): no ``tune`` figures, no optimized copy, no c(n) measured
-before, as on a first use; the model cache is the user's.
+(its own ``XDG_CONFIG_HOME``): no ``tune`` figures and no c(n) measured before, as on a
+first use; the model cache is the user's, so a copy ``models optimize`` wrote beside the
+target is run, as the planner finds it, unless ``--no-optimized``.
 
 Reported per workload and half (requests 1-8, where the memory is nearly empty, and
 9-16): the defaults' generation rate over plain's (tokens over seconds generating,
@@ -33,14 +34,14 @@ from pathlib import Path
 
 from benchmarks.common import commit, machine_info
 from benchmarks.prompts.never_slower import workloads as held_out
-from benchmarks.prompts.repeat import WORKLOADS
+from benchmarks.prompts.repeat import workloads as repeat_workloads
 
 CONFIGS = {"defaults": [], "plain": ["--draft", "none"]}
 HALF = 8
 
 
 def all_workloads() -> dict[str, list[list[dict]]]:
-    tests = next(w for w in WORKLOADS if w.name == "tests")
+    tests = repeat_workloads()["tests"]
     out = {"tests": [r.messages for r in tests.requests[:16]]}
     out.update(held_out())
     return out
@@ -56,6 +57,8 @@ def run_batch(requests: list[list[dict]], extra: list[str], args, tmp: Path) -> 
     cmd += ["--parallel", "1", "--max-tokens", str(args.max_tokens), "--target", args.target, *extra]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.no_optimized:
+        cmd += ["--no-optimized"]
     env = {**os.environ, "XDG_CONFIG_HOME": cfg}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -88,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-optimized", action="store_true", help="run the target itself, not its optimized copy")
     ap.add_argument("--workloads", default=None, help="comma-separated names (tests, docstrings, commits, shell)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -142,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             "commit": commit(),
             "machine": machine_info(),
             "target": args.target,
+            "optimized": not args.no_optimized,
             "max_tokens": args.max_tokens,
             "passes": args.passes,
             "workloads": results,

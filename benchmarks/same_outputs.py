@@ -9,7 +9,7 @@ fixed seed (fixed k: a learned k would follow the machine's timings, not the cod
 Under ``--exact`` (batch-invariant kernels) every greedy run must also equal plain.
 
     python -m benchmarks.same_outputs --edgespec /path/to/old/venv/bin/edgespec --out before.json
-    python -m benchmarks.same_outputs --edgespec .venv/bin/edgespec --out after.json
+    python -m benchmarks.same_outputs --edgespec .venv/bin/edgespec --flag=--no-optimized --out after.json
     python -m benchmarks.same_outputs --compare before.json after.json
 """
 
@@ -21,8 +21,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-from benchmarks.common import commit
 
 SAMPLED = ["-t", "0.8", "--seed", "11"]
 
@@ -46,14 +44,14 @@ def run(args) -> int:
     prompts = prompt_set("held-out")
     draft = str(resolve_model(args.draft))
     target = str(resolve_model(args.target))
-    out: dict = {"edgespec": args.edgespec, "commit": commit(), "max_tokens": args.max_tokens, "runs": {}}
+    out: dict = {"edgespec": args.edgespec, "flags": args.flag, "max_tokens": args.max_tokens, "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "in.jsonl"
         src.write_text("".join(json.dumps({"id": p.id, "prompt": p.prompt}) + "\n" for p in prompts))
         for name, extra in configs(draft).items():
             dst = Path(tmp) / f"{name}.jsonl"
             cmd = [args.edgespec, "generate", "--input", str(src), "--output", str(dst), "--exact"]
-            cmd += ["--parallel", "1", "-n", str(args.max_tokens), "--target", target, *extra]
+            cmd += ["--parallel", "1", "-n", str(args.max_tokens), "--target", target, *extra, *args.flag]
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -87,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
     ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument(
+        "--flag", action="append", default=[], help="one more generate flag for this install (e.g. --no-optimized)"
+    )
     ap.add_argument("--out", default=None)
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two result files")
     args = ap.parse_args(argv)

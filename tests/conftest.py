@@ -52,6 +52,23 @@ from tiny_models import make_tiny_model, write_random_bytes, write_truncated
 NOISY_DRAFT_NOISE = 0.1
 
 
+@pytest.fixture(autouse=True)
+def _no_copies_of_the_developers_models(monkeypatch):
+    """A copy ``edgespec models optimize`` wrote beside a model in the developer's own cache
+    (~/.cache/edgespec/models) does not change what the tests plan: only copies under the
+    temporary folder (the tests' own, as test_optimize writes them) are found."""
+    from edgespec.catalog import optimized
+
+    real = optimized.optimized_copy_for
+    tmp = Path(tempfile.gettempdir()).resolve()
+
+    def under_tmp(target, type_name=None):
+        found = real(target, type_name)
+        return found if found is not None and tmp in Path(found).resolve().parents else None
+
+    monkeypatch.setattr(optimized, "optimized_copy_for", under_tmp)
+
+
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory) -> Path:
     pytest.importorskip("gguf")

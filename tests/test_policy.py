@@ -172,6 +172,7 @@ def test_policy_is_reproducible_and_begin_forgets_the_text_not_the_machine():
 def test_model_drafter_stops_when_the_next_token_cannot_pay():
     # GPU-like costs, cheap drafts: keep drafting while confident, stop when not
     policy = DraftPolicy("model", OnlineCost(FLAT), gamma=0.05, l_max=8, seed=0)
+    policy.observe(batch=1, tested=0, accepted=0, verify_seconds=0.008)  # the plain step the stop-loss counts in
     for _ in range(40):  # what this generation showed: confident drafts pass, unsure ones fail
         policy.limit(8)
         for j, conf in enumerate((0.999, 0.999, 0.05), start=1):

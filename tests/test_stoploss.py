@@ -10,63 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.costmodel.adaptive import VerifyCost
+from benchmarks.wrong_prior_sim import GPU_ESTIMATE, Q4_0, Q4_K_M, T1, run, speed
 from edgespec.costmodel.costs import OnlineCost
-from edgespec.costmodel.priors import VERIFY_PRIORS
 from edgespec.decoding import stoploss
 from edgespec.decoding.policy import DraftPolicy
 from edgespec.decoding.stoploss import FIRST_PAUSE, MIN_DRAFTED, REFERENCE_EVERY, StopLoss
-
-T1 = 0.03  # a plain step, seconds
-Q4_K_M = VERIFY_PRIORS["cpu"]["Q4_K_M"].cost
-Q4_0 = VERIFY_PRIORS["cpu"]["Q4_0"].cost
-# what a GPU's memory-bound estimate says (the old m2max curve): verifying is nearly free
-GPU_ESTIMATE = VerifyCost((1, 2, 4, 8, 16), (1.0, 1.04, 1.1, 1.22, 1.5))
-
-
-def run(
-    policy: DraftPolicy, true_c: VerifyCost, accept, tokens: int, draft_s: float = 0.0005
-) -> list[tuple[int, float]]:
-    """Simulate rounds until ``tokens`` are committed: (tokens committed, steps spent) per
-    round. ``accept(r, j)``: whether the j-th draft of round r is right."""
-    out: list[tuple[int, float]] = []
-    done = r = 0
-    while done < tokens:
-        l_max = policy.limit(15)
-        ids = list(range(15)) if l_max > 0 else []
-        n = policy.choose(ids, match_len=4, after_break=[False] * len(ids)) if ids else 0
-        acc = 0
-        while acc < n and accept(r, acc):
-            acc += 1
-        seconds = true_c(n + 1) * T1
-        drafted = draft_s if l_max > 0 else 0.0
-        next_ok = accept(r, acc) if n == 0 and ids else None
-        policy.observe(
-            batch=n + 1,
-            tested=n,
-            accepted=acc,
-            verify_seconds=seconds,
-            draft_seconds=drafted,
-            match_len=4,
-            next_ok=next_ok,
-            after_break=[False] * n,
-        )
-        out.append((acc + 1, (seconds + drafted) / T1))
-        done += acc + 1
-        r += 1
-    return out
-
-
-def speed(rounds: list[tuple[int, float]], first: int | None = None, skip: int = 0) -> float:
-    """Committed tokens per plain step over the tokens [skip, first)."""
-    tok = steps = 0.0
-    seen = 0
-    for n, s in rounds:
-        if seen >= skip and (first is None or seen < first):
-            tok += n
-            steps += s
-        seen += n
-    return tok / steps
 
 
 def test_a_losing_ledger_pauses_drafting_and_each_trip_doubles_the_pause():
@@ -128,15 +76,48 @@ def test_a_wrong_prior_costs_little(accept_rate):
     """Started from a deliberately wrong curve — a GPU's on this CPU, and the Q4_K_M curve
     on a Q4_0 file — the learned cost brings the speed near the right prior's after 64
     tokens, and bounds the loss before that. Issue 37's goal is within 5% after 64 tokens
-    and never below 0.9x plain before: NOT MET. On this simulation a GPU prior on a CPU
-    reads 0.77-0.93x over the first 64 tokens, and the Q4_K_M prior on a Q4_0 file 1.49x
-    after them against the right prior's 1.61x (8% short: it rarely tries the lengths its
-    prior says are dear). These bounds guard what holds; see the closing note of issue 37."""
+    and never below 0.9x plain before. Three things make it so: the second timed round of
+    an engine is plain (the stop-loss's reference, and the cost model's first plain step),
+    the cost model's first blocks close after 4 and 8 rounds instead of 12, and probes of
+    sizes never measured may take up to 3% of the cost over the first 512 rounds (1%
+    after). On this text a GPU's prior reads 0.87x plain over the first 64 tokens (0.77x
+    before those changes) and the Q4_K_M prior on Q4_0 98% of the right prior's speed
+    after them (92% before); over 6 texts and acceptance 0.3-0.8, the worst means are
+    0.90x and 96% (`python -m benchmarks.wrong_prior_sim`)."""
     rng = np.random.default_rng(7)
     right_answers = rng.random((4000, 16)) < accept_rate
     accept = lambda r, j: bool(right_answers[r % 4000, j])  # noqa: E731 - the same text for both runs
     for true_c, wrong in ((Q4_K_M, GPU_ESTIMATE), (Q4_0, Q4_K_M)):
         right = run(DraftPolicy("ngram", OnlineCost(true_c), seed=1), true_c, accept, 600)
         bad = run(DraftPolicy("ngram", OnlineCost(wrong), seed=1), true_c, accept, 600)
-        assert speed(bad, first=64) >= 0.75
-        assert speed(bad, skip=64) >= 0.9 * speed(right, skip=64)
+        assert speed(bad, first=64) >= 0.85
+        assert speed(bad, skip=64) >= 0.95 * speed(right, skip=64)
+
+
+def test_the_first_timed_round_is_followed_by_a_plain_reference():
+    """An engine's ledger has no plain step until it sees one: after its first timed
+    round, the next is plain (no drafter work), so that neither the stop-loss nor the
+    cost model has to count in the prior's scale; a caller that times nothing (a batch's
+    sequences, timed by the batch) is never held."""
+    s = StopLoss()
+    assert s.allows()  # nothing timed yet: draft
+    s.record(seconds=5 * T1, committed=2, drafted=True)
+    assert not s.allows()  # timed, and no plain step known: the next round is plain
+    s.record(seconds=T1, committed=1, drafted=False, plain_step=T1)
+    assert s.allows() and s.step_seconds == T1
+    s.begin()  # a new request on the same engine: the machine's plain step is kept
+    assert s.allows()
+    untimed = StopLoss()
+    for _ in range(3 * REFERENCE_EVERY):
+        assert untimed.allows()
+        untimed.record(seconds=0.0, committed=3, drafted=True)
+
+
+def test_a_prior_far_from_the_machine_is_corrected_within_a_few_rounds():
+    """The cost model's first block closes after 4 rounds: a GPU's curve on this CPU is
+    corrected at the long sizes after one plain step and three long verifies."""
+    cost = OnlineCost(GPU_ESTIMATE)
+    for n in (16, 1, 16, 16):
+        cost.observe(n, Q4_K_M(n) * T1)
+    assert cost.measured(16) == pytest.approx(Q4_K_M(16), rel=0.01)
+    assert cost(16) > 2.5 * GPU_ESTIMATE(16) and cost(8) > 2 * GPU_ESTIMATE(8)

@@ -68,6 +68,7 @@ CPU_BATCH_PRIOR = VerifyCost((1, 4, 8, 16, 32), (1.0, 2.67, 4.54, 5.27, 9.13))
 # A GPU decodes dozens of sequences for little more than one (memory-bound).
 GPU_BATCH_PRIOR = VerifyCost((1, 16, 64), (1.0, 1.3, 2.2))
 BATCH_COST_SIZES = 128  # batch sizes whose cost is tracked one by one (linear beyond)
+EARLY_PROBES = 512  # observations over which the probe budget fades from 3x to 1x
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -114,7 +115,7 @@ class OnlineCost:
         prior: VerifyCost,
         n_max: int = 16,
         *,
-        prior_weight: float = 2.0,
+        prior_weight: float = 1.0,
         decay: float = 0.97,
         block: int = 12,
         window: int = 9,
@@ -173,8 +174,15 @@ class OnlineCost:
         self.prior_w[n] *= self.decay
         self.last[n] = idx
         self._block.append((n, seconds))
-        if len(self._block) >= self.block:
+        if len(self._block) >= self._block_len():
             self._close_block()
+
+    def _block_len(self) -> int:
+        """The length of the block being filled: the first ones short (4, then 8), so
+        that a prior far from this machine is corrected within a few rounds, then
+        ``block``."""
+        closed = self.count - len(self._block)
+        return min(self.block, 4 if closed < 4 else 8 if closed < 12 else self.block)
 
     def _close_block(self) -> None:
         by_n: dict[int, list[float]] = {}
@@ -329,6 +337,13 @@ class OnlineCost:
                 best, best_age = n, age
         return best
 
+    def _probe_share(self) -> float:
+        """The share of the observed rounds' cost probes may take: ``probe_budget``, and up
+        to three times it over the first ``EARLY_PROBES`` observations, fading linearly, while
+        the prior (another device's, another weight type's) may still hide cheaper sizes."""
+        early = max(0.0, 1.0 - self.count / EARLY_PROBES)
+        return self.probe_budget * (1.0 + 2.0 * early)
+
     def probe(self, rows: int, n_max_allowed: int, rng, n_min: int = 1) -> int | None:
         """Now and then, a stale size to verify instead of the ``rows`` chosen; None: keep
         them. ``n_max_allowed``: the most rows this round can verify (its proposal's ids
@@ -341,7 +356,7 @@ class OnlineCost:
         if p is None or p == rows:
             return None
         extra = self(p) - self(rows) if p > rows else self(p)
-        if self.probe_steps + extra > self.probe_budget * self.observed_steps:
+        if self.probe_steps + extra > self._probe_share() * self.observed_steps:
             return None
         if rng.random() >= self.probe_rate:
             return None

@@ -62,7 +62,9 @@ class StopLoss:
         if self.paused > 0:
             self.paused -= 1
             return False
-        return not self.timed or self.since_plain < REFERENCE_EVERY
+        if not self.timed:
+            return True
+        return bool(self.plain) and self.since_plain < REFERENCE_EVERY
 
     @property
     def step_seconds(self) -> float | None:

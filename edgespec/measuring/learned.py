@@ -7,7 +7,9 @@ timings into c(n) for the sizes the policy verified (ratios of quiet times measu
 close together, so a busy machine does not skew them). At the end of a run,
 ``keep_learned_costs`` saves that curve for the target file on this machine
 (``catalog.verify_cache``) when nothing was measured for the file yet and the run
-measured at least ``MIN_SIZES`` verify sizes against plain steps: the next run plans
+measured at least ``MIN_SIZES`` verify sizes against plain steps over at least
+``MIN_ROUNDS`` timed rounds (the cost model's first blocks are short, so that a wrong
+prior is corrected within a few rounds; a curve kept for good needs more): the next run plans
 from a measurement, and ``tune`` stays the full one (it replaces this entry).
 
 Reads the engine's learned costs; writes only the cache; prints nothing (the caller
@@ -21,6 +23,7 @@ from typing import Any
 from ..catalog import verify_cache
 
 MIN_SIZES = 2  # verify sizes (n >= 2) measured before a run's curve is worth keeping
+MIN_ROUNDS = 48  # timed rounds (OnlineCost observations) before it is
 
 
 def keep_learned_costs(engine: Any) -> str | None:
@@ -29,7 +32,7 @@ def keep_learned_costs(engine: Any) -> str | None:
     cost = engine.drafting.cost
     sizes = [n for n in range(2, cost.n_max + 1) if cost.measured(n) is not None]
     model = engine.target_model
-    if len(sizes) < MIN_SIZES or not cost.step_seconds or getattr(model, "rpc", None):
+    if len(sizes) < MIN_SIZES or cost.count < MIN_ROUNDS or not cost.step_seconds or getattr(model, "rpc", None):
         return None  # too little measured, or the network's share is in every time (RPC)
     exact = bool(engine.exact_kernels)
     if verify_cache.measured_entry(model.path, exact=exact) is not None:
