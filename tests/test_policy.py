@@ -395,3 +395,50 @@ def test_the_policy_measures_again_now_and_then_a_length_no_round_chooses():
     # within the budget: probes cost about 1% of the steps
     extra = sum(CPU_VERIFY_PRIOR(r) for r in verified) / sum(1 for _ in verified)
     assert extra < 1.5
+
+
+# a CPU running Q4_K_M: verifying is dear (c(2) ~ 1.9, measured on the shell workload)
+DEAR = VerifyCost((1, 2, 3, 4, 8, 16), (1.0, 1.9, 2.6, 3.2, 5.3, 9.4))
+
+
+def explorations(monkeypatch, budget: bool, rounds: int = 1500) -> tuple[DraftPolicy, float]:
+    """Rounds of prompt-lookup drafts right 60% of the time over matches of many lengths,
+    where verifying is dear (a draft of one pays from 90%): the means say a draft does not
+    pay, the posterior's draws of a bucket seen a few times often say it does. Returns the
+    policy and the steps the rounds cost per token they gave (plain decoding: 1)."""
+    import edgespec.decoding.policy as policy_module
+
+    if not budget:
+        monkeypatch.setattr(policy_module, "EXPLORE_ALLOWANCE", 1e9)
+    rng = np.random.default_rng(5)
+    cost = OnlineCost(DEAR)
+    pol = DraftPolicy("ngram", cost, seed=3)
+    pol.begin(0)
+    steps = tokens = 0.0
+    for _ in range(rounds):
+        pol.limit(15)
+        m = int(rng.integers(1, 40))
+        n = pol.choose(list(range(15)), match_len=m, source="prompt")
+        acc = 0
+        while acc < n and rng.random() < 0.6:
+            acc += 1
+        next_ok = bool(rng.random() < 0.6) if acc == n else None
+        pol.observe(
+            batch=n + 1, tested=n, accepted=acc, verify_seconds=0.02 * DEAR(n + 1), match_len=m, next_ok=next_ok
+        )
+        steps += DEAR(n + 1)
+        tokens += acc + 1
+    return pol, steps / tokens
+
+
+def test_explorations_where_drafts_do_not_pay_are_held_to_a_budget(monkeypatch):
+    from edgespec.decoding.policy import EXPLORE_ALLOWANCE, EXPLORE_SHARE
+
+    free, free_cost = explorations(monkeypatch, budget=False)  # every draw that says draft
+    monkeypatch.undo()
+    held, held_cost = explorations(monkeypatch, budget=True)
+    assert held._explore_steps <= EXPLORE_SHARE * held.cost.observed_steps + EXPLORE_ALLOWANCE
+    assert held.stats.explored_rounds <= 0.75 * free.stats.explored_rounds
+    # what exploring costs is bounded: within a few percent of plain decoding's step a token
+    assert held_cost < free_cost
+    assert held_cost < 1.035
