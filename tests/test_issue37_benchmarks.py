@@ -75,6 +75,17 @@ def test_a_half_is_its_tokens_over_its_seconds_and_sources_sum():
     assert ns.sources(recs, 0, 2) == {"prompt": [6, 3], "memory": [5, 0]}
 
 
+def test_the_step_ratio_charges_each_round_its_verify_size():
+    # 10 rounds: 6 verified no draft, 2 verified 1, 2 verified 3 (drafted at least 1: 4,
+    # at least 2: 2, at least 3: 2); 6 + 2*2 + 2*4 = 18 tokens
+    rec = {"id": 0, "stats": {"rounds": 10, "generated_tokens": 18, "drafted_by_position": [4, 2, 2]}}
+    cost = 6 + 2 * priors.CPU_Q4_K_M(2) + 2 * priors.CPU_Q4_K_M(4)
+    assert ns.step_ratio([rec], 0, 1, priors.CPU_Q4_K_M) == pytest.approx(18 / cost)
+    plain = {"id": 1, "stats": {"rounds": 7, "generated_tokens": 7, "drafted_by_position": []}}
+    assert ns.step_ratio([plain], 0, 1, priors.CPU_Q4_K_M) == 1.0
+    assert ns.step_ratio([], 0, 8, priors.CPU_Q4_K_M) == 0.0
+
+
 def test_the_wrong_priors_are_wrong_and_the_right_one_is_the_tables():
     q4km, q4_0 = wp.curves("Q4_K_M"), wp.curves("Q4_0")
     assert q4km["right"] == priors.CPU_Q4_K_M and q4_0["right"] == priors.CPU_Q4_0
