@@ -14,7 +14,8 @@ Structured output: ``response_format`` (OpenAI's ``text`` / ``json_object`` /
 ``json_schema`` and ``grammar`` (GBNF), edgespec's ``lenient_schema``, and on chat
 ``tools`` / ``tool_choice`` / ``parallel_tool_calls``. Their shapes are checked here;
 whether a schema or grammar compiles is ``edgespec.server.structured``'s question (still
-a 400 before any model work).
+a 400 before any model work). The messages and tool shapes a chat request holds are
+``messages``'.
 
 ``ApiError`` carries an HTTP status and an OpenAI-style error object
 (``{"error": {"message", "type", "param", "code"}}``, defined in ``bodies`` with the
@@ -25,99 +26,20 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, ClassVar, Literal, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgespec.decoding.params import SAMPLING_KEYS
 from edgespec.llama.fim import suffix_stop
 
 from .bodies import ApiError, describe_validation_error  # noqa: F401 - ApiError is re-exported
 from .fields import refused_field
+from .messages import Message, NamedToolChoice, Tool
 
 MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16  # n
 MAX_TOP_LOGPROBS = 20  # top_logprobs (OpenAI's limit), and the legacy logprobs: N
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    type: Literal["text"]
-    text: str
-
-
-# OpenAI's rule for function names; it also keeps them safe to write into a grammar
-TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
-
-
-class CalledFunction(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    name: str = Field(pattern=TOOL_NAME)
-    arguments: str = "{}"
-
-
-class ToolCall(BaseModel):
-    """A tool call an assistant message made (sent back in the next request)."""
-
-    model_config = ConfigDict(extra="ignore", strict=True)
-    id: Optional[str] = None
-    type: Literal["function"] = "function"
-    function: CalledFunction
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Optional[Union[str, list[TextPart]]] = None
-    tool_calls: Optional[list[ToolCall]] = None
-    tool_call_id: Optional[str] = None
-    name: Optional[str] = None
-
-    @model_validator(mode="after")
-    def _calls_from_assistant(self) -> "Message":
-        if self.tool_calls and self.role != "assistant":
-            raise ValueError("only an assistant message can carry tool_calls")
-        return self
-
-    def to_engine(self) -> dict:
-        if self.content is None:
-            text = ""
-        elif isinstance(self.content, str):
-            text = self.content
-        else:
-            text = "".join(p.text for p in self.content)
-        # "developer" is OpenAI's newer name for the system role; chat templates know "system".
-        out: dict = {"role": "system" if self.role == "developer" else self.role, "content": text}
-        if self.tool_calls:
-            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
-        if self.role == "tool":
-            out.update({k: v for k, v in (("tool_call_id", self.tool_call_id), ("name", self.name)) if v})
-        return out
-
-
-class FunctionDef(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    name: str = Field(pattern=TOOL_NAME)
-    description: Optional[str] = None
-    parameters: Optional[dict[str, Any]] = None
-    strict: Optional[bool] = None
-
-
-class Tool(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class ChosenFunction(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    type: Literal["function"]
-    function: ChosenFunction
 
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema", "regex", "grammar")

@@ -114,7 +114,7 @@ def call_grammar(
 ) -> str:
     """The Lark grammar of an answer that calls tools: one call (``parallel`` False, or
     ``only`` a function's name) or several, each to one of ``tools`` (OpenAI's tool
-    objects, pydantic's ``schema.Tool``) with arguments that follow its parameters.
+    objects, pydantic's ``messages.Tool``) with arguments that follow its parameters.
 
     ``free`` (``tool_choice`` auto): the answer may be free text instead, and calls may
     follow the text. The free text is one lexeme that cannot hold the opening tag (so a
