@@ -350,25 +350,9 @@ class Engine:
 
     def prompt_tokens(self, prompt: PromptLike, *, raw: bool = False) -> list[int]:
         """The token ids a prompt turns into (what ``stream`` will feed the model)."""
-        if isinstance(prompt, str):
-            if raw:
-                return self.tokenize(prompt)
-            text = self.apply_chat_template([{"role": "user", "content": prompt}])
-            return self._tokenize_rendered(text)
-        items = list(prompt)
-        if items and isinstance(items[0], dict):
-            return self._tokenize_rendered(self.apply_chat_template(items))
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-            raise InputError("a prompt must be a string, a list of chat messages or a list of token ids")
-        bad = [t for t in items if not 0 <= t < self.target_model.n_vocab]
-        if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{self.target_model.n_vocab - 1})")
-        return [int(t) for t in items]
+        from .llama.chat_template import prompt_ids
 
-    def _tokenize_rendered(self, text: str) -> list[int]:
-        from .llama.chat_template import tokenize_rendered
-
-        return tokenize_rendered(self.target_model, text)
+        return prompt_ids(self.target_model, prompt, raw=raw)
 
     # -- generation ---------------------------------------------------------------
     def stream(self, prompt: PromptLike, **options) -> Iterator[Event]:

@@ -168,3 +168,22 @@ def tokenize_rendered(model, text: str) -> list[int]:
     bos_text = model.token_text(model.bos) if model.bos >= 0 else ""
     add = model.add_bos and not (bos_text and text.startswith(bos_text))
     return model.tokenize(text, add_special=add)
+
+
+def prompt_ids(model, prompt: str | Sequence[dict] | Sequence[int], *, raw: bool = False) -> list[int]:
+    """The token ids ``prompt`` turns into for ``model``: a text through the chat template
+    as one user message (or, ``raw``, tokenized as is), a list of chat messages through
+    the template, a list of token ids checked against the vocabulary."""
+    if isinstance(prompt, str):
+        if raw:
+            return model.tokenize(prompt, add_special=True, parse_special=True)
+        return tokenize_rendered(model, render(model, [{"role": "user", "content": prompt}]))
+    items = list(prompt)
+    if items and isinstance(items[0], dict):
+        return tokenize_rendered(model, render(model, items))
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+        raise InputError("a prompt must be a string, a list of chat messages or a list of token ids")
+    bad = [t for t in items if not 0 <= t < model.n_vocab]
+    if bad:
+        raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{model.n_vocab - 1})")
+    return [int(t) for t in items]
