@@ -86,6 +86,12 @@ def test_the_step_ratio_charges_each_round_its_verify_size():
     assert ns.step_ratio([], 0, 8, priors.CPU_Q4_K_M) == 0.0
 
 
+def test_the_time_outside_decode_is_per_committed_token():
+    recs = [{"id": i, "stats": {"generated_tokens": 50, "t_generate": 2.0, "t_verify": 1.9}} for i in range(2)]
+    assert ns.outside_ms(recs, 0, 2) == pytest.approx(2.0)  # 0.2 s over 100 tokens
+    assert ns.outside_ms([], 0, 8) == 0.0
+
+
 def test_the_wrong_priors_are_wrong_and_the_right_one_is_the_tables():
     q4km, q4_0 = wp.curves("Q4_K_M"), wp.curves("Q4_0")
     assert q4km["right"] == priors.CPU_Q4_K_M and q4_0["right"] == priors.CPU_Q4_0
