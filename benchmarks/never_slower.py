@@ -105,6 +105,17 @@ def outside_ms(records: list[dict], lo: int, hi: int) -> float:
     return 1000 * sum(s["t_generate"] - s["t_verify"] for s in part) / tokens if tokens else 0.0
 
 
+def paired(runs: dict[str, list], metric, *args) -> list[float]:
+    """Per pass, ``metric(records, *args)`` of the defaults' records over plain's (a pass
+    where plain's is 0 is left out)."""
+    out = []
+    for (d, _), (p, _) in zip(runs["defaults"], runs["plain"]):
+        base = metric(p, *args)
+        if base:
+            out.append(metric(d, *args) / base)
+    return out
+
+
 KEPT_STATS = ("generated_tokens", "rounds", "drafted_by_position", "t_generate", "t_verify")
 
 
@@ -161,20 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[{rep + 1}/{args.passes}] {name} {config}: {rates}", file=sys.stderr)
             row: dict = {"requests": n}
             for h, (lo, hi) in halves.items():
-                ratios = [
-                    half_rate(d, lo, hi) / half_rate(p, lo, hi)
-                    for (d, _), (p, _) in zip(runs["defaults"], runs["plain"])
-                    if half_rate(p, lo, hi)
-                ]
+                ratios = paired(runs, half_rate, lo, hi)
                 row[h] = {
                     "ratio": round(statistics.median(ratios), 3),
                     "passes": [round(x, 3) for x in ratios],
                     "plain_tps": round(statistics.median(half_rate(p, lo, hi) for p, _ in runs["plain"]), 2),
-                    "steps": [
-                        round(step_ratio(d, lo, hi, curve) / step_ratio(p, lo, hi, curve), 3)
-                        for (d, _), (p, _) in zip(runs["defaults"], runs["plain"])
-                        if step_ratio(p, lo, hi, curve)
-                    ],
+                    "steps": [round(x, 3) for x in paired(runs, step_ratio, lo, hi, curve)],
                     "outside_ms": {
                         c: round(statistics.median(outside_ms(r, lo, hi) for r, _ in runs[c]), 3) for c in CONFIGS
                     },
