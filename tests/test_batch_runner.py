@@ -167,6 +167,17 @@ def test_a_fixed_k_drafts_inside_the_batch(tiny_target):
             assert out[r.key].result.token_ids == solo(e, r).token_ids
 
 
+def test_prompt_lookup_in_a_batch_drafts_after_the_first_round(tiny_target):
+    # a batch times its decodes as a whole, so a sequence's rounds come untimed to its
+    # policy: the stop-loss once counted them by their drafting seconds alone, waited for
+    # a plain step that never came, and no sequence drafted after its first round
+    with Engine(tiny_target, draft="ngram", n_ctx=512, exact=True, n_threads=1) as e:
+        reqs = [Request(i, " ".join([prompt(i, 7)] * 4), {"max_tokens": 40, "raw": True}) for i in range(3)]
+        out = {o.key: o for o in PreparedBatch(e, reqs, parallel=3)}
+    drafting_rounds = [o.result.stats.drafted_by_position[:1] for o in out.values()]
+    assert max(r[0] for r in drafting_rounds if r) >= 3, drafting_rounds
+
+
 def test_a_large_fixed_k_is_cut_to_fit_one_batch(tiny_target):
     # issue 22 item 2: a 400-character text written twice, --k 600, two sequences: the
     # second copy is proposed whole by both at once (730 rows for a batch of 512), which

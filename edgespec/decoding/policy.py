@@ -338,14 +338,19 @@ class DraftPolicy:
         The drafter spent ``draft_seconds`` drafting ``drafted`` tokens. The first
         ``forced`` tested tokens were the grammar's: acceptance is learned after them."""
         self.cost.observe(batch, verify_seconds)
-        trips = self.stop_loss.trips
-        self.stop_loss.record(
-            seconds=verify_seconds + draft_seconds,
-            committed=accepted + 1,
-            drafted=batch > 1,
-            plain_step=verify_seconds if batch == 1 else None,
-        )
-        self.stats.stop_trips += self.stop_loss.trips - trips
+        if verify_seconds > 0.0:
+            # an untimed round (a batch's sequence: the batch times its decodes; a first
+            # round decoded behind the prompt) is none of the ledger's business: counted
+            # by its drafting seconds alone it would mark the ledger timed and wait
+            # forever for a plain step, and no sequence of a batch would draft again
+            trips = self.stop_loss.trips
+            self.stop_loss.record(
+                seconds=verify_seconds + draft_seconds,
+                committed=accepted + 1,
+                drafted=batch > 1,
+                plain_step=verify_seconds if batch == 1 else None,
+            )
+            self.stats.stop_trips += self.stop_loss.trips - trips
         if forced:
             if accepted < forced:  # a forced token lost: the drafter's were never tested
                 tested = accepted = 0
