@@ -371,6 +371,8 @@ class Engine:
         ``logprobs`` (an int, 0 to 20): every ``Token`` carries the target's
         log-probability of it and of that many likeliest tokens at its position
         (``edgespec.decoding.logprob``), ``Done`` all of them; the default None computes none.
+        ``cache_reuse`` (tokens, 0: off): also keep cached runs that long that the prompt
+        holds further back, moved (llama-server's ``--cache-reuse``; ``Context.reuse_chunks``).
         The prompt is checked before any work: one that
         leaves no room to generate in the context raises ContextOverflowError. Closing
         the iterator early or a KeyboardInterrupt leaves both caches consistent; the next
@@ -390,6 +392,7 @@ class Engine:
         logprobs: int | None = None,
         lenient_schema: bool = False,
         memory: bool | SuffixIndex = True,
+        cache_reuse: int = 0,
         **sampling_options,
     ) -> Prepared:
         """A generation request checked and tokenized (``decoding.sequence.Prepared``).
@@ -418,6 +421,7 @@ class Engine:
             constraint=constraint,
             logprobs=logprobs,
             memory=index,
+            cache_reuse=cache_reuse,
         )
 
     def generate(self, prompt: PromptLike, **kwargs) -> Result:

@@ -147,6 +147,22 @@ def test_a_repeated_request_reuses_the_cached_prompt(client):
     assert again["timings"]["prompt_n"] < 8
 
 
+def test_a_window_that_scrolled_keeps_its_cached_lines_with_n_cache_reuse(client):
+    # llama.vim sends the 256 lines before the cursor: moving down, the first lines leave
+    # and the rest moves up. With n_cache_reuse (llama-server's) the lines still there are
+    # kept, moved; without it everything after the extra chunks is decoded again.
+    lines = [f"x{i} = f(y{i})\n" for i in range(24)]  # within the prefix's share of a batch
+    processed = {}
+    for reuse in (None, 16):
+        opts = {} if reuse is None else {"n_cache_reuse": reuse}
+        first = _infill(client, input_extra=EXTRA, input_prefix="".join(lines), **opts)
+        assert first.status_code == 200, first.text
+        again = _infill(client, input_extra=EXTRA, input_prefix="".join(lines[4:]), **opts).json()
+        processed[reuse] = again["timings"]["prompt_n"]
+        assert again["timings"]["prompt_n"] + again["timings"]["cache_n"] == again["tokens_evaluated"]
+    assert processed[16] < processed[None] / 4, processed
+
+
 @pytest.mark.parametrize(
     "input_extra",
     [

@@ -132,6 +132,16 @@ def serve(
         ),
     ] = None,
     memory: MemoryOpt = True,
+    cache_reuse: Annotated[
+        int,
+        typer.Option(
+            "--cache-reuse",
+            min=0,
+            help="Also keep cached runs of at least this many tokens that a prompt holds further "
+            "back, moved instead of decoded again (llama-server's --cache-reuse: an editor's window "
+            "that scrolled; close to a fresh decode, not equal to it). 0: the common prefix alone.",
+        ),
+    ] = 0,
 ) -> None:
     """Serve the model pair over an OpenAI-compatible HTTP API, with a chat page at /."""
     import uvicorn
@@ -182,7 +192,9 @@ def serve(
                 parallel=parallel,
                 max_tokens=max_tokens,
                 model_name=alias or store_name(p.target),
-                defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+                defaults=dict(
+                    temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, cache_reuse=cache_reuse
+                ),
                 on_fatal=on_fatal,
                 allow_origins=allowed_origins(allow_origin),
                 memory=memory,

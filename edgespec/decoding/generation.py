@@ -4,20 +4,20 @@
 here, the engine typed as ``OwnContext`` (its target context, its target model and its
 ``decoding.drafting.Drafting``): the request becomes a ``decoding.sequence.DecodeSequence``
 on that context (the drafter built with the request's memory, its drafting policy, the
-rounds, the reply, the structure's outcome), and this module adds what a context of its own allows: reuse the cached
-prefix of the KV cache and prefill the rest of the prompt, then run the sequence's
-rounds and time the target's and the draft model's decodes. It never prints; errors
+rounds, the reply, the structure's outcome), and this module adds what a context of its
+own allows: reuse the cached prefix of the KV cache and hand the rest of the prompt to
+the first round (which decodes it with its verify batch), then run the sequence's rounds
+and time the target's and the draft model's decodes. It never prints; errors
 propagate as ``EdgespecError`` subclasses, and a matcher's error state ends the
 generation with ``ConstraintStateError``.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Iterator, Protocol
 
 from ..events import Event, Stats
-from ..llama import Context, Model, common_prefix_len
+from ..llama import Context, Model
 from .drafting import Drafting
 from .sequence import DecodeSequence, Prepared
 
@@ -43,21 +43,20 @@ def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
     stats, ids = seq.stats, req.ids
 
     # Prefix reuse: the target KV holds the previous prompt + reply; keep what this
-    # prompt shares with it and decode the rest, except the prompt's last token,
-    # which the first verify batch decodes (see decoding/speculative.py on x_last).
-    keep = common_prefix_len(target.tokens, ids[:-1])
-    target.rollback(keep)
-    if len(ids) - 1 > keep:
-        target.decode(ids[keep:-1], rows=())
-    stats.prompt_tokens_processed = len(ids) - 1 - keep + 1
-    stats.t_prompt = time.perf_counter() - seq.t_start
+    # prompt shares with it (``cache_reuse``: and the runs it holds further on). The rest
+    # the first round decodes, its verify batch behind it (decoding/speculative.py:
+    # ``prefill``, and x_last).
+    keep = target.reuse_chunks(ids[:-1], req.cache_reuse)  # with later runs moved back, if asked
+    seq.loop.prefill = list(ids[keep:-1])
+    stats.prompt_tokens_processed = len(ids) - keep
     draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0  # after the draft's prefill
     verify_t0 = target.t_decode
     try:
         yield from seq.events()
     finally:
         seq.finish_stats()
-        stats.t_verify = target.t_decode - verify_t0
+        stats.t_prompt = seq.t_prompt_end - seq.t_start
+        stats.t_verify = target.t_decode - verify_t0 - seq.loop.prefill_seconds
         stats.t_decode_draft = (draft_ctx.t_decode - draft_t0) if draft_ctx else 0.0
         engine.last_stats = stats  # a generation closed early has no Done to carry them
     yield seq.done()

@@ -51,6 +51,9 @@ class Prepared(NamedTuple):
     # the memory of earlier answers this request drafts from and is written into
     # (``decoding.suffix.SuffixIndex``; None: none, prompt lookup alone)
     memory: Any = None
+    # shifted KV reuse: cached runs of at least this many tokens that the prompt holds
+    # further back are kept (``llama.Context.reuse_chunks``); 0, the common prefix alone
+    cache_reuse: int = 0
 
 
 def check_request(
@@ -64,6 +67,7 @@ def check_request(
     constraint: Constraint | None,
     logprobs: int | None,
     memory: Any = None,
+    cache_reuse: int = 0,
 ) -> Prepared:
     """A tokenized request checked before any work (``Engine.prepare``): its sampling
     parameters against the vocabulary, ``max_tokens``, ``logprobs``, and a prompt that
@@ -75,6 +79,8 @@ def check_request(
         isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_TOP
     ):
         raise InputError(f"logprobs must be an integer from 0 to {MAX_TOP} (got {logprobs!r})")
+    if isinstance(cache_reuse, bool) or not isinstance(cache_reuse, int) or cache_reuse < 0:
+        raise InputError(f"cache_reuse must be a whole number of tokens, 0 for off (got {cache_reuse!r})")
     stops = [stop] if isinstance(stop, str) else [s for s in stop if s]
     if not prompt_ids:
         raise InputError("the prompt is empty")
@@ -84,7 +90,7 @@ def check_request(
             "leaving no room for a reply; shorten the prompt or raise --n-ctx"
             + (f" (the model was trained for {model.n_ctx_train})" if model.n_ctx_train > n_ctx else "")
         )
-    return Prepared(prompt_ids, params, max_tokens, stops, constraint, logprobs, memory)
+    return Prepared(prompt_ids, params, max_tokens, stops, constraint, logprobs, memory, cache_reuse)
 
 
 class DecodeSequence:
@@ -92,7 +98,8 @@ class DecodeSequence:
 
     ``n_ctx``: the tokens the sequence may hold, prompt and reply (the engine's context,
     or what a batch sequence reserved of the pool). ``t_start`` is when it was built;
-    ``t_gen``, when its first round began (set by ``events``, or by a batch's first verify
+    ``t_gen``, when it began to generate (set by ``events``: its first round's start, or
+    that round's decode's end when it carried the prompt; or by a batch's first verify
     step for it): ``finish_stats`` measures ``t_total`` and ``t_generate`` from them."""
 
     def __init__(
@@ -153,11 +160,21 @@ class DecodeSequence:
         return events
 
     def events(self) -> Iterator[Event]:
-        """Its rounds on a context of its own (its prompt already prefilled), each asked for
+        """Its rounds on a context of its own (its prompt cached but for the tail the first
+        round decodes, ``SpeculativeLoop.prefill``), each asked for
         at most the tokens that remain, until it ends (``push`` then adds the reply's tail)."""
         self.t_gen = time.perf_counter()
         while not self.ended:
-            yield from self.push(self.loop.round(self.remaining))
+            res = self.loop.round(self.remaining)
+            if self.loop.prompt_done is not None and self.loop.rounds == 1:
+                self.t_gen = self.loop.prompt_done  # the prompt's decode gave this round
+            yield from self.push(res)
+
+    @property
+    def t_prompt_end(self) -> float:
+        """When the prompt was in the cache: its decode's end (the first round's, which
+        carried it), else when the rounds began (nothing to prefill) or now."""
+        return self.loop.prompt_done or self.t_gen or time.perf_counter()
 
     def finish_stats(self) -> Stats:
         """The stats completed: tokens generated, the wall times, the last round's k bound;

@@ -11,7 +11,10 @@ matches a sample of p; all kept, row k gives a bonus token. The committed tokens
 
 KV bookkeeping (the part that is easy to get off by one): the target's cache holds every
 committed token except the last one, ``x_last``, which has been chosen but not yet
-decoded. The verify batch starts with it at position ``len(committed) - 1``. After
+decoded. The verify batch starts with it at position ``len(committed) - 1``. (In the
+first round the cache may also lack the prompt's uncached tail, ``prefill``: the verify
+batch then follows it in the same decode, as llama-server's prompt decode gives the
+first token, so the prompt costs no separate weight read.) After
 accepting n drafts the cache keeps ``x_last, d_1..d_n`` and the rest is removed with
 ``llama_memory_seq_rm``; the round's new last token (the correction or bonus) is, again,
 not yet decoded. So after every round ``target.pos_max() == len(committed) - 2``.
@@ -48,7 +51,7 @@ with their ``from_draft`` flag and a ``Round`` record per round.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -91,6 +94,11 @@ class SpeculativeLoop:
     matcher: Matcher | None = None  # the constraint's state (None: free generation)
     n_prompt: int = -1  # prompt tokens in ``committed`` (default: all it holds at the start)
     logprobs: int | None = None  # None: none; N >= 0: each token's logprob and the top N
+    # prompt tokens not yet in the target's KV (before x_last): the next round decodes them
+    # in its verify batch, so the prompt's prefill also gives the first token's logits
+    prefill: list[int] = field(default_factory=list)
+    prompt_done: float | None = None  # when that decode returned (perf_counter)
+    prefill_seconds: float = 0.0  # its seconds in the target's decode (prompt time, not a verify)
 
     def __post_init__(self) -> None:
         if self.n_prompt < 0:
@@ -111,9 +119,15 @@ class SpeculativeLoop:
         )
         drafts = self.drafts(proposal, n)
         masks = self.masks(drafts.ids)
-        # Verify: x_last plus every draft in one decode, logits at all k+1 rows.
-        t1 = time.perf_counter()
-        rows = self.target.decode([self.committed[-1], *drafts.ids], rows=range(len(drafts.ids) + 1))
+        # Verify: x_last plus every draft in one decode, logits at all k+1 rows; in the
+        # first round behind the rest of the prompt (``prefill``), as one decode
+        t1: float | None = time.perf_counter()
+        pre, t_decode = self.prefill, self.target.t_decode
+        batch = [*pre, self.committed[-1], *drafts.ids]
+        rows = self.target.decode(batch, rows=range(len(pre), len(batch)))
+        if pre:  # prompt time: neither the cost model's verify step nor the stop-loss's
+            self.prefill, t1 = [], None
+            self.prompt_done, self.prefill_seconds = time.perf_counter(), self.target.t_decode - t_decode
         return self.settle(drafts, rows, draft_seconds=draft_seconds, verify_start=t1, masks=masks)
 
     def propose(self, budget: int) -> tuple[Proposal, float]:

@@ -187,8 +187,9 @@ class Context(_LlamaContext):
         """Append ``tokens`` to the sequence; return logits for ``rows`` (default: last).
 
         Rows must lie in the last ``n_batch`` tokens (earlier chunks' logits are gone by
-        the time the call returns); the speculative loop only ever asks for the verify
-        batch, and prefill only for its last row.
+        the time the call returns; the short chunk, if any, is the first); the speculative
+        loop only ever asks for the verify batch, which its first round decodes behind the
+        prompt's prefill.
         """
         n = len(tokens)
         if n == 0:
@@ -200,14 +201,16 @@ class Context(_LlamaContext):
             )
         if rows is None:
             rows = (n - 1,)
-        last_chunk_start = ((n - 1) // self.n_batch) * self.n_batch
+        # Chunks are cut from the end: the last one holds the last min(n, n_batch) tokens,
+        # so a verify batch decoded behind a prefill (decoding.generation) stays whole.
+        last_chunk_start = max(0, n - self.n_batch)
         if rows and min(rows) < last_chunk_start:
             raise ValueError("logits can only be requested within the last n_batch tokens")
         self._heal()
         toks = np.asarray(tokens, dtype=np.int32)
         out_rows = 0
-        for start in range(0, n, self.n_batch):
-            end = min(n, start + self.n_batch)
+        starts = sorted({0, *range(last_chunk_start % self.n_batch, last_chunk_start + 1, self.n_batch)})
+        for start, end in zip(starts, [*starts[1:], n]):
             m = end - start
             self._b_token[:m] = toks[start:end]
             self._b_pos[:m] = np.arange(self.n_past, self.n_past + m, dtype=np.int32)
@@ -245,6 +248,41 @@ class Context(_LlamaContext):
             raise ValueError("n_keep must be >= 0")
         self._remove_tail(0, n_keep)
         del self.tokens[n_keep:]
+
+    def reuse_chunks(self, prompt: Sequence[int], min_chunk: int) -> int:
+        """Keep what the cache holds of ``prompt``: its common prefix, then every later run
+        of at least ``min_chunk`` cached tokens that ``prompt`` holds further forward,
+        moved back to the prompt's positions (``llama_memory_seq_add``; llama-server's
+        ``--cache-reuse``, for a window of a file that scrolled: the lines that left it
+        are gone and the rest moved up). The rest of the cache is removed; returns how
+        many tokens of ``prompt`` it now holds (a prefix, as ``tokens`` says).
+
+        A moved run's keys are rotated to their new positions, but they were computed
+        after the text that came before them then: close to what decoding them again
+        gives, not equal to it. Runs can only move back (llama.cpp decodes a sequence's
+        positions in order), so text inserted before a run is decoded again with it."""
+        cache = self.tokens
+        head_p = common_prefix_len(cache, prompt)
+        if min_chunk > 0 and _llama.llama_memory_can_shift(self._mem):
+            head_c = head_p
+            while head_c < len(cache) and head_p < len(prompt):
+                n = 0
+                while head_c + n < len(cache) and head_p + n < len(prompt) and cache[head_c + n] == prompt[head_p + n]:
+                    n += 1
+                if n < min_chunk:
+                    head_c += 1
+                    continue
+                self._remove_range(head_p, head_c)  # what lies between, then move the run
+                _llama.llama_memory_seq_add(self._mem, 0, head_c, head_c + n, head_p - head_c)
+                cache[head_p : head_p + n] = cache[head_c : head_c + n]
+                head_p, head_c = head_p + n, head_c + n
+        self.rollback(head_p)
+        return head_p
+
+    def _remove_range(self, p0: int, p1: int) -> None:
+        """Remove positions ``p0..p1-1`` of sequence 0 from the KV memory (checked)."""
+        if p1 > p0 and not _llama.llama_memory_seq_rm(self._mem, 0, p0, p1):
+            self._remove_tail(0, p0)  # raises RollbackError: this model cannot forget a part
 
     def clear(self) -> None:
         _llama.llama_memory_clear(self._mem, True)

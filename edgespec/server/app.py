@@ -244,6 +244,8 @@ def create_app(
         limit = req.limit()
         opts["max_tokens"] = engine.n_ctx if limit == -1 else (limit or max_tokens)
         opts["stop"] = req.stops()
+        if req.n_cache_reuse is not None:
+            opts["cache_reuse"] = req.n_cache_reuse
         return opts
 
     def tokenize_text(text: str) -> list[int]:

@@ -231,7 +231,7 @@ FIELDS: tuple[KnownField, ...] = (
     _f("prompt_cache_key", IGNORED, "prefix reuse is automatic"),
     _f("prompt_cache_retention", IGNORED, "prefix reuse is automatic"),
     _f("cache_prompt", IGNORED, "prefix reuse is automatic and never changes the answer"),
-    _f("n_cache_reuse", IGNORED, "prefix reuse is automatic"),
+    _f("n_cache_reuse", HONOURED, "keeps cached runs this long that the prompt holds further back, moved"),
     _f("id_slot", IGNORED, "slots are assigned by the server"),
     _f("n_keep", IGNORED, "no context shift: a prompt that does not fit is refused"),
     _f("n_discard", IGNORED, "no context shift"),

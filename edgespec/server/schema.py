@@ -83,6 +83,7 @@ class _Request(BaseModel):
     json_schema: Optional[dict[str, Any]] = None  # llama-server: a bare JSON Schema
     grammar: Optional[str] = None  # llama-server: a GBNF grammar
     lenient_schema: bool = False  # edgespec: relax schema keywords the constraint engine lacks
+    n_cache_reuse: Optional[int] = Field(None, ge=0)  # llama-server: shifted KV reuse (Context.reuse_chunks)
 
     @field_validator("response_format")
     @classmethod
