@@ -122,7 +122,8 @@ class SpeculativeLoop:
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows; in the
         # first round behind the rest of the prompt (``prefill``), as one decode
         t1: float | None = time.perf_counter()
-        pre, t_decode = self.prefill, self.target.t_decode
+        pre = self.prefill
+        t_decode = self.target.t_decode if pre else 0.0
         batch = [*pre, self.committed[-1], *drafts.ids]
         rows = self.target.decode(batch, rows=range(len(pre), len(batch)))
         if pre:  # prompt time: neither the cost model's verify step nor the stop-loss's
