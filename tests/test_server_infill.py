@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from edgespec import Engine
+from edgespec.errors import InputError
 from edgespec.llama.fim import FimTokens, fim_tokens, infill_prompt, keeps_newline, suffix_stop
 from edgespec.server import create_app
 from serve_support import LiveServer, SlowEngine, sse_events
@@ -161,6 +162,20 @@ def test_a_window_that_scrolled_keeps_its_cached_lines_with_n_cache_reuse(client
         processed[reuse] = again["timings"]["prompt_n"]
         assert again["timings"]["prompt_n"] + again["timings"]["cache_n"] == again["tokens_evaluated"]
     assert processed[16] < processed[None] / 4, processed
+
+
+def test_serve_cache_reuse_is_the_default_for_requests_without_n_cache_reuse(engine):
+    # serve --cache-reuse N reaches create_app as its own setting, not a sampling default
+    # (CI failed on "unknown sampling defaults: cache_reuse" when it was passed as one)
+    lines = [f"z{i} = g(w{i})\n" for i in range(24)]
+    with TestClient(create_app(engine, max_tokens=24, defaults={"temperature": 0.0}, cache_reuse=16)) as c:
+        assert _infill(c, input_extra=EXTRA, input_prefix="".join(lines)).status_code == 200
+        again = _infill(c, input_extra=EXTRA, input_prefix="".join(lines[4:])).json()
+        off = _infill(c, input_extra=EXTRA, input_prefix="".join(lines[2:]), n_cache_reuse=0).json()
+    assert again["timings"]["prompt_n"] < 16, again["timings"]
+    assert off["timings"]["prompt_n"] > 4 * again["timings"]["prompt_n"], off["timings"]
+    with pytest.raises(InputError, match="cache_reuse must be a whole number"):
+        create_app(engine, cache_reuse=-1)
 
 
 @pytest.mark.parametrize(

@@ -192,9 +192,8 @@ def serve(
                 parallel=parallel,
                 max_tokens=max_tokens,
                 model_name=alias or store_name(p.target),
-                defaults=dict(
-                    temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed, cache_reuse=cache_reuse
-                ),
+                defaults=dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+                cache_reuse=cache_reuse,
                 on_fatal=on_fatal,
                 allow_origins=allowed_origins(allow_origin),
                 memory=memory,

@@ -117,6 +117,7 @@ def create_app(
     allow_origins: Iterable[str] = (),
     memory: bool = True,
     memory_keys: int = DEFAULT_MAX_KEYS,
+    cache_reuse: int = 0,
 ) -> FastAPI:
     """An OpenAI-compatible app over ``engine`` (an ``edgespec.Engine``).
 
@@ -134,7 +135,8 @@ def create_app(
     ``allow_origins``: web origins allowed beside the server's own and loopback ones
     (``guard``: exact origins, patterns, ``*``). ``memory``: requests draft from the
     earlier answers of their own API key (False: from none); ``memory_keys``: the most
-    keys whose memories are kept (``memories``).
+    keys whose memories are kept (``memories``). ``cache_reuse``: the shortest cached run
+    (tokens) moved back for reuse when a request gives no ``n_cache_reuse`` (0: off).
 
     Everything that can fail is built here, before the app serves: with ``parallel`` > 1
     the batch of slots (``worker.Worker``); an error here means the server cannot run.
@@ -143,6 +145,8 @@ def create_app(
         raise InputError(f"max_body_bytes must be at least 1024 (got {max_body_bytes})")
     if max_tokens < 1:
         raise InputError(f"max_tokens must be at least 1 (got {max_tokens})")
+    if isinstance(cache_reuse, bool) or not isinstance(cache_reuse, int) or cache_reuse < 0:
+        raise InputError(f"cache_reuse must be a whole number of tokens, 0 for off (got {cache_reuse!r})")
     unknown = set(defaults or {}) - set(SAMPLING_KEYS)
     if unknown:
         raise InputError(f"unknown sampling defaults: {', '.join(sorted(unknown))}")
@@ -244,8 +248,7 @@ def create_app(
         limit = req.limit()
         opts["max_tokens"] = engine.n_ctx if limit == -1 else (limit or max_tokens)
         opts["stop"] = req.stops()
-        if req.n_cache_reuse is not None:
-            opts["cache_reuse"] = req.n_cache_reuse
+        opts["cache_reuse"] = cache_reuse if req.n_cache_reuse is None else req.n_cache_reuse
         return opts
 
     def tokenize_text(text: str) -> list[int]:
