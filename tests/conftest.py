@@ -44,6 +44,9 @@ os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="edgespec-test-config-")
 # (measured: a full suite 5 min instead of over 25 on a loaded 2-core VM). Speed is
 # measured in benchmarks/, never here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# No engine measures c(n) when it loads (``measuring.first_use``): its timings would make a
+# test's plan depend on the order the tests ran in; tests/test_first_use.py turns it on.
+os.environ["EDGESPEC_FIRST_USE"] = "0"
 
 from tiny_models import make_tiny_model, write_random_bytes, write_truncated
 

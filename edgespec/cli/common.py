@@ -115,8 +115,12 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe:
     if err.is_terminal and not quiet:
         name = store_name(p.target) or Path(p.target).name
         with err.status(Text(f"loading {name}…"), spinner="dots"):
-            return engine_for(p, **overrides)
-    return engine_for(p, **overrides)
+            engine = engine_for(p, **overrides)
+    else:
+        engine = engine_for(p, **overrides)
+    if engine.first_use and not quiet:
+        err.print(Text(engine.first_use, style="dim"))
+    return engine
 
 
 def store_name(target: str | None) -> str | None:

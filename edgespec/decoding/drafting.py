@@ -126,6 +126,13 @@ class Drafting:
         d, t = self._gamma_sizes
         return draft_cost_ratio(d, t, overhead_ms=DEFAULT_OVERHEAD_MS, gbs=DEFAULT_DECODE_GBS)
 
+    def start_cost_from(self, cost: VerifyCost) -> None:
+        """Start c(n) over from ``cost``, measured on this machine for this target before
+        any round (a first use's short measurement, ``measuring.first_use``); the
+        policies built on the old prior are dropped."""
+        self.cost = OnlineCost(cost)
+        self._policies.clear()
+
     def batch_cost_prior(self) -> VerifyCost:
         return self._batch_prior
 

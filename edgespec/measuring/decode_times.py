@@ -65,14 +65,18 @@ def time_decodes(
     repeats: int = 5,
     draft: Context | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    sizes: Sequence[int] | None = None,
 ) -> DecodeTimes:
-    """Time decoding n = 1..n_max tokens after ``prefix`` (and one draft token).
+    """Time decoding n = 1..n_max tokens after ``prefix`` (and one draft token); with
+    ``sizes``, those batch sizes alone (1 is always among them: c(n) is relative to it).
 
     The first sweep warms up and is discarded; then ``repeats`` sweeps, alternately
     n = n_max..1 and 1..n_max. The draft model's single step is timed four times per
     sweep, spread through it, so both models see the same load. Both contexts are left
     holding ``prefix``.
     """
+    if sizes is not None:
+        n_max = max(sizes, default=0)
     if len(prefix) < 1 or repeats < 1 or n_max < 1:
         raise InputError("time_decodes needs a non-empty prefix, repeats ≥ 1 and n_max ≥ 1")
     if len(prefix) + n_max > target.n_ctx:
@@ -82,11 +86,12 @@ def time_decodes(
         _hold(draft, prefix)
     pos = len(prefix)
     batch = [prefix[i % pos] for i in range(n_max)]  # real tokens of the prompt
-    samples: dict[int, list[float]] = {n: [] for n in range(1, n_max + 1)}
+    ns = sorted({1, *sizes}) if sizes is not None else list(range(1, n_max + 1))
+    samples: dict[int, list[float]] = {n: [] for n in ns}
     draft_samples: list[float] = []
     draft_at = {1, n_max, max(1, n_max // 3), max(1, 2 * n_max // 3)}
     for sweep in range(repeats + 1):
-        order = range(1, n_max + 1) if sweep % 2 else range(n_max, 0, -1)
+        order = ns if sweep % 2 else ns[::-1]
         for n in order:
             t0 = clock()
             target.decode(batch[:n], rows=range(n))
