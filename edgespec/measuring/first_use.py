@@ -13,8 +13,9 @@ times one decode of n tokens (all rows' logits, as a verify asks) against one of
 token right after the engine loads (``decode_times.time_decodes``, the sizes the policy
 verifies: 1..8, 12 and 16, three sweeps after a warm-up one, fewer where that would
 take over 8 s: 4-7 s for a 1.5B model on a 2-core CPU), starts the engine's cost model
-from that curve, and keeps it for the file (``catalog.verify_cache``) so that the next run plans from it without measuring. ``tune``
-stays the full measurement and replaces the entry.
+from that curve, and keeps it for the file (``catalog.verify_cache``) so that the next
+run plans from it without measuring. ``tune`` stays the full measurement and replaces
+the entry.
 
 Nothing is measured for an engine that drafts nothing or drafts a fixed k (c(n) decides
 nothing there), over RPC (the link's share is in every time), or when
