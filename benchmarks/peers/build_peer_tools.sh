@@ -24,6 +24,11 @@ if [ ! -f "$DEST/src/CMakeLists.txt" ]; then
   mv "$tmp/llama_cpp_python-$VERSION/vendor/llama.cpp" "$DEST/src"
   rm -rf "$tmp"
 fi
+# as .ci/run builds llama-cpp-python: no AMX where a VM reports it without enabling it
+if [ "$(uname -m)" = x86_64 ] && grep -qw amx_tile /proc/cpuinfo; then
+  export CFLAGS="${CFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  export CXXFLAGS="${CXXFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
 cmake -S "$DEST/src" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON >&2
