@@ -89,12 +89,9 @@ class Engine:
     ``plan``: the planner's ``Plan`` the engine was built from (``edgespec.load`` and the
     CLI set it); None for an engine built by hand. ``last_stats``: the ``Stats`` of the
     last generation, also of one closed early (which has no ``Done``); None before any.
-    ``first_use``: the line saying c(n) was measured when the engine loaded
-    (``edgespec.load``, the CLI: ``measuring.first_use``); None if it was not.
     """
 
     plan: Any = None
-    first_use: str | None = None
     last_stats: Stats | None = None
 
     def __init__(

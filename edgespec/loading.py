@@ -43,17 +43,7 @@ def load(
 
 def engine_for(p: Plan, *, offline: bool | None = None, **engine_options: Any) -> Engine:
     """The Engine plan ``p`` describes (``engine_options`` on top, as ``Engine`` takes
-    them), keeping the plan as ``engine.plan``. On the first use of the target file on
-    this machine, c(n) is measured before it returns (a few seconds;
-    ``measuring.first_use``, ``EDGESPEC_FIRST_USE=0`` turns it off): the line saying so
-    is ``engine.first_use``."""
-    from .measuring.first_use import measure_first_use
-
+    them), keeping the plan as ``engine.plan``."""
     engine = Engine(**{**p.engine_kwargs(offline=offline), **engine_options})
     engine.plan = p
-    try:
-        engine.first_use = measure_first_use(engine)
-    except BaseException:
-        engine.close()
-        raise
     return engine

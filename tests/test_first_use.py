@@ -1,5 +1,6 @@
 """The first use of a model file measures its c(n) in a few seconds when it loads, and keeps
-it for the next plan (issue 37 item 7; ``measuring.first_use``). On the tiny target: the
+it for the next plan (issue 37 item 7; ``measuring.first_use``, which the CLI's
+``load_engine`` calls after ``edgespec.load``'s ``engine_for``). On the tiny target: the
 timings are real decodes (their values are this machine's noise; speed is measured in
 benchmarks/), what is checked is what is measured, when, and where it goes."""
 
@@ -28,7 +29,7 @@ def test_a_first_load_measures_c_and_the_next_plan_uses_it(tiny_target, first_us
     prof = load_profile("cpu-small")
     assert plan_costs.target_verify(prof, str(tiny_target)).status != "measured for this file"
     with edgespec.load(str(tiny_target), draft="ngram", profile="cpu-small", n_ctx=256) as engine:
-        line = engine.first_use
+        line = first_use.measure_first_use(engine)
         assert line is not None and tiny_target.name in line and "later runs plan from it" in line
         assert engine.ctx.tokens == [] and engine.ctx.pos_max() == -1  # the cache is left empty
         entry = verify_cache.measured_entry(tiny_target)
@@ -40,21 +41,21 @@ def test_a_first_load_measures_c_and_the_next_plan_uses_it(tiny_target, first_us
         assert engine.generate("abc abc abc", max_tokens=8).stats.generated_tokens >= 1  # and it generates
     assert plan_costs.target_verify(prof, str(tiny_target)).status == "measured for this file"
     with edgespec.load(str(tiny_target), draft="ngram", profile="cpu-small", n_ctx=256) as again:
-        assert again.first_use is None  # measured already: the plan starts from it
+        assert first_use.measure_first_use(again) is None  # measured already: the plan starts from it
         assert again.verify_cost(4) == pytest.approx(kept(4), abs=1e-3)
 
 
 @pytest.mark.parametrize("options", [{"draft": "none"}, {"draft": "ngram", "k": 3}])
 def test_nothing_is_measured_where_c_decides_nothing(tiny_target, first_use_on, options):
     with edgespec.load(str(tiny_target), profile="cpu-small", n_ctx=256, **options) as engine:
-        assert engine.first_use is None
+        assert first_use.measure_first_use(engine) is None
     assert verify_cache.measured_entry(tiny_target) is None
 
 
 def test_edgespec_first_use_0_turns_it_off(tiny_target, first_use_on, monkeypatch):
     monkeypatch.setenv(first_use.ENV, "0")
     with edgespec.load(str(tiny_target), draft="ngram", profile="cpu-small", n_ctx=256) as engine:
-        assert engine.first_use is None
+        assert first_use.measure_first_use(engine) is None
         planned = engine.plan.drafting.verify_cost
         assert [engine.verify_cost(n) for n in (2, 4, 8)] == pytest.approx([planned(n) for n in (2, 4, 8)])
     assert verify_cache.measured_entry(tiny_target) is None
@@ -62,7 +63,7 @@ def test_edgespec_first_use_0_turns_it_off(tiny_target, first_use_on, monkeypatc
 
 def test_a_small_batch_measures_the_sizes_it_holds(tiny_target, first_use_on):
     with edgespec.load(str(tiny_target), draft="ngram", profile="cpu-small", n_ctx=256, n_batch=6) as engine:
-        assert engine.first_use is not None
+        assert first_use.measure_first_use(engine) is not None
     sizes = sorted(int(n) for n in verify_cache.measured_entry(tiny_target)["c"])
     assert sizes == [1, 2, 3, 4, 5, 6]  # a verify batch holds at most n_batch tokens
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
@@ -101,8 +101,11 @@ def describe_plan(p: Any, *, verbose: bool = False) -> list[str]:
 def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe: bool = True, **overrides: Any) -> Any:
     """Build the Engine plan ``p`` describes (``edgespec.loading.engine_for``; ``overrides``
     go to ``Engine`` as they are), with a spinner on stderr while models load and, unless
-    ``quiet`` or not ``describe``, the plan's line first."""
+    ``quiet`` or not ``describe``, the plan's line first. On the first use of the target
+    file on this machine, its c(n) is measured before it returns (``measuring.first_use``:
+    a few seconds, and one line saying so)."""
     from edgespec.loading import engine_for
+    from edgespec.measuring import first_use
 
     if p.rpc:
         from edgespec.llama.rpc import on_server_lost
@@ -112,14 +115,21 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe:
     if describe and not quiet:
         for line in describe_plan(p, verbose=verbose):
             err.print(Text(line, style="dim"))
-    if err.is_terminal and not quiet:
-        name = store_name(p.target) or Path(p.target).name
-        with err.status(Text(f"loading {name}…"), spinner="dots"):
-            engine = engine_for(p, **overrides)
-    else:
+
+    def spinner(text: str) -> Any:
+        return err.status(Text(text), spinner="dots") if err.is_terminal and not quiet else nullcontext()
+
+    name = store_name(p.target) or Path(p.target).name
+    with spinner(f"loading {name}…"):
         engine = engine_for(p, **overrides)
-    if engine.first_use and not quiet:
-        err.print(Text(engine.first_use, style="dim"))
+    try:
+        with spinner(f"measuring what a verify costs here (the first use of {name})…"):
+            measured = first_use.measure_first_use(engine)
+    except BaseException:
+        engine.close()
+        raise
+    if measured and not quiet:
+        err.print(Text(measured, style="dim"))
     return engine
 
 
