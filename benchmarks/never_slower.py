@@ -5,8 +5,10 @@ at ``--parallel 1`` in a process of its own: the defaults (the plan for this mac
 prompt lookup with the memory of earlier answers) against ``--draft none``, alternating
 which goes first per pass. Every process starts with a fresh edgespec configuration
 (its own ``XDG_CONFIG_HOME``): no ``tune`` figures and no c(n) measured before, as on a
-first use; the model cache is the user's, so a copy ``models optimize`` wrote beside the
-target is run, as the planner finds it, unless ``--no-optimized``.
+first use (where the defaults' process then measures c(n) when it loads, since commit
+964b8fc: ``measuring.first_use``; ``EDGESPEC_FIRST_USE=0`` in the environment runs them on
+the priors alone); the model cache is the user's, so a copy ``models optimize`` wrote
+beside the target is run, as the planner finds it, unless ``--no-optimized``.
 
 Reported per workload and half (requests 1-8, where the memory is nearly empty, and
 9-16): the defaults' generation rate over plain's (tokens over seconds generating,
@@ -189,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                 for c in CONFIGS
             }
             row["plan"] = next((ln for ln in runs["defaults"][-1][1].splitlines() if ln.strip()), "")
+            # what each defaults process measured when it loaded (a first use: measuring.first_use)
+            row["first_use"] = [
+                next((ln for ln in err.splitlines() if "measured at first use" in ln), None)
+                for _, err in runs["defaults"]
+            ]
             results[name] = row
 
     print(f"\n{'workload':12} {'1-8':>7} {'9-16':>7}  in steps ({weight_type}'s c(n)); kept/drafted (last pass)")
