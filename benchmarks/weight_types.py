@@ -3,10 +3,14 @@
 Four engines in ONE process: the target (the embedded Q4_K_M by default) and the copy
 ``edgespec models optimize`` wrote for it (Q4_0 on a CPU), each decoding plainly
 (``Engine(path)``) and with prompt lookup (``Engine(path, draft="ngram")``, the memory of
-earlier answers off, so that each prompt drafts from itself alone). Every engine starts
-from the prior an engine built by hand gets for its file's weight type
-(``costmodel.priors``). Per pass, every prompt runs on the four in an order rotated per
-prompt and pass, after a discarded warm-up; greedy, ``--max-tokens`` tokens.
+earlier answers off, so that each prompt drafts from itself alone). Every prompt-lookup
+engine starts from the c(n) the planner would give it (``--prior measured``, the
+default): the curve measured for its file on this machine (``models optimize`` keeps
+both files' curves, a first use keeps its own), measured now as a first use does where
+there is none; ``--prior table`` starts it from the row an engine built by hand gets for
+its file's weight type (``costmodel.priors``: another machine's figures). Per pass,
+every prompt runs on the four in an order rotated per prompt and pass, after a discarded
+warm-up; greedy, ``--max-tokens`` tokens.
 
 Reported per prompt and weight type: plain tokens/s, the speedup (median of each pass's
 own ratio: the two runs of a pair are close in time, so a burst of load on a shared
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,10 +39,12 @@ from pathlib import Path
 from benchmarks.common import commit, geomean, machine_info
 from benchmarks.prompts.weights import PROMPTS
 from edgespec import Engine
-from edgespec.catalog import read_header, resolve_model
+from edgespec.catalog import read_header, resolve_model, verify_cache
 from edgespec.catalog.optimized import optimized_copy_for
 from edgespec.costmodel.drafting import DraftingOptions
 from edgespec.events import Done, Round, Token
+from edgespec.measuring.first_use import ENV as FIRST_USE_ENV
+from edgespec.measuring.first_use import measure_first_use
 
 CONFIGS = ("plain", "ngram")
 
@@ -75,6 +82,29 @@ def run_one(eng: Engine, text: str, max_tokens: int, split: int = 64) -> dict:
     }
 
 
+def start_from(prior: str, eng: Engine) -> str:
+    """Start a prompt-lookup engine's c(n) as ``--prior`` says; where it came from."""
+    if prior == "table":
+        return "the table's row for the file's weight type (costmodel.priors)"
+    path = eng.target_model.path
+    curve = verify_cache.measured_curve(path)
+    if curve is not None:
+        eng.drafting.start_cost_from(curve)
+        return f"measured for the file on this machine ({verify_cache.measured_entry(path).get('source')})"
+    before = os.environ.get(FIRST_USE_ENV)
+    os.environ[FIRST_USE_ENV] = "1"  # measured here even where the environment turns first use off
+    try:
+        line = measure_first_use(eng)
+    finally:
+        if before is None:
+            del os.environ[FIRST_USE_ENV]
+        else:
+            os.environ[FIRST_USE_ENV] = before
+    if line:
+        print(line, file=sys.stderr)
+    return line or "the table's row (nothing could be measured)"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b", help="a model name or a GGUF path")
@@ -84,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--prompts", default=None, help="comma-separated prompt names only")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument(
+        "--prior",
+        choices=("measured", "table"),
+        default="measured",
+        help="c(n) the lookup engines start from: this machine's curve for the file (as the planner), or the table's",
+    )
     args = ap.parse_args(argv)
 
     target = Path(resolve_model(args.target))
@@ -104,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     for wtype, path in files.items():
         engines[(wtype, "plain")] = Engine(path, n_threads=args.threads)
         engines[(wtype, "ngram")] = Engine(path, draft="ngram", drafting=lookup, n_threads=args.threads)
+    origins = {w: start_from(args.prior, engines[(w, "ngram")]) for w in files}
     priors = {w: {str(n): round(engines[(w, "ngram")].verify_cost(n), 3) for n in range(1, 17)} for w in files}
     for eng in engines.values():  # warm-up, discarded
         run_one(eng, prompts[0][3], 16)
@@ -147,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "geomean_free": geomean(t["free"], 3),
             "worst_free": round(min(t["free"]), 3) if t["free"] else None,
             "draft_lengths": {str(k): v for k, v in sorted(t["lengths"].items())},
+            "prior": origins[w],
             "prior_c": priors[w],
             "learned_c": {str(n): round(engines[(w, "ngram")].verify_cost(n), 3) for n in range(1, 17)},
         }
@@ -168,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": engines[keys[0]].n_threads,
         "max_tokens": args.max_tokens,
         "passes": args.passes,
+        "prior": args.prior,
         "rows": rows,
         "summary": summary,
     }

@@ -6,6 +6,7 @@ benchmarks/), what is checked is what is measured, when, and where it goes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -78,3 +79,25 @@ def test_generate_says_it_once(tiny_target, first_use_on):
     assert second.returncode == 0, second.stderr
     assert "measured at first use" not in second.stderr
     assert "learned from this run" not in second.stderr  # a measurement is there: none kept over it
+
+
+def test_the_weight_types_benchmark_starts_from_the_files_curve(tiny_target, first_use_on, monkeypatch):
+    # benchmarks/weight_types --prior measured: a prompt-lookup engine built by hand starts
+    # from the curve measured for its file here (measured now, as a first use, where there
+    # is none), not from the table's row; --prior table leaves the row
+    from benchmarks.weight_types import start_from
+    from edgespec import Engine
+
+    monkeypatch.setenv(first_use.ENV, "0")  # the benchmark measures even so, and leaves the setting
+    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1) as eng:
+        row = [eng.verify_cost(n) for n in (2, 4, 8)]
+        assert "table" in start_from("table", eng)
+        assert [eng.verify_cost(n) for n in (2, 4, 8)] == row
+        assert "first use" in start_from("measured", eng)
+        kept = verify_cache.measured_curve(tiny_target)
+        assert kept is not None
+        assert [eng.verify_cost(n) for n in (2, 4, 8)] == pytest.approx([kept(n) for n in (2, 4, 8)], abs=1e-3)
+    assert os.environ[first_use.ENV] == "0"
+    with Engine(tiny_target, draft="ngram", n_ctx=256, n_threads=1) as again:
+        assert "measured for the file on this machine" in start_from("measured", again)
+        assert again.verify_cost(4) == pytest.approx(kept(4), abs=1e-3)
