@@ -123,3 +123,17 @@ def test_a_time_limit_cut_is_reported(server):
     }  # "\n" is id 15: the tiny model writes lines, the first newline ends it
     row = replay(server.url, [body], log=None)[0]
     assert row["stop_type"] == "limit" and row["cut"] is True and row["tokens"] < 24
+
+
+def test_the_order_check_builds_both_orders_and_spreads_its_cursors():
+    # benchmarks/infill_order: PSM and SPM carry the same prefix and suffix in Qwen2.5-Coder's
+    # FIM tokens, the suffix first in SPM; cursors are lines with text, after the first 20
+    from benchmarks.infill_order import cursor_lines, prompts
+
+    both = prompts("def f():\n", "\n    return 1\n")
+    assert both["psm"] == "<|fim_prefix|>def f():\n<|fim_suffix|>\n    return 1\n<|fim_middle|>"
+    assert both["spm"] == "<|fim_suffix|>\n    return 1\n<|fim_prefix|>def f():\n<|fim_middle|>"
+    lines = [f"x_{i:03d} = compute({i})" if i % 3 else "" for i in range(200)]
+    picked = cursor_lines(lines)
+    assert picked and len(picked) <= 18 and min(picked) >= 20
+    assert all(lines[i].strip() for i in picked) and picked == sorted(set(picked))
