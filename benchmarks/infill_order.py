@@ -22,6 +22,7 @@ from pathlib import Path
 from edgespec import Engine
 from edgespec.catalog import resolve_model
 from edgespec.events import Done
+from edgespec.llama.fim import FimTokens, fim_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = (
@@ -33,11 +34,11 @@ FILES = (
 SUFFIX_LINES = 30
 
 
-def prompts(prefix: str, suffix: str) -> dict[str, str]:
-    """The two orders, in Qwen2.5-Coder's FIM tokens."""
+def prompts(fim: FimTokens, prefix: list[int], suffix: list[int]) -> dict[str, list[int]]:
+    """The two orders of the same prefix and suffix ids, in the model's FIM tokens."""
     return {
-        "psm": f"<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>",
-        "spm": f"<|fim_suffix|>{suffix}<|fim_prefix|>{prefix}<|fim_middle|>",
+        "psm": [fim.pre, *prefix, fim.suf, *suffix, fim.mid],
+        "spm": [fim.suf, *suffix, fim.pre, *prefix, fim.mid],
     }
 
 
@@ -54,16 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve_model(args.target)
     engines = {"psm": Engine(target), "spm": Engine(target)}
     model = engines["psm"].target_model
+    fim = fim_tokens(model)  # NoFimTokens (a clear error) for a model without them
     score = {f: [0, 0] for f in engines}
     for name in FILES:
         lines = (ROOT / name).read_text(encoding="utf-8").split("\n")
         for eng in engines.values():
             eng.reset()
         for i in cursor_lines(lines):
-            prefix = "\n".join(lines[:i]) + "\n"
-            suffix = "\n" + "\n".join(lines[i + 1 : i + 1 + SUFFIX_LINES]) + "\n"
-            for fmt, text in prompts(prefix, suffix).items():
-                ids = model.tokenize(text, add_special=False, parse_special=True)
+            prefix = model.tokenize("\n".join(lines[:i]) + "\n", add_special=False, parse_special=False)
+            suffix_text = "\n" + "\n".join(lines[i + 1 : i + 1 + SUFFIX_LINES]) + "\n"
+            suffix = model.tokenize(suffix_text, add_special=False, parse_special=False)
+            for fmt, ids in prompts(fim, prefix, suffix).items():
                 done = None
                 for ev in engines[fmt].stream(ids, max_tokens=40, temperature=0.0, stop=["\n"]):
                     if isinstance(ev, Done):

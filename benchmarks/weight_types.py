@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -43,7 +42,6 @@ from edgespec.catalog import read_header, resolve_model, verify_cache
 from edgespec.catalog.optimized import optimized_copy_for
 from edgespec.costmodel.drafting import DraftingOptions
 from edgespec.events import Done, Round, Token
-from edgespec.measuring.first_use import ENV as FIRST_USE_ENV
 from edgespec.measuring.first_use import measure_first_use
 
 CONFIGS = ("plain", "ngram")
@@ -91,15 +89,7 @@ def start_from(prior: str, eng: Engine) -> str:
     if curve is not None:
         eng.drafting.start_cost_from(curve)
         return f"measured for the file on this machine ({verify_cache.measured_entry(path).get('source')})"
-    before = os.environ.get(FIRST_USE_ENV)
-    os.environ[FIRST_USE_ENV] = "1"  # measured here even where the environment turns first use off
-    try:
-        line = measure_first_use(eng)
-    finally:
-        if before is None:
-            del os.environ[FIRST_USE_ENV]
-        else:
-            os.environ[FIRST_USE_ENV] = before
+    line = measure_first_use(eng, even_if_off=True)  # even where the environment turns first use off
     if line:
         print(line, file=sys.stderr)
     return line or "the table's row (nothing could be measured)"

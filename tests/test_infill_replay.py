@@ -126,13 +126,14 @@ def test_a_time_limit_cut_is_reported(server):
 
 
 def test_the_order_check_builds_both_orders_and_spreads_its_cursors():
-    # benchmarks/infill_order: PSM and SPM carry the same prefix and suffix in Qwen2.5-Coder's
+    # benchmarks/infill_order: PSM and SPM carry the same prefix and suffix in the model's
     # FIM tokens, the suffix first in SPM; cursors are lines with text, after the first 20
     from benchmarks.infill_order import cursor_lines, prompts
+    from edgespec.llama.fim import FimTokens
 
-    both = prompts("def f():\n", "\n    return 1\n")
-    assert both["psm"] == "<|fim_prefix|>def f():\n<|fim_suffix|>\n    return 1\n<|fim_middle|>"
-    assert both["spm"] == "<|fim_suffix|>\n    return 1\n<|fim_prefix|>def f():\n<|fim_middle|>"
+    both = prompts(FimTokens(pre=1, suf=2, mid=3), [10, 11], [20])
+    assert both["psm"] == [1, 10, 11, 2, 20, 3]
+    assert both["spm"] == [2, 20, 1, 10, 11, 3]
     lines = [f"x_{i:03d} = compute({i})" if i % 3 else "" for i in range(200)]
     picked = cursor_lines(lines)
     assert picked and len(picked) <= 18 and min(picked) >= 20

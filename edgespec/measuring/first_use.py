@@ -42,11 +42,12 @@ PREFIX_TOKENS = 64  # the KV position the batches are timed at
 ENV = "EDGESPEC_FIRST_USE"
 
 
-def wanted(engine: Any) -> bool:
+def wanted(engine: Any, *, even_if_off: bool = False) -> bool:
     """Whether ``engine`` should measure its target's c(n) now: it drafts under the
     learned policy, on local layers, nothing was measured for its file here, and
-    ``EDGESPEC_FIRST_USE`` is not "0"."""
-    if os.environ.get(ENV, "1").strip() == "0":
+    ``EDGESPEC_FIRST_USE`` is not "0" (``even_if_off``: whatever it says, for a
+    benchmark that measures on purpose)."""
+    if not even_if_off and os.environ.get(ENV, "1").strip() == "0":
         return False
     drafting = engine.drafting
     if drafting.kind == "none" or not drafting.adaptive:
@@ -71,10 +72,10 @@ def _sweeps_within(ctx: Context, prefix: list[int], prior: Any, sizes: tuple[int
     return max(1, int(BUDGET_S / max(sweep, 1e-9)) - 1)
 
 
-def measure_first_use(engine: Any, *, repeats: int = REPEATS) -> str | None:
+def measure_first_use(engine: Any, *, repeats: int = REPEATS, even_if_off: bool = False) -> str | None:
     """Measure c(n) for the engine's target if ``wanted``: start its cost model from the
     curve and keep it for the file. The one line to show, or None when nothing was done."""
-    if not wanted(engine):
+    if not wanted(engine, even_if_off=even_if_off):
         return None
     ctx: Context = engine.ctx
     model = engine.target_model
