@@ -122,3 +122,11 @@ class RpcServerLost(RpcError):
 class MemoryStoreError(EdgespecError):
     """The memory store on disk (``--remember``, ``edgespec memory``) that cannot be
     saved, listed or cleared: the message names the path and what to do."""
+
+
+class IllegalInstructionError(EdgespecError):
+    """The llama.cpp library cannot run on this CPU: decoding a few tokens in a child
+    process ended it with SIGILL (a build for another CPU, or Intel AMX listed but not
+    enabled by a virtual machine). The message gives the command that rebuilds it."""
+
+    exit_code = 6

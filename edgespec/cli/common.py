@@ -120,6 +120,7 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe:
         return err.status(Text(text), spinner="dots") if err.is_terminal and not quiet else nullcontext()
 
     name = store_name(p.target) or Path(p.target).name
+    check_llama_build(p, spinner, n_threads=overrides.get("n_threads", p.n_threads))
     with spinner(f"loading {name}…"):
         engine = engine_for(p, **overrides)
     try:
@@ -131,6 +132,27 @@ def load_engine(p: Any, *, quiet: bool = False, verbose: bool = False, describe:
     if measured and not quiet:
         err.print(Text(measured, style="dim"))
     return engine
+
+
+def check_llama_build(p: Any, spinner: Any = nullcontext, *, n_threads: int | None = None) -> None:
+    """Before the first decode with this llama.cpp build: decode a few tokens of the plan's
+    model in a child process (``edgespec.llama.build_check``), so that a build this CPU
+    cannot run (SIGILL: "Illegal instruction") ends in one line that names the command
+    that rebuilds it, not in a crash. A pass is kept per build: later runs only compare
+    the library files. ``spinner(text)``: what to show meanwhile."""
+    from edgespec.catalog import resolve_model
+    from edgespec.llama import build_check
+
+    if build_check.passed():
+        return
+    # over RPC the target's layers run on the servers: the local kernels run the draft model's
+    model, n_gpu_layers = (p.draft, 0) if p.rpc else (p.target, p.n_gpu_layers)
+    if model is None or (p.rpc and p.drafter != "model"):
+        return
+    with spinner(f"loading {store_name(model) or Path(model).name}…"):
+        path = resolve_model(model)
+    with spinner("checking that this llama.cpp build runs on this CPU (once per build)…"):
+        build_check.check(path, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
 
 
 def store_name(target: str | None) -> str | None:
