@@ -13,10 +13,12 @@ from a memory of earlier answers of its own, emptied at every pass: from its ans
 the pass's earlier prompts, never from another one's answer to this prompt.
 
 Time is the loop's own wall time from the first round to the end (``Stats.t_generate``):
-prompt processing is the same for every configuration and is left out. Speedup is
-tokens per second over plain decoding's, both summed over all measured runs. At
-temperature 0 every configuration must reproduce plain decoding token for token;
-``identical`` says whether it did.
+prompt processing is the same for every configuration and is left out. A pass's ratio
+is a configuration's tokens per second over plain decoding's in the same pass; speedup
+is the median of those ratios, and ``measuring.bench_stats`` says whether their spread
+leaves the difference within noise (``Summary``, ``summarize``, ``rate`` live there and
+are imported here as before). At temperature 0 every configuration must reproduce plain
+decoding token for token; ``identical`` says whether it did.
 
 ``bench_report`` adds the automatic choice and turns the runs into the numbers ``edgespec
 bench`` prints (``measuring.batches``: a batch job's throughput). This module never
@@ -26,13 +28,15 @@ prints; ``tune`` reuses ``measure``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from ..costmodel.adaptive import estimate_alpha
 from ..errors import InputError
 from ..events import Done, Round
 from .batches import fresh_memory
+from .bench_stats import Summary, summarize
+from .bench_stats import pooled_alpha as pooled_alpha  # re-exported: tune and benchmarks use bench.*
+from .bench_stats import rate as rate
 from .prompts import BenchPrompt
 
 
@@ -119,6 +123,7 @@ class Run:
     rounds_drafting: int  # rounds in which the drafter proposed something
     rounds_rejected: int  # rounds that ended in a rejected draft
     t_draft: float  # seconds inside the drafter's propose()
+    pass_index: int = 0  # the measured pass it ran in (-1: the warm-up)
 
     @property
     def tokens(self) -> int:
@@ -137,9 +142,11 @@ def run_once(
     temperature: float = 0.0,
     seed: int | None = None,
     memory: Any = True,
+    pass_index: int = 0,
 ) -> Run:
     """Generate once from ``prompt`` with ``cfg`` and record what happened (``memory``:
-    the memory of earlier answers it drafts from, as ``Engine.prepare`` takes it)."""
+    the memory of earlier answers it drafts from, as ``Engine.prepare`` takes it;
+    ``pass_index``: the pass it belongs to)."""
     configure(engine, cfg)
     drafting = rejected = 0
     done: Done | None = None
@@ -163,6 +170,7 @@ def run_once(
         drafting,
         rejected,
         s.t_draft,
+        pass_index,
     )
 
 
@@ -180,8 +188,8 @@ def measure(
     fast_engine: Any = None,
 ) -> dict[str, list[Run]]:
     """Run every config on every prompt ``repeat`` times, interleaved; the measured runs
-    of each config by name (warm-up runs are not included). Configs with
-    ``kernels="fast"`` run on ``fast_engine``."""
+    of each config by name, in order, each with its ``pass_index`` (warm-up runs are not
+    included). Configs with ``kernels="fast"`` run on ``fast_engine``."""
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise InputError(f"two configurations have the same name: {names}")
@@ -200,12 +208,20 @@ def measure(
         for c in configs:
             memories[c.name] = fresh_memory(engine)
 
-    def one(prompt: BenchPrompt, cfg: Config) -> Run:
+    def one(prompt: BenchPrompt, cfg: Config, pass_index: int) -> Run:
         nonlocal done
         # temperature > 0: the same seed for every config, so all see the same draws
         eng = fast_engine if cfg.kernels == "fast" else engine
+        mem = memories[cfg.name]
         run = run_once(
-            eng, prompt, cfg, max_tokens=max_tokens, temperature=temperature, seed=seed, memory=memories[cfg.name]
+            eng,
+            prompt,
+            cfg,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            memory=mem,
+            pass_index=pass_index,
         )
         done += 1
         if progress is not None:
@@ -215,113 +231,17 @@ def measure(
     forget()
     if warmup:
         for cfg in configs:
-            one(prompts[0], cfg)
+            one(prompts[0], cfg, -1)
     slot = 0
-    for _ in range(repeat):
+    for p in range(repeat):
         forget()
         for prompt in prompts:
             # rotate the order so no config is always first (or last) on a prompt
             r = slot % len(configs)
             for cfg in list(configs[r:]) + list(configs[:r]):
-                runs[cfg.name].append(one(prompt, cfg))
+                runs[cfg.name].append(one(prompt, cfg, p))
             slot += 1
     return runs
-
-
-# --------------------------------------------------------------------------------------
-# Summaries
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What one configuration did over all its measured runs."""
-
-    config: Config
-    tokens: int
-    seconds: float
-    speedup: float  # tokens/s over plain decoding's
-    acceptance_rate: float | None  # accepted / drafted (None: drafted nothing)
-    mean_accepted_length: float | None  # accepted drafts per round
-    alpha: float | None  # per-token acceptance, the cost model's α
-    hit: float | None  # share of rounds in which the drafter proposed
-    identical: bool | None  # same token ids as plain decoding (temperature 0 only)
-    by_kind: dict[str, float] = field(default_factory=dict)  # speedup per prompt kind
-    runs: tuple[Run, ...] = ()
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        def r(x: float | None, nd: int = 4) -> float | None:
-            return None if x is None else round(x, nd)
-
-        return {
-            **self.config.to_dict(),
-            "tokens_per_second": r(self.tokens_per_second, 3),
-            "speedup": r(self.speedup),
-            "acceptance_rate": r(self.acceptance_rate),
-            "mean_accepted_length": r(self.mean_accepted_length),
-            "alpha": r(self.alpha),
-            "hit": r(self.hit),
-            "identical": self.identical,
-            "tokens": self.tokens,
-            "seconds": r(self.seconds),
-            "by_kind": {k: r(v) for k, v in self.by_kind.items()},
-        }
-
-
-def rate(runs: Iterable[Run]) -> float:
-    """Tokens per second over ``runs``: all their tokens over all their time."""
-    runs = list(runs)
-    secs = sum(r.seconds for r in runs)
-    return sum(r.tokens for r in runs) / secs if secs > 0 else 0.0
-
-
-def pooled_alpha(runs: Iterable[Run]) -> tuple[float | None, float | None]:
-    """(α, hit) over ``runs``: α by ``costmodel.adaptive.estimate_alpha``, hit = the share of
-    rounds in which the drafter proposed anything."""
-    runs = list(runs)
-    drafted = sum(r.drafted for r in runs)
-    rounds = sum(r.rounds for r in runs)
-    alpha = estimate_alpha(sum(r.accepted for r in runs), drafted, sum(r.rounds_rejected for r in runs))
-    hit = sum(r.rounds_drafting for r in runs) / rounds if rounds else None
-    return alpha, hit
-
-
-def summarize(
-    cfg: Config, runs: Sequence[Run], plain: Sequence[Run], *, greedy: bool, reference: Sequence[Run] | None = None
-) -> Summary:
-    """``cfg``'s runs against plain decoding's runs on the same prompts: speed against
-    ``plain``, token identity (when ``greedy``) against ``reference`` (default ``plain``)."""
-    base = rate(plain)
-    kinds = sorted({r.kind for r in runs}, key=lambda k: (k == "custom", k))
-    by_kind = {}
-    for kind in kinds:
-        b = rate(p for p in plain if p.kind == kind)
-        by_kind[kind] = rate(r for r in runs if r.kind == kind) / b if b else 0.0
-    drafted = sum(r.drafted for r in runs)
-    rounds = sum(r.rounds for r in runs)
-    accepted = sum(r.accepted for r in runs)
-    alpha, hit = pooled_alpha(runs) if cfg.drafter != "none" else (None, None)
-    identical = None
-    if greedy:
-        ref = {p.prompt_id: p.token_ids for p in (plain if reference is None else reference)}
-        identical = all(ref.get(r.prompt_id) == r.token_ids for r in runs)
-    return Summary(
-        config=cfg,
-        tokens=sum(r.tokens for r in runs),
-        seconds=sum(r.seconds for r in runs),
-        speedup=rate(runs) / base if base else 0.0,
-        acceptance_rate=accepted / drafted if drafted else (None if cfg.drafter == "none" else 0.0),
-        mean_accepted_length=accepted / rounds if rounds and cfg.drafter != "none" else None,
-        alpha=alpha,
-        hit=hit,
-        identical=identical,
-        by_kind=by_kind,
-        runs=tuple(runs),
-    )
 
 
 @dataclass(frozen=True)
@@ -342,7 +262,11 @@ class BenchReport:
             "plain": self.plain.to_dict(),
             "results": [s.to_dict() for s in self.results],
             "auto": {**self.auto.to_dict(), **{f"planned_{k}": v for k, v in self.auto_plan.items()}},
-            "best": {"config": best.config.name, "speedup": round(best.speedup, 4)},
+            "best": {
+                "config": best.config.name,
+                "speedup": round(best.speedup, 4),
+                "verdict": best.spread.verdict if best.spread is not None else None,
+            },
             "auto_vs_best": round(self.auto.speedup / best.speedup, 4) if best.speedup else None,
             "settings": self.settings,
         }
