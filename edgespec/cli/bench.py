@@ -4,6 +4,10 @@ Thin: parse options, build ONE engine from the profile's plan (with the draft mo
 loaded when a candidate needs it), call ``edgespec.measuring.bench``, render a Rich table for
 people, one JSON object for scripts, or a CSV file. Progress and diagnostics go to
 stderr, results to stdout. What it shares with ``tune`` is in ``measure``.
+
+Every speedup is the median over passes of a configuration's tokens/s over plain
+decoding's in the same pass, with the spread beside it, and a difference inside the
+spread is called noise, not a gain or a loss (``measuring.bench_stats``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from edgespec.cli.plan_options import (
     ThreadsOpt,
 )
 from edgespec.errors import InputError
+from edgespec.measuring.bench_stats import DEFAULT_REPEAT
 
 
 def bench(
@@ -76,7 +81,17 @@ def bench(
     prompt_file: PromptFileOpt = None,
     limit: LimitOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", "-n", min=1, help="Tokens per generation.")] = 128,
-    repeat: Annotated[int, typer.Option("--repeat", "-r", min=1, help="Measured passes over the prompts.")] = 1,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            "--repeat",
+            "-r",
+            min=1,
+            help="Measured passes over the prompts, every configuration interleaved within each; "
+            "speedups are medians of per-pass ratios, and fewer than 5 passes cannot tell a small "
+            "difference from noise.",
+        ),
+    ] = DEFAULT_REPEAT,
     temperature: TemperatureOpt = 0.0,
     seed: SeedOpt = 0,
     n_ctx: NCtxOpt = None,
@@ -192,7 +207,18 @@ _CSV_FIELDS = (
     "identical",
     "tokens",
     "seconds",
+    "speedup_min",
+    "speedup_max",
+    "verdict",
 )
+# columns from a row's per-pass spread (empty for plain decoding itself)
+_CSV_PER_PASS = {"speedup_min": "min", "speedup_max": "max", "verdict": "verdict"}
+
+
+def _cell(r: dict, column: str) -> object:
+    if column in _CSV_PER_PASS:
+        return None if r.get("per_pass") is None else r["per_pass"][_CSV_PER_PASS[column]]
+    return r.get(column)
 
 
 def _rows(data: dict) -> list[dict]:
@@ -212,7 +238,7 @@ def _write_csv(path: Path, data: dict) -> None:
             w = csv.writer(f)
             w.writerow([*_CSV_FIELDS, *(f"speedup_{k}" for k in kinds)])
             for r in rows:
-                w.writerow([r.get(c) for c in _CSV_FIELDS] + [r["by_kind"].get(k) for k in kinds])
+                w.writerow([_cell(r, c) for c in _CSV_FIELDS] + [r["by_kind"].get(k) for k in kinds])
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror or e}") from None
 
@@ -221,9 +247,22 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
-def _speed_text(v: float | None) -> Text:
-    style = "" if v is None else "green" if v >= 1.03 else "red" if v < 0.97 else ""
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "within noise": "yellow", "one pass": "yellow"}
+
+
+def _speed_text(v: float | None, spread: dict | None = None) -> Text:
+    """A speedup, green only when every pass says faster and red only when every pass
+    says slower (``bench_stats.Spread.verdict``)."""
+    style = "" if spread is None else {"faster": "green", "slower": "red"}.get(spread["verdict"], "")
     return Text(fmt_x(v), style=style)
+
+
+def _spread_cells(spread: dict | None) -> tuple[Text, Text]:
+    """The per-pass range and the verdict, for the table."""
+    if spread is None:
+        return Text("-"), Text("-")
+    style = _VERDICT_STYLE.get(spread["verdict"], "")
+    return Text(f"{spread['min']:.2f}-{spread['max']:.2f}"), Text(spread["verdict"], style=style)
 
 
 def _render_bench(data: dict) -> None:
@@ -233,6 +272,8 @@ def _render_bench(data: dict) -> None:
     t.add_column("config", no_wrap=True)
     t.add_column("tok/s", justify="right")
     t.add_column("speedup", justify="right")
+    t.add_column("per pass", justify="right")
+    t.add_column("verdict")
     t.add_column("accept", justify="right")
     t.add_column("acc/rnd", justify="right")
     t.add_column("=plain", justify="center")
@@ -245,7 +286,8 @@ def _render_bench(data: dict) -> None:
         t.add_row(
             name,
             f"{r['tokens_per_second']:.2f}",
-            _speed_text(r["speedup"]),
+            _speed_text(r["speedup"], r["per_pass"]),
+            *_spread_cells(r["per_pass"]),
             _pct(r["acceptance_rate"]),
             "-" if r["mean_accepted_length"] is None else f"{r['mean_accepted_length']:.2f}",
             same,
@@ -254,16 +296,24 @@ def _render_bench(data: dict) -> None:
     out.print(t)
     a, best, s = data["auto"], data["best"], data["settings"]
     chosen = "plain decoding" if a["planned_drafter"] == "none" else a["config"].removeprefix("auto: ")
+    best_noise = "" if best.get("verdict") in (None, "faster", "slower") else f", {best['verdict']}"
     out.print(
         Text.assemble(
             ("automatic choice ", "bold"),
             f"({a['planned_profile']}): {chosen} → ",
-            _speed_text(a["speedup"]),
+            _speed_text(a["speedup"], a["per_pass"]),
             f" measured, {fmt_x(a['planned_predicted_speedup'])} predicted; best here: {best['config']} ",
             _speed_text(best["speedup"]),
-            f" (auto reaches {_pct(data['auto_vs_best'])} of it)",
+            f"{best_noise} (auto reaches {_pct(data['auto_vs_best'])} of it)",
         )
     )
+    if a["per_pass"] is not None:
+        out.print(
+            Text.assemble(
+                ("automatic choice against plain: ", "bold"),
+                (a["per_pass"]["words"], _VERDICT_STYLE.get(a["per_pass"]["verdict"], "")),
+            )
+        )
     if data.get("batch"):
         b = data["batch"]
         out.print(
@@ -291,8 +341,9 @@ def _render_bench(data: dict) -> None:
     out.print(
         Text(
             f"{len(s['prompts'])} prompts × {s['max_tokens']} tokens × {s['repeat']} pass(es) after a warm-up, "
-            f"temperature {s['temperature']:g}, {s['n_threads']} threads, load average {load['before']} → "
-            f"{load['after']}; speedup = tokens/s over plain decoding's, prompt processing excluded",
+            f"configurations interleaved, temperature {s['temperature']:g}, {s['n_threads']} threads, load "
+            f"average {load['before']} → {load['after']}; speedup = the median over passes of tokens/s over "
+            "plain decoding's in the same pass (per pass: its lowest and highest), prompt processing excluded",
             style="dim",
         )
     )
