@@ -1,20 +1,23 @@
-"""``edgespec.measuring.bench`` and ``edgespec bench``: the interleaved measurement, its summaries
-and the JSON/CSV contract. Correctness only — no assertion here depends on how fast
-anything ran. Tiny generated models for the plumbing; the real Qwen2.5-Coder-0.5B for
-one end-to-end run (integration)."""
+"""``edgespec.measuring.bench`` and ``edgespec bench``: the interleaved measurement, its summaries,
+the per-pass ratios and their verdict (``measuring.bench_stats``) and the JSON/CSV contract.
+Correctness only — no assertion here depends on how fast anything ran. Tiny generated
+models for the plumbing; the real Qwen2.5-Coder-0.5B for one end-to-end run (integration)."""
 
 from __future__ import annotations
 
 import csv
+import inspect
 import json
+from pathlib import Path
 
 import pytest
 
 from bench_support import TINY_PROMPTS, cli
+from benchmarks import bench_agreement
 from edgespec import Engine
 from edgespec.cli.bench import bench as bench_cmd
 from edgespec.events import Round
-from edgespec.measuring import bench
+from edgespec.measuring import bench, bench_stats
 from edgespec.measuring.prompts import CALIBRATION, HELD_OUT, KINDS, prompt_set
 
 
@@ -90,6 +93,7 @@ def test_measure_interleaves_after_a_warmup(engine):
     assert len(set(firsts)) == len(configs)  # the order rotates
     for n in names:
         assert [r.prompt_id for r in runs[n]] == ["a", "b", "c"] * 2
+        assert [r.pass_index for r in runs[n]] == [0, 0, 0, 1, 1, 1]
         assert all(r.config == n and r.tokens > 0 for r in runs[n])
 
 
@@ -133,6 +137,65 @@ def test_summarize_arithmetic():
     assert p.speedup == 1.0 and p.acceptance_rate is None and p.alpha is None and p.identical is True
 
 
+def test_speedup_is_the_median_of_ratios_to_plain_in_the_same_pass():
+    cfg = bench.Config("ngram", 2)
+    # pass 1 is a burst of load on both: its ratio is still the configuration's own
+    plain_secs, cfg_secs = {0: 1.0, 1: 3.0, 2: 1.0}, {0: 0.8, 1: 2.0, 2: 1.25}
+    plain = [_run("plain", pid, "edit", [1] * 10, plain_secs[p], pass_index=p) for p in range(3) for pid in "ab"]
+    runs = [_run(cfg.name, pid, "edit", [1] * 10, cfg_secs[p], pass_index=p) for p in range(3) for pid in "ab"]
+    s = bench.summarize(cfg, runs, plain, greedy=True)
+    assert s.spread.ratios == pytest.approx((1.25, 1.5, 0.8))
+    assert s.speedup == pytest.approx(1.25)  # the median, not all tokens over all time (1.23)
+    assert s.by_kind == {"edit": pytest.approx(1.25)}
+    d = s.to_dict()
+    assert d["tokens_per_second_per_pass"] == [12.5, 5.0, 8.0]
+    assert d["per_pass"]["ratios"] == [1.25, 1.5, 0.8]
+    assert (d["per_pass"]["min"], d["per_pass"]["median"], d["per_pass"]["max"]) == (0.8, 1.25, 1.5)
+    assert d["per_pass"]["verdict"] == "within noise" and d["per_pass"]["suggested_repeat"] >= 5
+    assert d["per_pass"]["words"].startswith("within noise (per-pass 0.80-1.50×): run with --repeat ")
+    p = bench.summarize(bench.PLAIN, plain, plain, greedy=True)
+    assert p.speedup == 1.0 and p.spread is None and p.to_dict()["per_pass"] is None
+    assert p.to_dict()["tokens_per_second_per_pass"] == [10.0, pytest.approx(10 / 3, abs=1e-3), 10.0]
+
+
+@pytest.mark.parametrize(
+    ("ratios", "verdict", "repeat"),
+    [
+        ((1.02, 1.05, 1.10, 1.04, 1.03), "faster", None),
+        ((0.90, 0.95, 0.93, 0.97, 0.96), "slower", None),
+        ((0.99, 1.01, 1.00, 1.02, 0.985), "level", None),
+        ((0.94, 1.05, 1.20), "within noise", 27),  # issue 43's two readings in one run
+        ((0.80, 1.25, 1.00), "within noise", bench_stats.MAX_SUGGESTED),
+        ((0.99, 1.01, 1.00), "within noise", 5),  # level, but 3 passes cannot say so
+        ((1.10,), "one pass", 5),
+        ((1.02, 1.05, 1.10), "faster", 5),  # every pass, but 3 of them: 1 time in 4 by chance
+    ],
+)
+def test_the_verdict_reads_the_spread(ratios, verdict, repeat):
+    s = bench_stats.Spread(ratios)
+    assert s.verdict == verdict and s.suggested_repeat == repeat
+    assert (s.low, s.high) == (min(ratios), max(ratios))
+    words = s.words()
+    assert words.startswith({"level": "level with plain"}.get(verdict, verdict))
+    assert (f"--repeat {repeat}" in words) == (repeat is not None)
+
+
+def test_the_verdict_words_and_the_interval_from_more_passes():
+    assert bench_stats.Spread((0.94, 1.05, 1.20)).words() == "within noise (per-pass 0.94-1.20×): run with --repeat 27"
+    assert bench_stats.Spread((1.02, 1.05, 1.10)).words() == (
+        "faster (per-pass 1.02-1.10×), but 3 passes agree by chance 1 time in 4: run with --repeat 5"
+    )
+    assert bench_stats.coverage(3, 1) == 0.75 and bench_stats.coverage(5, 1) == 0.9375
+    assert bench_stats.median_interval([3, 1, 2, 5, 4]) == (1, 5, 0.9375)  # up to 7 passes: min..max
+    # from 8 passes the interval narrows: one slow pass in ten no longer hides a gain
+    ten = (0.97, 1.02, 1.03, 1.04, 1.05, 1.02, 1.06, 1.03, 1.04, 1.01)
+    s = bench_stats.Spread(ten)
+    assert s.interval == (1.01, 1.05, pytest.approx(0.9785, abs=1e-4))
+    assert s.verdict == "faster" and s.suggested_repeat is None
+    assert s.words() == "faster (per-pass 0.97-1.06×, the median within 1.01-1.05× at 98%)"
+    assert bench_stats.Spread(ten[:7]).interval[:2] == (0.97, 1.06)
+
+
 def test_bench_report_greedy_is_identical_and_auto_plain_is_plain(engine):
     cands = bench.grid(["ngram", "model"], [1, 3])
     rep = bench.bench_report(
@@ -162,6 +225,21 @@ def test_bench_report_runs_a_drafting_auto_choice(engine):
     assert rep.auto.config.name == "auto: ngram k=2 adaptive"
     assert rep.auto.identical is True and len(rep.auto.runs) == len(TINY_PROMPTS)
     assert rep.results == ()
+    assert rep.auto.spread.passes == 1 and rep.auto.spread.verdict == "one pass"
+    assert rep.plain.spread is None
+
+
+def test_bench_report_per_pass_figures(engine):
+    rep = bench.bench_report(
+        engine, [], bench.Config("ngram", 2, adaptive_k=True), TINY_PROMPTS[:2], max_tokens=6, repeat=3
+    )
+    d = rep.to_dict()
+    assert d["settings"]["repeat"] == 3
+    assert len(d["plain"]["tokens_per_second_per_pass"]) == 3 and d["plain"]["per_pass"] is None
+    spread = d["auto"]["per_pass"]
+    assert len(spread["ratios"]) == 3 and spread["min"] <= spread["median"] <= spread["max"]
+    assert d["auto"]["speedup"] == pytest.approx(spread["median"], abs=1e-4)
+    assert spread["verdict"] in ("faster", "slower", "within noise") and spread["words"]
 
 
 def test_sampling_runs_report_no_identity(engine):
@@ -202,6 +280,8 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
         2,
         "--max-tokens",
         8,
+        "--repeat",
+        2,
         "--threads",
         1,
         "--json",
@@ -225,14 +305,20 @@ def test_cli_bench_json_contract_and_csv(run, tiny_target, tiny_noisy, prompt_fi
         "ngram k=2",
     ]
     assert d["plain"]["identical"] is None and d["plain"]["speedup"] == 1.0
-    for x in d["results"]:
+    assert d["plain"]["per_pass"] is None and len(d["plain"]["tokens_per_second_per_pass"]) == 2
+    auto_runs = [d["auto"]] if d["auto"]["config"] != "plain" else []
+    for x in d["results"] + auto_runs:
         assert {"config", "tokens_per_second", "speedup", "acceptance_rate", "identical"} <= set(x)
-        assert x["identical"] is True
+        assert x["identical"] is True, x
+        assert len(x["per_pass"]["ratios"]) == 2 and len(x["tokens_per_second_per_pass"]) == 2
+        assert x["speedup"] == pytest.approx(x["per_pass"]["median"], abs=1e-4)
     assert {"config", "speedup"} <= set(d["auto"])
-    assert d["settings"]["prompts"] == ["a", "b"]
+    assert d["settings"]["prompts"] == ["a", "b"] and d["settings"]["repeat"] == 2
     rows = list(csv.DictReader(out_csv.open()))
     assert [row["config"] for row in rows[:1]] == ["plain"] and len(rows) >= 5
     assert "speedup_custom" in rows[0]  # prompts from a file have no kind
+    assert rows[0]["verdict"] == "" and rows[1]["verdict"] in ("faster", "slower", "within noise")
+    assert float(rows[1]["speedup_min"]) <= float(rows[1]["speedup"]) <= float(rows[1]["speedup_max"])
 
 
 def test_cli_bench_table(run, tiny_target, prompt_file):
@@ -254,6 +340,11 @@ def test_cli_bench_table(run, tiny_target, prompt_file):
     )
     assert r.exit_code == 0, r.output
     assert "ngram k=2" in r.stdout and "automatic choice" in r.stdout and "speedup" in r.stdout
+    assert "per pass" in r.stdout and "verdict" in r.stdout
+    # the default: five passes, and the automatic choice's verdict in words
+    assert inspect.signature(bench_cmd).parameters["repeat"].default == bench_stats.DEFAULT_REPEAT == 5
+    line = next(x for x in r.stdout.splitlines() if x.startswith("automatic choice against plain: "))
+    assert any(w in line for w in ("faster (per-pass", "slower (per-pass", "level with plain", "within noise"))
 
 
 @pytest.mark.parametrize(
@@ -276,6 +367,38 @@ def test_cli_bench_bad_input_file(run, tiny_target, tmp_path):
     f.write_text('{"id": 1}\n')
     r = run("--profile", "cpu-small", "--target", tiny_target, "--input", f)
     assert r.exit_code != 0 and "bad.jsonl:1" in r.output
+
+
+# -- benchmarks/bench_agreement.py, without a model -----------------------------------------
+
+
+def test_the_agreement_check_reads_bench_json():
+    assert bench_agreement.agreement([1.00, 1.04])["agree"] is True
+    assert bench_agreement.agreement([0.94, 1.20])["agree"] is False
+    data = {
+        "plain": {"tokens_per_second": 10.0},
+        "auto": {
+            "config": "auto: ngram k=2 adaptive",
+            "planned_drafter": "ngram",
+            "speedup": 1.1,
+            "per_pass": {"ratios": [1.05, 1.1, 1.2], "verdict": "faster", "words": "faster (...)"},
+        },
+    }
+    a = bench_agreement.auto_of(data)
+    assert (a["config"], a["speedup"], a["per_pass"], a["verdict"]) == (
+        "auto: ngram k=2 adaptive",
+        1.1,
+        [1.05, 1.1, 1.2],
+        "faster",
+    )
+    plain = bench_agreement.auto_of({**data, "auto": {"config": "plain", "planned_drafter": "none", "speedup": 1.0}})
+    assert plain["config"] == "plain decoding" and plain["verdict"] == "plain"
+    args = bench_agreement.argparse.Namespace(
+        edgespec="edgespec", target="t.gguf", draft=None, k_grid=None, repeat=None, max_tokens=160, threads=None
+    )
+    cmd = bench_agreement.bench_command(Path("p.txt"), args, ["-d", "ngram"])
+    assert cmd[:5] == ["edgespec", "bench", "--prompt-file", "p.txt", "--json"]
+    assert "--repeat" not in cmd and cmd[-4:] == ["--max-tokens", "160", "-d", "ngram"]  # bench's default passes
 
 
 # -- a real model ----------------------------------------------------------------------------
