@@ -12,6 +12,10 @@ All model fixtures are session-scoped ``pathlib.Path``s in one temporary directo
                         as a drafter for ``tiny_target``.
 * ``tiny_small_vocab``  a 36-token model (flatter logits) for sampling statistics; pass
                         prompts as token ids (ids 0-4 are control tokens).
+* ``tiny_lfm2``         a hybrid: ``lfm2`` arch (short-conv, attention, short-conv,
+                        attention layers), the 320-token vocabulary (tests/tiny_hybrid.py).
+* ``tiny_qwen35``       a hybrid: ``qwen35`` arch (3 Gated DeltaNet layers, then full
+                        attention), the 320-token vocabulary (tests/tiny_hybrid.py).
 * ``tiny_truncated``    the target's file cut in half (corrupt GGUF).
 * ``tiny_not_gguf``     4 KB of random bytes.
 
@@ -48,6 +52,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # test's plan depend on the order the tests ran in; tests/test_first_use.py turns it on.
 os.environ["EDGESPEC_FIRST_USE"] = "0"
 
+from tiny_hybrid import make_tiny_lfm2, make_tiny_qwen35
 from tiny_models import make_tiny_model, write_random_bytes, write_truncated
 
 # The noise level that gives the noisy drafter its target agreement (see
@@ -107,6 +112,16 @@ def tiny_other_vocab(tiny_models_dir) -> Path:
 @pytest.fixture(scope="session")
 def tiny_small_vocab(tiny_models_dir) -> Path:
     return make_tiny_model(tiny_models_dir / "small_vocab.gguf", vocab="small", seed=3, name="edgespec-tiny-small")
+
+
+@pytest.fixture(scope="session")
+def tiny_lfm2(tiny_models_dir) -> Path:
+    return make_tiny_lfm2(tiny_models_dir / "lfm2.gguf", seed=0, name="edgespec-tiny-lfm2")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen35(tiny_models_dir) -> Path:
+    return make_tiny_qwen35(tiny_models_dir / "qwen35.gguf", seed=0, name="edgespec-tiny-qwen35")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,247 @@
+"""Checks that the tiny hybrid GGUF models (tests/tiny_hybrid.py) are what the hybrid tests
+assume: llama.cpp loads them as hybrids, keeps recurrent snapshots for them (``n_rs_seq``),
+and greedy decoding one token at a time equals the same tokens verified in batches.
+
+Like tests/test_tiny_models.py they drive llama.cpp through llama-cpp-python's low-level API
+directly (not through edgespec.llama), so a failure here points at the fixtures.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+llama_cpp = pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+from tiny_hybrid import make_tiny_lfm2, make_tiny_qwen35  # noqa: E402
+
+_LOG_CB = None
+
+
+def quiet_llama() -> None:
+    """Silence llama.cpp's stderr logging (keeps the callback alive for the process)."""
+    global _LOG_CB
+    if _LOG_CB is None:
+        _LOG_CB = llama_cpp.llama_log_callback(lambda level, text, user: None)
+        llama_cpp.llama_log_set(_LOG_CB, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+
+
+class HybridRunner:
+    """One model + one context on seq 0. ``n_rs_seq``: recurrent snapshots per sequence (a
+    tail removal of up to that many positions of the last decode); ``n_ubatch`` must be at
+    least ``n_rs_seq + 2`` (llama.cpp asserts it)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 256,
+        n_rs_seq: int = 0,
+        n_ubatch: int | None = None,
+        load_mtp: bool = False,
+        n_threads: int = 1,
+    ):
+        quiet_llama()
+        mp = llama_cpp.llama_model_default_params()
+        mp.n_gpu_layers = 0
+        mp.load_mtp = load_mtp
+        self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), mp)
+        if not self.model:
+            raise RuntimeError(f"llama_model_load_from_file returned NULL for {path}")
+        cp = llama_cpp.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = n_ctx
+        cp.n_ubatch = n_ubatch or n_ctx
+        cp.n_seq_max = 1
+        cp.n_rs_seq = n_rs_seq
+        cp.n_threads = n_threads
+        cp.n_threads_batch = n_threads
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            raise RuntimeError("llama_init_from_model returned NULL")
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self.model))
+        self.batch = llama_cpp.llama_batch_init(n_ctx, 0, 1)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if self.ctx:
+            llama_cpp.llama_batch_free(self.batch)
+            llama_cpp.llama_free(self.ctx)
+            llama_cpp.llama_model_free(self.model)
+            self.ctx = None
+
+    def __enter__(self) -> "HybridRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+        self.n_past = 0
+
+    def decode(self, tokens: list[int]) -> np.ndarray:
+        """Append ``tokens`` at the next positions in one llama_decode; the logits of each."""
+        b = self.batch
+        b.n_tokens = len(tokens)
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = True
+        rc = llama_cpp.llama_decode(self.ctx, b)
+        assert rc == 0, f"llama_decode returned {rc}"
+        self.n_past += len(tokens)
+        return np.stack(
+            [
+                np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,)).copy()
+                for i in range(len(tokens))
+            ]
+        )
+
+    def greedy(self, prompt: list[int], n: int) -> list[int]:
+        """Greedy continuation of ``prompt``, decoding one token at a time."""
+        self.reset()
+        out = [int(np.argmax(self.decode(prompt)[-1]))]
+        while len(out) < n:
+            out.append(int(np.argmax(self.decode([out[-1]])[-1])))
+        return out
+
+    def verified(self, prompt: list[int], path: list[int], chunk: int) -> list[int]:
+        """The greedy choice after each token of ``prompt + path``'s continuation, with
+        ``path`` decoded ``chunk`` tokens per llama_decode (a verify step that accepts all):
+        equals ``path`` when n-token batches agree with single-token ones."""
+        self.reset()
+        out = [int(np.argmax(self.decode(prompt)[-1]))]
+        for i in range(0, len(path) - 1, chunk):
+            rows = self.decode(path[i : min(i + chunk, len(path) - 1)])
+            out.extend(int(np.argmax(r)) for r in rows)
+        return out
+
+
+MAKERS = {"lfm2": make_tiny_lfm2, "qwen35": make_tiny_qwen35}
+PROMPT = [1, 104, 101, 108, 108, 111, 37, 119, 111, 114, 108, 100]  # BOS + a few byte tokens
+# a prompt that repeats itself, as code and chat do: what prompt lookup drafts from
+REPEATING = [1] + [60, 61, 62, 63, 64, 65, 66, 67] * 3
+
+
+@pytest.fixture(scope="module", params=["lfm2", "qwen35"])
+def hybrid(request, tiny_lfm2, tiny_qwen35) -> tuple[str, Path]:
+    return request.param, {"lfm2": tiny_lfm2, "qwen35": tiny_qwen35}[request.param]
+
+
+def test_loads_as_a_hybrid_with_snapshots(hybrid):
+    arch, path = hybrid
+    with HybridRunner(path, n_rs_seq=4, n_ubatch=64) as r:
+        assert r.n_vocab == 320
+        assert llama_cpp.llama_model_is_hybrid(r.model)
+        assert not llama_cpp.llama_model_is_recurrent(r.model)
+        buf = ctypes.create_string_buffer(64)
+        llama_cpp.llama_model_meta_val_str(r.model, b"general.architecture", buf, len(buf))
+        assert buf.value.decode() == arch
+        # both archs support recurrent-state rollback: the context keeps what it asked for
+        assert llama_cpp.llama_n_rs_seq(r.ctx) == 4
+        logits = r.decode(PROMPT)
+        assert logits.shape == (len(PROMPT), 320)
+        assert np.isfinite(logits).all()
+        # well-spread logits, control tokens far down
+        assert 3.0 < float(logits[-1].std()) < 12.0
+        assert int(np.argmax(logits[-1])) >= 5
+
+
+@pytest.mark.parametrize("chunk", [4, 8])
+@pytest.mark.parametrize("small_ubatch", [False, True], ids=["ubatch64", "ubatch-min"])
+def test_batch_verify_equals_single_token_greedy(hybrid, chunk, small_ubatch):
+    """30 greedy tokens decoded one at a time equal the same tokens verified ``chunk`` per
+    batch, with snapshots on (``n_rs_seq`` = chunk - 1); with the smallest ``n_ubatch``
+    llama.cpp allows (``n_rs_seq + 2``) a 40-token prompt also crosses ubatch boundaries."""
+    _, path = hybrid
+    n_ubatch = chunk + 1 if small_ubatch else 64
+    prompt = PROMPT + list(range(100, 128)) if small_ubatch else PROMPT
+    with HybridRunner(path, n_rs_seq=chunk - 1, n_ubatch=n_ubatch) as r:
+        assert llama_cpp.llama_n_rs_seq(r.ctx) == chunk - 1
+        single = r.greedy(prompt, 30)
+        assert r.verified(prompt, single, chunk) == single
+        assert len(set(single)) > 2  # not stuck on one token
+
+
+def lookup_hit_rate(prompt: list[int], out: list[int], n: int = 2) -> float:
+    """Share of ``out``'s tokens that prompt lookup would have drafted: the token that followed
+    the latest earlier occurrence of the ``n`` tokens before it (prompt and output)."""
+    seq = prompt + out
+    hits = 0
+    for i in range(len(prompt), len(seq)):
+        key = seq[i - n : i]
+        hits += next((seq[j] for j in range(i - 1, n - 1, -1) if seq[j - n : j] == key), None) == seq[i]
+    return hits / len(out)
+
+
+def test_greedy_output_falls_into_loops(hybrid):
+    """Random models settle into cycles, so prompt lookup finds drafts: over 64 greedy tokens
+    a fair share repeat what followed the same two tokens earlier (~0.35 on the lfm2 fixture,
+    ~0.25 on the qwen35 one; the tiny llama target ~0.4), without collapsing into one token."""
+    _, path = hybrid
+    rng = np.random.default_rng(0)
+    prompts = [PROMPT, REPEATING] + [[1] + rng.integers(5, 320, 20).tolist() for _ in range(4)]
+    rates = []
+    with HybridRunner(path) as r:
+        for prompt in prompts:
+            out = r.greedy(prompt, 64)
+            assert max(out.count(t) for t in set(out)) < 32, out
+            assert 2 not in out  # no EOS by accident
+            rates.append(lookup_hit_rate(prompt, out))
+    assert np.mean(rates) > 0.15, rates
+
+
+def test_tail_rollback_restores_the_state(hybrid):
+    """With ``n_rs_seq`` snapshots a verify batch's rejected tail can be removed: decode 4
+    drafted tokens in one batch, keep the first, and greedy decoding goes on exactly as if
+    only that one had been decoded."""
+    _, path = hybrid
+    prompt, draft = PROMPT, [200, 201, 202, 203]
+    with HybridRunner(path, n_rs_seq=3, n_ubatch=64) as r:
+        want = r.greedy(prompt + draft[:1], 16)
+        r.reset()
+        r.decode(prompt)
+        rows = r.decode(draft)
+        assert llama_cpp.llama_memory_seq_rm(r.mem, 0, len(prompt) + 1, -1)
+        r.n_past = len(prompt) + 1
+        got = [int(np.argmax(rows[0]))]
+        while len(got) < 16:
+            got.append(int(np.argmax(r.decode([got[-1]])[-1])))
+        assert got == want
+
+
+def test_files_are_deterministic_and_fast(tmp_path):
+    for arch, make in MAKERS.items():
+        t0 = time.perf_counter()
+        a = make(tmp_path / f"{arch}-a.gguf", seed=3)
+        assert time.perf_counter() - t0 < 1.0
+        b = make(tmp_path / f"{arch}-b.gguf", seed=3)
+        c = make(tmp_path / f"{arch}-c.gguf", seed=4)
+        assert a.read_bytes() == b.read_bytes()
+        assert a.read_bytes() != c.read_bytes()
+
+
+def test_qwen35_with_an_mtp_layer(tmp_path, tiny_qwen35):
+    """``nextn=True``: one MTP block after the same trunk; the trunk's output is unchanged
+    whether or not llama.cpp loads the MTP tensors."""
+    path = make_tiny_qwen35(tmp_path / "mtp.gguf", nextn=True)
+    with HybridRunner(tiny_qwen35) as r:
+        want = r.decode(PROMPT)
+    for load_mtp in (False, True):
+        with HybridRunner(path, load_mtp=load_mtp) as r:
+            assert llama_cpp.llama_model_is_hybrid(r.model)
+            buf = ctypes.create_string_buffer(16)
+            llama_cpp.llama_model_meta_val_str(r.model, b"qwen35.nextn_predict_layers", buf, len(buf))
+            assert buf.value == b"1"
+            np.testing.assert_allclose(r.decode(PROMPT), want, rtol=0, atol=1e-4)
