@@ -20,9 +20,10 @@ Positions are stored relative to the window's start as int32 (a link that left t
 window is -1: the index treats any position before its start alike), so a file is ~44
 bytes a token plus 12 a chain head. An open document is saved closed. A crafted file
 with a valid checksum is still checked field by field (``check_meta``: types, ranges,
-finite numbers, a meta of at most ``MAX_META`` bytes, a payload no larger than its cap
-allows) and array by array (``decode``: no walk of the index can leave its window), so
-nothing in it reaches the index unchecked. ``Corrupt`` says why, in words.
+finite numbers, counters that agree with each other, a meta of at most ``MAX_META``
+bytes, a payload no larger than its cap allows) and array by array (``decode``: no walk
+of the index can leave its window), so nothing in it reaches the index unchecked.
+``Corrupt`` says why, in words.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from . import store_files
-from .store_files import Refused, Unusable
+from .store_files import Refused, Unusable, printable
 from .suffix import END
 
 MAGIC = b"ESSUFFIX"
@@ -77,7 +78,7 @@ def parse_meta(raw: bytes) -> dict:
 def _int(meta: dict, key: str, lo: int, hi: int) -> int:
     v = meta.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise Corrupt(f"is corrupt ({key} is {str(v)[:40]!s}, not a whole number from {lo} to {hi})")
+        raise Corrupt(f"is corrupt ({key} is {printable(str(v)[:40])}, not a whole number from {lo} to {hi})")
     return v
 
 
@@ -101,8 +102,12 @@ def check_meta(meta: dict) -> None:
     _int(meta, "next", start, 1 << 62)
     _int(meta, "tokens", 0, cap)
     _int(meta, "documents", 0, cap)
-    for key in _COUNTERS:
-        _int(meta, key, 0, (1 << 63) - 1)
+    proposals, hits, proposed, accepted = (_int(meta, key, 0, (1 << 63) - 1) for key in _COUNTERS)
+    if hits > proposals or accepted > proposed:  # a proposal hits at most once; a drafted id is kept at most once
+        raise Corrupt(
+            f"is corrupt (counters that contradict each other: {hits:,} hits of {proposals:,} proposals, "
+            f"{accepted:,} kept of {proposed:,} drafted)"
+        )
     saved_at = meta.get("saved_at")
     if (
         isinstance(saved_at, bool)
@@ -318,7 +323,9 @@ def _read_fd(path: Path, fd: int, size: int, identity: str | None, want_payload:
         raise Refused(
             path,
             f"has format version {version}, from a newer edgespec (this one reads "
-            f"{FORMAT_VERSION}): not replaced; use that edgespec, or another EDGESPEC_MEMORY_DIR",
+            f"{FORMAT_VERSION}), so this edgespec does not save over it: use that edgespec or another "
+            f"EDGESPEC_MEMORY_DIR, or remove it with `edgespec memory clear` (a damaged version byte reads "
+            f"as newer too)",
         )
     if version != FORMAT_VERSION:
         raise Corrupt(

@@ -38,6 +38,7 @@ class Origin:
     counters: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     refused: str = ""
     stamp: tuple = ()  # the loaded file's (saved_at, next, lineage): the same file at the save, nothing to merge
+    tokens: int = 0  # the tokens the loaded file held (more than the index's cap: a smaller cap kept the newest)
 
 
 ORIGINS: "weakref.WeakKeyDictionary[SuffixIndex, Origin]" = weakref.WeakKeyDictionary()

@@ -13,7 +13,8 @@ newest tokens).
 Two models with one vocabulary share a file (the name is a hash of the tokenizer
 identity string; the header holds the identity in full and a file holding another is
 *foreign*). The files are handled by ``store_files``: the folder must be the user's own
-(created 0700), only a regular file is read (never a FIFO; a symbolic link is not
+(created 0700) and so must the folders on its path (root's will do; a symbolic link in
+a sticky shared folder like /tmp is refused), only a regular file is read (never a FIFO; a symbolic link is not
 followed), its size is checked against its cap before its payload is read, and a save
 writes a ``mkstemp`` file beside the store, fsyncs it and ``os.replace``-s it over the old
 one, so a kill -9 at any moment leaves the previous file whole.
@@ -31,7 +32,10 @@ A corrupt, truncated, inconsistent, foreign or older file is one warning line
 save replaces it. A file from a newer edgespec, a folder or a FIFO at the store's path, a
 folder another user owns or may write: one warning, a cold start, and nothing saved
 (``save`` raises ``MemoryStoreError`` naming the path, or returns None where the load
-already said so). Stats and ``clear`` serve the ``edgespec memory`` command.
+already said so), every run until the file is removed (``edgespec memory clear``). A
+``load`` with a cap below the tokens the file holds keeps the newest (``loaded_tokens``
+says how many the file held, for the CLI's warning). Stats and ``clear`` serve the
+``edgespec memory`` command.
 
 It knows the index's arrays and nothing of models.
 """
@@ -71,6 +75,7 @@ __all__ = [
     "clear",
     "hash_probe",
     "load",
+    "loaded_tokens",
     "replay",
     "save",
     "stats",
@@ -170,7 +175,7 @@ def load(
                     ) from None
                 if not replayed:
                     origin.lineage, origin.base_next = meta.get("lineage"), meta["next"]
-                origin.counters, origin.stamp = _counters(meta), stamp(meta)
+                origin.counters, origin.stamp, origin.tokens = _counters(meta), stamp(meta), meta["tokens"]
     except Refused as e:
         origin.refused = e.why
         _warn(e.path, e.why, warn, hint=_NOT_SAVED)
@@ -182,6 +187,13 @@ def load(
         index = SuffixIndex(cap or DEFAULT_CAP, **index_options)
     ORIGINS[index] = origin
     return index
+
+
+def loaded_tokens(index: SuffixIndex) -> int:
+    """The tokens the file held when ``load`` returned ``index`` (0: it started cold):
+    more than ``index.cap``, and the index kept only the newest, as its save will."""
+    origin = ORIGINS.get(index)
+    return origin.tokens if origin is not None else 0
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -239,9 +251,9 @@ def _write(path: Path, index: SuffixIndex, identity: str, models: list[str], lin
         "documents": documents,
         "tokens": snap["next"] - snap["start"],
         "proposals": index.proposals,
-        "hits": index.hits,
+        "hits": min(index.hits, index.proposals),  # (as a load checks them: merged counters could disagree)
         "proposed": index.proposed,
-        "accepted": index.accepted_ids,
+        "accepted": min(index.accepted_ids, index.proposed),
         "saved_at": time.time(),
         "models": models,
         "hash_probe": hash_probe(snap["key_lens"]),
