@@ -8,12 +8,16 @@ it removed. ``--model NAME`` picks the store of one model: by the names the stor
 recorded, else by the tokenizer of the model NAME names on this machine; a NAME that
 picks no store exits 1. A folder that is refused (another user's, writable by others, a
 file) or a store that cannot be removed (a folder at its name, a read-only folder) is
-one ``error:`` line naming the path, never a traceback.
+one ``error:`` line naming the path, never a traceback. What a file says (its model
+names, its tokenizer, why it is unusable) and the paths are printed with their control
+characters as escapes (``store_files.printable``; in ``--json``, as JSON escapes), so a
+crafted file cannot send a terminal commands.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,6 +29,10 @@ from rich.text import Text
 
 from edgespec.cli.common import JsonOpt, cli_errors, err_console, out_console
 from edgespec.errors import MemoryStoreError
+
+# What json.dumps(ensure_ascii=False) leaves raw that a terminal acts on: DEL, C1 (CSI among
+# them), the line separators and the bidi controls (C0 it escapes itself)
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 memory_app = typer.Typer(
     name="memory",
@@ -71,22 +79,22 @@ def _mib(n: int) -> str:
 def memory_show(as_json: JsonOpt = False) -> None:
     """Each saved memory: its model and tokenizer, tokens held, size, hit rate and what was kept."""
     from edgespec.decoding import suffix_store
+    from edgespec.decoding.store_files import printable
 
     with cli_errors():
         directory = suffix_store.store_dir()
         rows = suffix_store.stats(directory)
         if as_json:
-            typer.echo(
-                json.dumps(
-                    {"directory": str(directory), "stores": [_row(s) for s in rows]}, indent=2, ensure_ascii=False
-                )
+            text = json.dumps(
+                {"directory": str(directory), "stores": [_row(s) for s in rows]}, indent=2, ensure_ascii=False
             )
+            typer.echo(_JSON_UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", text))  # (json escapes C0 itself)
             return
         out = out_console()
         if not rows:
-            out.print(Text(f"no memory saved in {directory} (a run with --remember saves one)"))
+            out.print(Text(f"no memory saved in {printable(str(directory))} (a run with --remember saves one)"))
             return
-        t = Table(title=f"edgespec memory ({directory})", title_justify="left")
+        t = Table(title=f"edgespec memory ({printable(str(directory))})", title_justify="left")
         for col, just in (
             ("model", "left"),
             ("tokenizer", "left"),
@@ -101,8 +109,8 @@ def memory_show(as_json: JsonOpt = False) -> None:
         for s in rows:
             if s.problem:
                 t.add_row(
-                    Text(s.path.name),
-                    Text(f"unusable: {s.problem}", style="yellow"),
+                    Text(printable(s.path.name)),
+                    Text(f"unusable: {printable(s.problem)}", style="yellow"),
                     "-",
                     "-",
                     _mib(s.file_bytes),
@@ -112,8 +120,8 @@ def memory_show(as_json: JsonOpt = False) -> None:
                 )
                 continue
             t.add_row(
-                Text(", ".join(s.models) or "?"),
-                Text(s.identity),
+                Text(printable(", ".join(s.models)) or "?"),
+                Text(printable(s.identity)),
                 f"{s.tokens:,} of {s.cap:,}",
                 f"{s.documents:,}",
                 _mib(s.file_bytes),
@@ -162,14 +170,15 @@ def memory_clear(
 
 
 def _removed(removed: list, rows: list) -> None:
+    from edgespec.decoding.store_files import printable
     from edgespec.decoding.suffix_store import SUFFIX
 
     for path in removed:
         if path.suffix == SUFFIX:
             tokens = next((s.tokens for s in rows if s.path == path), 0)
-            typer.echo(f"removed {path} ({tokens:,} tokens)")
+            typer.echo(f"removed {printable(str(path))} ({tokens:,} tokens)")
         else:
-            typer.echo(f"removed {path}")
+            typer.echo(f"removed {printable(str(path))}")
 
 
 def _of_model(name: str, rows: list) -> list:

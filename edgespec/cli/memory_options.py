@@ -17,7 +17,9 @@ already written line by line). The store is named by the
 tokenizer's identity from the GGUF header (``catalog.ident.Tokenizer``: two models with
 one vocabulary share it). A store that cannot be used is one warning line and a cold
 start, and a save that cannot be made one warning line naming the path; a model whose
-tokenizer cannot be read runs without remembering, and says so. ``--memory-cap`` is
+tokenizer cannot be read runs without remembering, and says so. A ``--memory-cap`` below
+the tokens the store holds is one warning at the start: the save shrinks the store to the
+cap. Warnings print the control characters of what they quote as escapes. ``--memory-cap`` is
 bounded where it is parsed (``MAX_CAP``: the largest store the file format holds).
 """
 
@@ -114,9 +116,10 @@ def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = 
         yield None
         return
     from edgespec.decoding import suffix_store
+    from edgespec.decoding.store_files import printable
 
     def warn(message: str) -> None:
-        err.print(Text(f"warning: {message}", style="yellow" if err.is_terminal else ""), soft_wrap=True)
+        err.print(Text(f"warning: {printable(message)}", style="yellow" if err.is_terminal else ""), soft_wrap=True)
 
     try:
         identity = tokenizer_identity(engine.target_path)
@@ -127,6 +130,13 @@ def remembering(engine: Any, options: MemoryOptions, *, err: Any, quiet: bool = 
     t0 = time.perf_counter()
     engine.memory = suffix_store.load(identity, cap=options.cap, warn=warn)
     path = suffix_store.store_path(identity)
+    held = suffix_store.loaded_tokens(engine.memory)
+    if options.cap is not None and held > options.cap:
+        warn(
+            f"--memory-cap {options.cap:,} is below the {held:,} tokens the memory {path} holds: this run keeps "
+            f"the newest {options.cap:,}, and its save shrinks the store to them for good (run without "
+            f"--memory-cap, or with {held:,} or more, to keep them all)"
+        )
     if not quiet and len(engine.memory):
         err.print(
             Text(
