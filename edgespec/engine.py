@@ -31,15 +31,15 @@ from .costmodel.costs import (
 from .costmodel.drafting import DraftingOptions
 from .costmodel.priors import verify_prior
 from .decoding import generation
-from .decoding.drafters import Drafter, ModelDrafter, sentence_breaks
-from .decoding.drafting import DEFAULT_K, Drafting
+from .decoding.drafters import Drafter, sentence_breaks
+from .decoding.drafting import DEFAULT_K, Drafting, open_model_drafter, rollback_needed
 from .decoding.params import params_from
 from .decoding.policy import DraftPolicy, FixedPolicy
 from .decoding.sequence import Prepared, check_request
 from .decoding.suffix import SuffixIndex
 from .errors import InputError
 from .events import Done, Event, Result, Stats
-from .llama import Context, Model, check_vocab_compatible, default_threads
+from .llama import Context, Model, default_threads
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batching.run import PreparedBatch, Request
@@ -120,6 +120,8 @@ class Engine:
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
         self._draft_gpu_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
+        kind = "none" if not _is_drafter(draft) else ("ngram" if str(draft) == "ngram" else "model")
+        self._rollback = rollback_needed(options, kind)  # a recurrent target's snapshots
         self._load_target(target, n_ctx, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
         self.target_model.label = names[0] or self.target_model.label
         on_gpu = self._on_gpu()
@@ -127,7 +129,7 @@ class Engine:
             options,
             verify_cost=self._default_verify_cost(),
             batch_cost=GPU_BATCH_PRIOR if on_gpu else CPU_BATCH_PRIOR,
-            max_k=self.ctx.n_batch - 1,
+            max_k=self.ctx.max_drafts,
             is_break=self.is_break,
         )
         try:
@@ -140,7 +142,7 @@ class Engine:
         model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=rpc[0], tensor_split=rpc[1])
         try:
             self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx
-            self.ctx = Context(model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads)
+            self.ctx = self._context(model)
         except BaseException:
             model.close()
             raise
@@ -152,8 +154,7 @@ class Engine:
         return self._gpu_layers != 0 and supports_gpu_offload()
 
     def _default_verify_cost(self) -> VerifyCost:
-        """c(n) when the options give none (an engine built by hand): ``costmodel.priors``'
-        row for this backend and the target's weight type (the file type its header names)."""
+        """c(n) when the options give none: ``costmodel.priors``' row for this backend and weight type."""
         gpu = ("metal" if sys.platform == "darwin" else "cuda") if self._on_gpu() else None
         backend = gpu or ("cpu-exact" if self.target_model.exact else "cpu")
         return verify_prior(backend, self.target_model.file_type or None)
@@ -164,8 +165,7 @@ class Engine:
         return self.drafting.cost.as_verify_cost()
 
     def draft_policy(self) -> DraftPolicy | FixedPolicy:
-        """The drafting policy for the current drafter, for the next generation (what it
-        learned about the machine — c(n), the draft cost — carries over between them)."""
+        """The current drafter's policy for the next generation (c(n), γ learned carry over)."""
         return self.drafting.policy()
 
     @property
@@ -286,27 +286,43 @@ class Engine:
         if not _is_drafter(draft):
             self.drafting.use("none")
         elif str(draft) in ("ngram", "model"):
+            self._fit_rollback(str(draft))
             self.drafting.use(str(draft))
         else:
             path = Path(draft).expanduser()
             if self.draft_model is not None and self.draft_model.path.resolve() == path.resolve():
                 self.drafting.use("model")
                 return
-            model = Model(path, n_gpu_layers=self._draft_gpu_layers, exact=self.target_model.exact)
-            model.label = name or model.label
-            try:
-                check_vocab_compatible(self.target_model, model)
-                drafter = ModelDrafter(
-                    model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads, p_min=self.p_min
-                )
-            except BaseException:
-                model.close()
-                raise
+            drafter = open_model_drafter(
+                path,
+                self.target_model,
+                n_gpu_layers=self._draft_gpu_layers,
+                n_ctx=self.n_ctx,
+                n_batch=self._n_batch,
+                n_threads=self.n_threads,
+                p_min=self.p_min,
+                name=name,
+            )
+            self._fit_rollback("model")
             self.drafting.use_model(drafter, target_bytes=self.target_model.size_bytes)
 
+    def _fit_rollback(self, kind: str) -> None:
+        """A recurrent target whose context keeps fewer snapshots than drafter ``kind``
+        may undo gets a context that keeps enough (its cache starts empty)."""
+        need = rollback_needed(self.drafting.options, kind)
+        if self.ctx.recurrent and need > self._rollback:
+            self.ctx.close()
+            self._rollback = need
+            self.ctx = self._context(self.target_model)
+            self.drafting.max_k = self.ctx.max_drafts
+
+    def _context(self, model: Model) -> Context:
+        return Context(
+            model, n_ctx=self.n_ctx, n_batch=self._n_batch, n_threads=self.n_threads, rollback=self._rollback
+        )
+
     def new_drafter(self, name: str, memory: SuffixIndex | None = None) -> Drafter:
-        """A fresh drafter of kind ``name`` that needs no model of its own, for one
-        sequence of a batch (``Drafting.new_drafter``), drafting from ``memory`` too."""
+        """A fresh model-less drafter ``name`` for a batch sequence, drafting from ``memory`` too."""
         return self.drafting.new_drafter(name, memory)
 
     def reset(self) -> None:

@@ -75,6 +75,9 @@ class Stats:
     drafter: str = "none"
     prompt_tokens: int = 0  # tokens in the prompt
     prompt_tokens_processed: int = 0  # of those, decoded now (the rest reused from cache)
+    # how the cache was reused: "prefix", "rollback" (a tail undone), "checkpoint" (a
+    # recurrent state restored, llama.recurrent), "none" (decoded from the start)
+    prompt_reuse: str = "none"
     generated_tokens: int = 0
     rounds: int = 0
     drafted: int = 0

@@ -102,6 +102,7 @@ class _FixedTarget:
 
     n_ctx = 1 << 20
     n_batch = 512
+    max_drafts = 511  # what a KV cache can undo: the whole verify
 
     def __init__(self, p: np.ndarray):
         self.logits = np.log(p)

@@ -281,6 +281,7 @@ class _CountingTarget:
 
     n_ctx = 1 << 20
     n_batch = 512
+    max_drafts = 511  # what a KV cache can undo: the whole verify
 
     def decode(self, tokens, rows):
         out = np.zeros((len(rows), 64), dtype=np.float32)

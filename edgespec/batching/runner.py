@@ -162,6 +162,7 @@ class BatchRunner:
             n_ctx=n_parallel * n_ctx_seq,
             n_batch=n_batch,
             n_threads=engine.n_threads,
+            rollback=0 if self.drafter_name == "none" else (self.k if not self.adaptive else engine.k_max_for("ngram")),
         )
         self.cost = engine.batch_cost()  # the engine's, learned across its batches
         self.stats = BatchStats()
@@ -365,6 +366,8 @@ class BatchRunner:
         """Give prefilling ``s`` the longest prefix of its prompt that another sequence
         already holds in the pool (at least ``MIN_SHARED`` tokens more than it has)."""
         limit, best, donor = len(s.ids) - 1, s.prefilled, None
+        if self.ctx.recurrent:  # a recurrent state after a prefix is gone: nothing to share
+            return
         for o in self._running:
             held = self.ctx.tokens[o.slot]
             if o is not s and len(held) > best:
@@ -381,6 +384,8 @@ class BatchRunner:
     def _shares_with(self, s: BatchSeq, filling: list[tuple[BatchSeq, int]]) -> bool:
         """Whether a sequence prefilling in this step computes a prefix of ``s``'s prompt
         that ``s`` lacks: then ``s`` waits one step and takes those cells instead."""
+        if self.ctx.recurrent:
+            return False
         for o, take in filling:
             p = min(common_prefix_len(o.ids, s.ids), o.prefilled + take, len(s.ids) - 1)
             if p >= s.prefilled + MIN_SHARED:

@@ -322,11 +322,16 @@ class ModelDrafter(BaseDrafter):
         keep = common_prefix_len(ctx.tokens, tokens)
         if want_logits and keep == len(tokens):
             keep -= 1  # re-decode the last token to get its logits
-        ctx.rollback(keep)
+        if ctx.recurrent:  # its drafts were decoded one per call: back through a checkpoint
+            keep = ctx.reuse_chunks(tokens[:keep], 0)
+        else:
+            ctx.rollback(keep)
         new = tokens[keep:]
         if not new:
             return None
-        return ctx.decode(new, rows=(len(new) - 1,) if want_logits else ())
+        logits = ctx.decode(new, rows=(len(new) - 1,) if want_logits else ())
+        ctx.checkpoint()  # a recurrent state's copy here, where the next round resumes
+        return logits
 
     def _in_vocab_tail(self, tokens: Sequence[int]) -> Sequence[int]:
         """``tokens`` after the last id the draft model lacks (all of them if none)."""

@@ -13,19 +13,22 @@ run it (``for_request``); per batch sequence, a fresh drafter and policy of its 
 (``new_drafter``, ``new_policy``). The one γ formula is the cost model's
 (``costmodel.adaptive.draft_cost_ratio``), from the models' sizes when no γ is given.
 
-It knows llama.cpp only through the draft model's ``ModelDrafter``, which the engine
-loads and hands over (``use_model``); it knows nothing of prompts, text or batches.
+It knows llama.cpp only through the draft model's ``ModelDrafter`` (``open_model_drafter``
+loads one, checked against the target; the engine hands it over, ``use_model``); it
+knows nothing of prompts, text or batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from ..costmodel.adaptive import DEFAULT_DECODE_GBS, DEFAULT_OVERHEAD_MS, VerifyCost, draft_cost_ratio
 from ..costmodel.costs import BATCH_COST_SIZES, OnlineCost
 from ..costmodel.drafting import DraftingOptions
 from ..errors import InputError
+from ..llama import Model, check_vocab_compatible
 from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
 from .memory import MemoryDrafter
 from .policy import DraftPolicy, FixedPolicy
@@ -36,6 +39,38 @@ DEFAULT_K = 4  # a fixed k when asked for one without a number (``adaptive_k = F
 # GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
 DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
 KINDS = ("none", "ngram", "model")
+
+
+def open_model_drafter(
+    path: Path,
+    target: Model,
+    *,
+    n_gpu_layers: int,
+    n_ctx: int,
+    n_batch: int,
+    n_threads: int,
+    p_min: float,
+    name: str | None = None,
+) -> ModelDrafter:
+    """The draft model at ``path`` loaded for ``target`` (its vocabulary checked against
+    the target's; its kernels the target's kind), with its own context; ``name``: how
+    messages name it (its file name by default)."""
+    model = Model(path, n_gpu_layers=n_gpu_layers, exact=target.exact)
+    model.label = name or model.label
+    try:
+        check_vocab_compatible(target, model)
+        return ModelDrafter(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, p_min=p_min)
+    except BaseException:
+        model.close()
+        raise
+
+
+def rollback_needed(options: DraftingOptions, kind: str) -> int:
+    """The most drafts one round of drafter ``kind`` may verify under ``options``: what
+    a recurrent target's context must be able to undo (its snapshots, ``llama.Context``)."""
+    if kind == "none":
+        return 0
+    return options.k or options.k_max or DEFAULT_K_MAX.get(kind, 16)
 
 
 class Drafting:

@@ -7,7 +7,9 @@ on that context (the drafter built with the request's memory, its drafting polic
 rounds, the reply, the structure's outcome), and this module adds what a context of its
 own allows: reuse the cached prefix of the KV cache and hand the rest of the prompt to
 the first round (which decodes it with its verify batch), then run the sequence's rounds
-and time the target's and the draft model's decodes. It never prints; errors
+and time the target's and the draft model's decodes. On a recurrent target the state at
+the end of the turn is kept as a checkpoint (``llama.recurrent``), as the first round
+keeps the prompt's. It never prints; errors
 propagate as ``EdgespecError`` subclasses, and a matcher's error state ends the
 generation with ``ConstraintStateError``.
 """
@@ -48,12 +50,13 @@ def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
     # ``prefill``, and x_last).
     keep = target.reuse_chunks(ids[:-1], req.cache_reuse)  # with later runs moved back, if asked
     seq.loop.prefill = list(ids[keep:-1])
-    stats.prompt_tokens_processed = len(ids) - keep
+    stats.prompt_tokens_processed, stats.prompt_reuse = len(ids) - keep, target.last_reuse
     draft_t0 = draft_ctx.t_decode if draft_ctx else 0.0  # after the draft's prefill
     verify_t0 = target.t_decode
     try:
         yield from seq.events()
     finally:
+        target.checkpoint()  # a recurrent state's copy at the turn's end (a chat's next turn may edit after it)
         seq.finish_stats()
         stats.t_prompt = seq.t_prompt_end - seq.t_start
         stats.t_verify = target.t_decode - verify_t0 - seq.loop.prefill_seconds

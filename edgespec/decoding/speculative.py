@@ -121,8 +121,11 @@ class SpeculativeLoop:
         masks = self.masks(drafts.ids)
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows; in the
         # first round behind the rest of the prompt (``prefill``), as one decode
-        t1: float | None = time.perf_counter()
         pre = self.prefill
+        if pre and self.target.checkpoints is not None:  # a recurrent target: the prompt apart,
+            self._prefill_apart(pre)  # its state kept where a request with this prompt resumes
+            pre = []
+        t1: float | None = time.perf_counter()
         t_decode = self.target.t_decode if pre else 0.0
         batch = [*pre, self.committed[-1], *drafts.ids]
         rows = self.target.decode(batch, rows=range(len(pre), len(batch)))
@@ -131,6 +134,16 @@ class SpeculativeLoop:
             self.prompt_done, self.prefill_seconds = time.perf_counter(), self.target.t_decode - t_decode
         return self.settle(drafts, rows, draft_seconds=draft_seconds, verify_start=t1, masks=masks)
 
+    def _prefill_apart(self, pre: list[int]) -> None:
+        """Decode the prompt's uncached tail on its own and keep a checkpoint of the
+        recurrent state after it (``llama.Context.checkpoint``): the same prompt again,
+        a regenerated answer or a server's repeated request, restores it."""
+        t_decode = self.target.t_decode
+        self.target.decode(pre, rows=())
+        self.target.checkpoint()
+        self.prefill = []
+        self.prompt_done, self.prefill_seconds = time.perf_counter(), self.target.t_decode - t_decode
+
     def propose(self, budget: int) -> tuple[Proposal, float]:
         """The drafter's proposal for this round, within the room the context and one
         verify batch leave (a round commits at most ``budget`` >= 1 tokens), and the
@@ -138,8 +151,9 @@ class SpeculativeLoop:
         and keeps only its valid prefix."""
         target, policy, m = self.target, self.policy, self.matcher
         L = len(self.committed)
-        # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call.
-        room = min(budget - 1, target.n_ctx - L, target.n_batch - 1)
+        # Room: the verify batch occupies positions L-1 .. L-1+n and one decode call, and
+        # every draft must be undoable (a recurrent target: its snapshots; llama.Context)
+        room = min(budget - 1, target.n_ctx - L, target.max_drafts)
         forced = self._grammar_draft(room) if m is not None and self.drafter.name != "none" else []
         l_max = policy.limit(room - len(forced))
         t0 = time.perf_counter()

@@ -1,5 +1,10 @@
 """Contexts: a llama.cpp context on one model holding sequence 0, batch decode with the
-logits of the rows asked for, rollback of the KV memory, and its last position."""
+logits of the rows asked for, rollback of the KV memory, and its last position.
+
+On a recurrent or hybrid model (``Model.is_recurrent``) the context keeps ``n_rs_seq``
+recurrent-state snapshots per sequence when asked (``rollback``: the most drafts a verify
+may undo) and says how far it can roll back now (``max_drafts``, ``rollback_room``); what
+lies beyond comes back from a checkpoint or is decoded again (``recurrent.py``)."""
 
 from __future__ import annotations
 
@@ -13,11 +18,19 @@ from ..errors import ContextOverflowError, DecodeError, ModelLoadError, Rollback
 from .backend import _last_llama_errors, _llama, _log_mark, default_threads
 from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
 from .model import Model
+from .recurrent import Checkpoints, RollbackRoom
 from .rpc import watch
 
 
 def create_context(
-    model: Model, *, n_ctx: int, n_batch: int, n_threads: int, n_threads_batch: int | None = None, n_seq_max: int = 1
+    model: Model,
+    *,
+    n_ctx: int,
+    n_batch: int,
+    n_threads: int,
+    n_threads_batch: int | None = None,
+    n_seq_max: int = 1,
+    n_rs_seq: int = 0,
 ) -> tuple:
     """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
 
@@ -29,6 +42,14 @@ def create_context(
     order, so its logits would depend on its neighbours. Separate streams fill like a
     solo context; the price is that llama.cpp cuts a batch into micro-batches of equal
     token counts over consecutive sequence ids.
+
+    On a recurrent or hybrid model, ``n_rs_seq`` snapshots of each sequence's recurrent
+    state (a tail of up to that many positions can be removed after a decode). llama.cpp
+    keeps a sequence's last 1 + n_rs_seq tokens in one micro-batch and aborts the process
+    when ``n_ubatch`` is under n_rs_seq + 2, so the request is cut to ``n_batch - 2``
+    (the micro-batch is the whole batch here); embeddings stay off, which that rule needs.
+    An architecture without snapshots gets none (llama.cpp clamps to 0: the caller reads
+    ``llama_n_rs_seq`` back).
     """
     params = _llama.llama_context_default_params()
     params.n_ctx = n_ctx
@@ -38,6 +59,9 @@ def create_context(
     params.kv_unified = n_seq_max > 1 and not model.exact
     params.n_threads = n_threads
     params.n_threads_batch = n_threads_batch or n_threads
+    if model.is_recurrent:
+        params.n_rs_seq = max(0, min(n_rs_seq, n_batch - 2))
+        params.embeddings = False
     exact = model.exact  # see "Batch-invariant numerics" in kernels.py
     if exact:
         params.flash_attn_type = _FLASH_ATTN_ENABLED
@@ -76,6 +100,7 @@ class _LlamaContext:
         n_threads: int | None,
         n_threads_batch: int | None = None,
         n_seq_max: int = 1,
+        rollback: int = 0,
     ) -> None:
         self.model = model
         self.n_threads = n_threads or default_threads()
@@ -86,8 +111,14 @@ class _LlamaContext:
             n_threads=self.n_threads,
             n_threads_batch=n_threads_batch,
             n_seq_max=n_seq_max,
+            n_rs_seq=rollback,
         )
         self._mem = _llama.llama_get_memory(self._ptr)
+        # a recurrent state undoes only what its snapshots kept (recurrent.py)
+        self.recurrent: bool = model.is_recurrent
+        self.n_rs_seq: int = int(_llama.llama_n_rs_seq(self._ptr)) if self.recurrent else 0
+        self._room = RollbackRoom(self.n_rs_seq) if self.recurrent else None
+        self.checkpoints = Checkpoints(self._ptr, self._mem) if self.recurrent else None
         self.n_ctx: int = _llama.llama_n_ctx(self._ptr)
         self.n_batch: int = _llama.llama_n_batch(self._ptr)
         self.n_vocab = model.n_vocab
@@ -133,16 +164,39 @@ class _LlamaContext:
         self.t_decode += time.perf_counter() - t0
         return np.ctypeslib.as_array(ptr, shape=(n_out, self.n_vocab))
 
-    def _remove_tail(self, seq: int, n_keep: int) -> None:
-        """Remove positions ``n_keep..`` of ``seq`` from the KV memory, checking
-        llama_memory_seq_rm's answer: recurrent and hybrid models cannot forget part of a
-        sequence, and speculation on them would silently corrupt the state."""
+    @property
+    def max_drafts(self) -> int:
+        """The most drafts one verify batch may hold and still be undone: the batch less
+        the last committed token, or on a recurrent state its snapshots (0: none)."""
+        return self.n_rs_seq if self.recurrent else self.n_batch - 1
+
+    def rollback_room(self, seq: int = 0) -> int | None:
+        """How many positions of ``seq``'s tail one removal can undo now (None: any)."""
+        return self._room.room(seq) if self._room is not None else None
+
+    def _decoded(self, seq: int, n_tokens: int) -> None:
+        if self._room is not None:
+            self._room.decoded(seq, n_tokens)
+
+    def _remove_tail(self, seq: int, n_keep: int, held: int) -> None:
+        """Remove positions ``n_keep..held-1`` of ``seq`` from the memory, checking
+        llama_memory_seq_rm's answer. On a recurrent state only what its snapshots kept
+        can go (``rollback_room``); the loop never asks for more, so more is a bug here,
+        refused before it could corrupt the state silently."""
+        room = self.rollback_room(seq)
+        if room is not None and 0 < n_keep and held - n_keep > room:
+            raise RollbackError(
+                f"{self.model.label} ({self.model.architecture}) keeps a recurrent state that can "
+                f"undo {room} position(s) now, not {held - n_keep}: edgespec planned past what the "
+                "model can roll back (a bug: please report it; --draft none decodes plainly)"
+            )
         if not _llama.llama_memory_seq_rm(self._mem, seq, n_keep, -1):
             raise RollbackError(
-                f"{self.model.path.name} ({self.model.architecture}) cannot remove part of a "
-                "sequence from its memory (recurrent or hybrid model), so drafts cannot be "
-                "rolled back; use it with --draft none"
+                f"{self.model.label} ({self.model.architecture}) could not remove positions "
+                f"{n_keep}..{held - 1} of its memory; use it with --draft none"
             )
+        if self._room is not None:
+            self._room.removed(seq)
 
 
 def in_row_order(block: np.ndarray, rows: Sequence[int]) -> np.ndarray:
@@ -172,9 +226,20 @@ class Context(_LlamaContext):
         n_batch: int = 512,
         n_threads: int | None = None,
         n_threads_batch: int | None = None,
+        rollback: int = 0,
     ) -> None:
-        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_batch=n_threads_batch)
+        super().__init__(
+            model,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+            rollback=rollback,
+        )
         self.tokens: list[int] = []
+        # how the last prompt found the cache (reuse_chunks): "prefix" (nothing to undo),
+        # "rollback" (a tail undone), "checkpoint" (a recurrent state restored), "none"
+        self.last_reuse = "none"
         b = self._batch
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
@@ -229,15 +294,20 @@ class Context(_LlamaContext):
                     f"({_last_llama_errors() or 'no reason given'})"
                 )
             self.tokens.extend(int(t) for t in toks[start:end])
+            self._decoded(0, m)
         if not out_rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return in_row_order(self._logits(out_rows), rows)
 
     def _heal(self) -> None:
         """Drop KV entries past ``tokens``. They exist only if an exception (Ctrl-C)
-        arrived between a successful llama_decode and the bookkeeping after it."""
+        arrived between a successful llama_decode and the bookkeeping after it. A
+        recurrent state cannot drop a whole decode: it starts over, empty."""
         if _llama.llama_memory_seq_pos_max(self._mem, 0) >= self.n_past:
-            _llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
+            if self.recurrent:
+                self.clear()
+            else:
+                _llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
 
     def rollback(self, n_keep: int) -> None:
         """Keep the first ``n_keep`` tokens of the sequence; remove the rest from the KV
@@ -246,8 +316,15 @@ class Context(_LlamaContext):
             return
         if n_keep < 0:
             raise ValueError("n_keep must be >= 0")
-        self._remove_tail(0, n_keep)
+        self._remove_tail(0, n_keep, self.n_past)
         del self.tokens[n_keep:]
+
+    def checkpoint(self) -> None:
+        """On a recurrent state, keep a copy of it after the tokens the cache holds now,
+        so a later prompt that shares them (a chat's next turn after an edit, the same
+        prompt again) restores it instead of decoding them again. Nothing otherwise."""
+        if self.checkpoints is not None:
+            self.checkpoints.take(0, self.tokens)
 
     def reuse_chunks(self, prompt: Sequence[int], min_chunk: int) -> int:
         """Keep what the cache holds of ``prompt``: its common prefix, then every later run
@@ -260,9 +337,16 @@ class Context(_LlamaContext):
         A moved run's keys are rotated to their new positions, but they were computed
         after the text that came before them then: close to what decoding them again
         gives, not equal to it. Runs can only move back (llama.cpp decodes a sequence's
-        positions in order), so text inserted before a run is decoded again with it."""
+        positions in order), so text inserted before a run is decoded again with it.
+
+        A recurrent state holds no runs to move: it keeps the common prefix if it can
+        undo the rest (``reuse_recurrent``). ``last_reuse`` says what happened."""
+        self._heal()
         cache = self.tokens
         head_p = common_prefix_len(cache, prompt)
+        if self.recurrent:
+            return self.reuse_recurrent(prompt, head_p)
+        self.last_reuse = "prefix" if head_p == len(cache) else "rollback"
         if min_chunk > 0 and _llama.llama_memory_can_shift(self._mem):
             head_c = head_p
             while head_c < len(cache) and head_p < len(prompt):
@@ -279,10 +363,34 @@ class Context(_LlamaContext):
         self.rollback(head_p)
         return head_p
 
+    def reuse_recurrent(self, prompt: Sequence[int], head: int) -> int:
+        """Keep what a recurrent state can of ``prompt`` (its cache shares ``head``
+        tokens with it): all of the cache when it is a prefix of the prompt; the common
+        prefix when the rest is within what the last decode's snapshots undo; else the
+        longest checkpoint that begins the prompt; else nothing (the prompt is decoded
+        again). Returns how many tokens of ``prompt`` the cache now holds."""
+        n = self.n_past
+        if head == n:
+            self.last_reuse = "prefix"
+            return head
+        if head > 0 and n - head <= (self.rollback_room(0) or 0):
+            self.rollback(head)
+            self.last_reuse = "rollback"
+            return head
+        ckpt = self.checkpoints.best(0, prompt) if self.checkpoints is not None else None
+        if ckpt is not None and self.checkpoints.restore(0, ckpt):
+            self.tokens[:] = ckpt.tokens
+            self._room.removed(0)
+            self.last_reuse = "checkpoint"
+            return len(ckpt.tokens)
+        self.clear()
+        self.last_reuse = "none"
+        return 0
+
     def _remove_range(self, p0: int, p1: int) -> None:
         """Remove positions ``p0..p1-1`` of sequence 0 from the KV memory (checked)."""
         if p1 > p0 and not _llama.llama_memory_seq_rm(self._mem, 0, p0, p1):
-            self._remove_tail(0, p0)  # raises RollbackError: this model cannot forget a part
+            self._remove_tail(0, p0, self.n_past)  # raises RollbackError: this model cannot forget a part
 
     def clear(self) -> None:
         _llama.llama_memory_clear(self._mem, True)

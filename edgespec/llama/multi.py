@@ -29,11 +29,18 @@ class MultiContext(_LlamaContext):
     """A llama.cpp context holding up to ``n_seq`` sequences in one KV pool of ``n_ctx``."""
 
     def __init__(
-        self, model: Model, *, n_seq: int, n_ctx: int, n_batch: int = 512, n_threads: int | None = None
+        self,
+        model: Model,
+        *,
+        n_seq: int,
+        n_ctx: int,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        rollback: int = 0,
     ) -> None:
         if n_seq < 1:
             raise ValueError("n_seq must be at least 1")
-        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq)
+        super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq, rollback=rollback)
         self.n_seq = n_seq
         # create_context's choice: one pool on llama.cpp's kernels, a stream per sequence
         # on exact ones
@@ -82,6 +89,7 @@ class MultiContext(_LlamaContext):
             )
         for s, toks, _ in parts:
             self.tokens[s].extend(int(t) for t in toks)
+            self._decoded(s, len(toks))
         n_out = sum(len(rows) for _, _, rows in parts)
         if not n_out:
             return [np.empty((0, self.n_vocab), dtype=np.float32) for _ in parts]
@@ -99,7 +107,7 @@ class MultiContext(_LlamaContext):
             return
         if n_keep < 0:
             raise ValueError("n_keep must be >= 0")
-        self._remove_tail(seq, n_keep)
+        self._remove_tail(seq, n_keep, len(toks))
         del toks[n_keep:]
 
     def share(self, src: int, dst: int, n: int) -> None:
@@ -111,7 +119,7 @@ class MultiContext(_LlamaContext):
         decode, and ``dst`` drops what lies past ``n``: its cells then sit where a solo
         run puts them (positions 0..n-1 in cells 0..n-1), which exactness needs."""
         have, held = len(self.tokens[dst]), self.tokens[src]
-        if src == dst or not have <= n <= len(held) or self.tokens[dst] != held[:have]:
+        if src == dst or not have <= n <= len(held) or self.tokens[dst] != held[:have] or not self.can_share(src, n):
             raise ValueError(f"sequence {dst} cannot take tokens {have}..{n} of sequence {src}")
         if n == have:
             return
@@ -119,8 +127,15 @@ class MultiContext(_LlamaContext):
             _llama.llama_memory_seq_cp(self._mem, src, dst, have, n)
         else:
             _llama.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
-            self._remove_tail(dst, n)
+            if n < len(held):
+                self._remove_tail(dst, n, len(held))
         self.tokens[dst][:] = held[:n]
+
+    def can_share(self, src: int, n: int) -> bool:
+        """Whether ``share`` can hand over ``src``'s first ``n`` tokens: any prefix of a
+        KV cache; of a recurrent state none (its state after a prefix is gone; a sequence
+        shares no cells with another there, its prompt is decoded again)."""
+        return not self.recurrent
 
     def free(self, seq: int) -> None:
         """Forget sequence ``seq`` entirely: its cells go back to the pool."""
@@ -152,3 +167,7 @@ class SeqView:
 
     def pos_max(self) -> int:
         return self.owner.pos_max(self.seq)
+
+    @property
+    def max_drafts(self) -> int:
+        return self.owner.max_drafts

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import catalog
+from ..catalog import archs
 from ..costmodel import adaptive
 from ..profiles import GB, Profile
 from . import pairing
@@ -211,3 +212,21 @@ def with_k(ask: Ask, chosen: Drafter, costs: Costs) -> Drafter:
         s = 1.0
         reason = headline = "plain decoding: k=0 from the command line"
     return Drafter(choice, kk, s, reason, headline, notes)
+
+
+def no_rollback(chosen: Drafter, target: str) -> Drafter:
+    """Plain decoding for a target whose recurrent state cannot be rolled back
+    (``catalog.archs``: a Mamba, RWKV, Jamba, Qwen3-Next... file here), with the reason;
+    ``chosen`` as it is otherwise (a target not here yet: the engine finds out itself)."""
+    if chosen.choice.drafter == "none":
+        return chosen
+    path = catalog.local_path(target)
+    try:
+        arch = catalog.read_header(path).architecture if path is not None else ""
+    except Exception:  # noqa: BLE001 - an unreadable header: the engine's load says why
+        arch = ""
+    why = archs.speculation(arch)
+    if why is None:
+        return chosen
+    reason = f"plain decoding: {why}"
+    return Drafter(adaptive.Choice("none", 0, 1.0, chosen.choice.options), 0, 1.0, reason, reason, chosen.notes)
