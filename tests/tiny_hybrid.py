@@ -16,6 +16,9 @@ really loads and runs, for fast tests of speculation on hybrids (issue 44).
   layer ``n_layer`` (``qwen35.nextn_predict_layers`` = 1, ``block_count`` = n_layer + 1),
   with ``nextn.eh_proj``, ``nextn.enorm``, ``nextn.hnorm`` and ``nextn.shared_head_norm``;
   llama.cpp skips its tensors unless the model is loaded with ``load_mtp``.
+* ``make_shape_true_qwen35(path, size="0.8b")``: a ``qwen35`` file at a real
+  Qwen3.5-0.8B's dimensions (see its docstring) with random weights, Q8_0 or F16, for cost
+  measurements (c(n), snapshot memory, reuse costs), not for correctness.
 
 The tiny ones use tests/tiny_vocab.py's 320-token ``base`` vocabulary (ChatML template,
 BOS 1, EOS 2) and are F32, seeded (same arguments, byte-identical files), under 1 MB,
@@ -524,3 +527,205 @@ def make_tiny_qwen35(
     )
     label = name or f"edgespec-tiny-qwen35-s{seed}" + ("-mtp" if nextn else "") + (f"-noise{noise:g}" if noise else "")
     return _write(Path(path), "qwen35", label, kv, v, t)
+
+
+# ------------------------------------------------------------- shape-true qwen35
+
+# Qwen3.5-0.8B's text model (Qwen/Qwen3.5-0.8B config.json, text_config): hidden 1024, 24
+# layers with full attention every 4th (18 Gated DeltaNet + 6 attention: llama.cpp's loader
+# calls 24 layers x 1024 "0.8B"), FFN 3584, 8 query heads / 2 KV heads of head_dim 256 with a
+# quarter rotary (64, M-RoPE sections [11, 11, 10, 0]), rope base 1e7, RMS eps 1e-6; DeltaNet
+# conv kernel 4, 16 key heads and 16 value heads of 128 (inner size 2048); vocabulary 248,320
+# (the padded embedding size); tied embeddings; one MTP layer in the checkpoint; 262,144
+# context.
+_SHAPE_TRUE_QWEN35 = {
+    "0.8b": {
+        "n_embd": 1024,
+        "n_layer": 24,
+        "full_attention_interval": 4,
+        "n_ff": 3584,
+        "n_head": 8,
+        "n_head_kv": 2,
+        "head_dim": 256,
+        "d_conv": 4,
+        "d_state": 128,
+        "n_group": 16,
+        "n_v_heads": 16,
+        "n_vocab": 248320,
+        "n_ctx_train": 262144,
+    },
+}
+
+_Q8_0_BLOCK = 32  # values per Q8_0 block: an fp16 scale then 32 int8 (34 bytes)
+
+
+def _random_q8_0(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """Q8_0 blocks drawn directly (uniform int8 in [-127, 127], one scale giving ``std``):
+    the bytes of a (rows, cols) Q8_0 tensor, no float round trip."""
+    nb = cols // _Q8_0_BLOCK
+    out = np.empty((rows, nb, 2 + _Q8_0_BLOCK), dtype=np.uint8)
+    scale = np.float16(std / 73.6)  # 73.6: the std of a uniform integer in [-127, 127]
+    out[:, :, :2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
+    out[:, :, 2:] = rng.integers(-127, 128, size=(rows, nb, _Q8_0_BLOCK), dtype=np.int8).view(np.uint8)
+    return out.reshape(rows, nb * (2 + _Q8_0_BLOCK))
+
+
+def _random_f16(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
+    """The same draws as ``_random_q8_0``, as F16 values (the scale times the int8, rounded)."""
+    scale = float(np.float16(std / 73.6))
+    table = (np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32) * scale).astype(np.float16)
+    return np.take(table, rng.integers(-127, 128, size=(rows, cols), dtype=np.int8).view(np.uint8))
+
+
+def make_shape_true_qwen35(
+    path: str | Path,
+    size: str = "0.8b",
+    *,
+    dtype: str = "q8_0",
+    nextn: bool = False,
+    seed: int = 0,
+    name: str | None = None,
+) -> Path:
+    """Write a ``qwen35`` GGUF with a real Qwen3.5's dimensions and random weights, for cost
+    measurements (c(n) with and without recurrent snapshots, their memory, reuse costs); its
+    output is noise. Returns the path.
+
+    ``size="0.8b"`` (the only one so far) is Qwen3.5-0.8B's text model: n_embd 1024, 24 layers
+    (``full_attention_interval`` 4: layers 3, 7, ..., 23 full attention, the other 18 Gated
+    DeltaNet), n_ff 3584, 8 query heads and 2 KV heads of 256 (key_length = value_length =
+    256; ``attn_q`` 1024 -> 4096 for query and gate), rope over 64 dimensions with M-RoPE
+    sections [11, 11, 10, 0], rope base 1e7, RMS eps 1e-6; DeltaNet ``ssm.conv_kernel`` 4,
+    ``ssm.state_size`` 128, ``ssm.group_count`` 16 key heads, ``ssm.time_step_rank`` 16 value
+    heads, ``ssm.inner_size`` 2048 (conv channels 6144); vocabulary 248,320; tied embeddings
+    (no ``output.weight``, as the real file); context 262,144. llama.cpp describes it as
+    "qwen35 0.8B Q8_0" with 752,393,024 parameters. ``nextn=True`` adds its one MTP layer
+    (``block_count`` 25, 772,845,888 parameters; published GGUFs differ on whether they
+    carry it).
+
+    ``dtype``: ``"q8_0"`` (default, 770 MiB; every matrix Q8_0, drawn directly as random
+    blocks: one scale per matrix times uniform int8 in [-127, 127]) or ``"f16"`` (1.5 GiB;
+    the same values rounded to F16, so the two files of one seed differ only in the type);
+    norms, ``ssm_a``, ``ssm_dt`` and the conv kernels are F32 as llama-quantize leaves them.
+    Seeded and deterministic; written tensor by tensor (~10 s here, ~0.6 GB of memory).
+    The vocabulary is the tiny ``base`` one padded with ``<extra_i>`` tokens to 248,320, so
+    text tokenizes to the same short ids as on the tiny models.
+    """
+    import gguf
+
+    if size not in _SHAPE_TRUE_QWEN35:
+        raise ValueError(f"size: one of {sorted(_SHAPE_TRUE_QWEN35)}")
+    if dtype not in ("q8_0", "f16"):
+        raise ValueError("dtype: 'q8_0' or 'f16'")
+    hp = _SHAPE_TRUE_QWEN35[size]
+    n_embd, n_layer, n_ff = hp["n_embd"], hp["n_layer"], hp["n_ff"]
+    n_head, n_head_kv, head_dim = hp["n_head"], hp["n_head_kv"], hp["head_dim"]
+    d_conv, d_state, n_group, n_v_heads = hp["d_conv"], hp["d_state"], hp["n_group"], hp["n_v_heads"]
+    n_vocab = hp["n_vocab"]
+    key_dim, value_dim = d_state * n_group, d_state * n_v_heads
+    conv_dim = 2 * key_dim + value_dim
+    n_rot = head_dim // 4
+
+    # (name, numpy shape (out, in) or (n,), std) for random matrices; (name, shape, array) F32
+    mats: list[tuple[str, tuple[int, int], float]] = []
+    vecs: list[tuple[str, np.ndarray]] = []
+    rng = np.random.default_rng(seed)
+
+    def mat(key: str, rows: int, cols: int) -> None:
+        mats.append((key, (rows, cols), 1.0 / np.sqrt(cols)))
+
+    def attention(p: str) -> None:
+        mat(p + "attn_q.weight", 2 * head_dim * n_head, n_embd)
+        mat(p + "attn_k.weight", head_dim * n_head_kv, n_embd)
+        mat(p + "attn_v.weight", head_dim * n_head_kv, n_embd)
+        mat(p + "attn_output.weight", n_embd, head_dim * n_head)
+        vecs.append((p + "attn_q_norm.weight", _ones(head_dim)))
+        vecs.append((p + "attn_k_norm.weight", _ones(head_dim)))
+
+    def ffn(p: str) -> None:
+        mat(p + "ffn_gate.weight", n_ff, n_embd)
+        mat(p + "ffn_up.weight", n_ff, n_embd)
+        mat(p + "ffn_down.weight", n_embd, n_ff)
+
+    mats.append(("token_embd.weight", (n_vocab, n_embd), 1.0))
+    vecs.append(("output_norm.weight", _ones(n_embd)))
+    for i, recurrent in enumerate(_qwen35_recurrent(n_layer, hp["full_attention_interval"])):
+        p = f"blk.{i}."
+        vecs.append((p + "attn_norm.weight", _ones(n_embd)))
+        vecs.append((p + "post_attention_norm.weight", _ones(n_embd)))
+        if recurrent:
+            mat(p + "attn_qkv.weight", conv_dim, n_embd)
+            mat(p + "attn_gate.weight", value_dim, n_embd)
+            mat(p + "ssm_beta.weight", n_v_heads, n_embd)
+            mat(p + "ssm_alpha.weight", n_v_heads, n_embd)
+            mat(p + "ssm_out.weight", n_embd, value_dim)
+            a = rng.uniform(1.0, 16.0, n_v_heads)
+            dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), n_v_heads))
+            vecs.append((p + "ssm_a", (-a).astype(np.float32)))
+            vecs.append((p + "ssm_dt.bias", (dt + np.log(-np.expm1(-dt))).astype(np.float32)))
+            vecs.append((p + "ssm_norm.weight", _ones(d_state)))
+            vecs.append((p + "ssm_conv1d.weight", _normal(rng, (conv_dim, d_conv), 1.0 / np.sqrt(d_conv))))
+        else:
+            attention(p)
+        ffn(p)
+    if nextn:
+        p = f"blk.{n_layer}."
+        vecs.append((p + "attn_norm.weight", _ones(n_embd)))
+        vecs.append((p + "post_attention_norm.weight", _ones(n_embd)))
+        attention(p)
+        ffn(p)
+        mat(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd)
+        for k in ("enorm", "hnorm", "shared_head_norm"):
+            vecs.append((p + f"nextn.{k}.weight", _ones(n_embd)))
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    v = build_vocab("base")
+    w = gguf.GGUFWriter(str(path), "qwen35")
+    w.add_name(name or f"edgespec-shape-true-qwen3.5-{size}-{dtype}-s{seed}" + ("-mtp" if nextn else ""))
+    _add_kv(
+        w,
+        "qwen35",
+        _qwen35_kv(
+            n_ctx_train=hp["n_ctx_train"],
+            n_embd=n_embd,
+            n_layer=n_layer,
+            nextn=nextn,
+            n_ff=n_ff,
+            n_head=n_head,
+            n_head_kv=n_head_kv,
+            head_dim=head_dim,
+            n_rot=n_rot,
+            sections=_mrope_sections(n_rot),
+            rope_base=10000000.0,
+            rms_eps=1e-6,
+            d_conv=d_conv,
+            d_state=d_state,
+            n_group=n_group,
+            n_v_heads=n_v_heads,
+            full_attention_interval=hp["full_attention_interval"],
+            n_vocab=n_vocab,
+        ),
+    )
+    q8 = dtype == "q8_0"
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_Q8_0 if q8 else gguf.LlamaFileType.MOSTLY_F16))
+    _add_vocab(w, v, n_vocab)
+    row_bytes = (lambda cols: cols // _Q8_0_BLOCK * (2 + _Q8_0_BLOCK)) if q8 else (lambda cols: 2 * cols)
+    for key, (rows, cols), _ in mats:
+        if q8:
+            w.add_tensor_info(
+                key, (rows, row_bytes(cols)), np.dtype(np.uint8), rows * row_bytes(cols), gguf.GGMLQuantizationType.Q8_0
+            )
+        else:
+            w.add_tensor_info(key, (rows, cols), np.dtype(np.float16), rows * row_bytes(cols))
+    for key, arr in vecs:
+        w.add_tensor_info(key, arr.shape, np.dtype(np.float32), arr.nbytes)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    draw = _random_q8_0 if q8 else _random_f16
+    for _, (rows, cols), std in mats:
+        w.write_tensor_data(draw(rng, rows, cols, std))
+    for _, arr in vecs:
+        w.write_tensor_data(np.ascontiguousarray(arr, dtype=np.float32))
+    w.close()
+    return path
