@@ -274,3 +274,79 @@ def test_sampling_stays_lossless_on_a_hybrid(hybrids):
     for counts, p in ((c1, p1), (c2, p2)):
         rejected, stat, crit = chi_square_rejects(counts, p)
         assert not rejected, f"chi2 {stat:.1f} > {crit:.1f}"
+
+
+@pytest.fixture(scope="module")
+def fim_hybrid(tmp_path_factory):
+    return make_tiny_lfm2(tmp_path_factory.mktemp("fim-hybrid") / "lfm2-fim.gguf", fim=True)
+
+
+def _texts(client, path: str, bodies: list[dict]) -> list:
+    out = []
+    for body in bodies:
+        resp = client.post(path, json=body)
+        assert resp.status_code == 200, resp.text
+        j = resp.json()
+        out.append(j["content"] if "content" in j else [c["text"] for c in j["choices"]])
+    return out
+
+
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-slot", "two-slots"])
+def test_the_server_equals_plain_decoding_on_a_hybrid(fim_hybrid, parallel):
+    """/v1/completions with cache_prompt (the same prompt again, one that extends it, n = 2)
+    and /infill typed forward, on a server drafting with prompt lookup: the texts of a
+    server decoding plainly."""
+    from fastapi.testclient import TestClient
+
+    from edgespec.server import create_app
+
+    typed = "    total = total + value  # add"
+    prefix, suffix = "def add_all(values):\n    total = 0\n    for value in values:\n", "    return total\n"
+    completions = [
+        {"prompt": PROMPTS[0], "cache_prompt": True},
+        {"prompt": PROMPTS[0], "cache_prompt": True},
+        {"prompt": PROMPTS[0] + " cat sat", "cache_prompt": True},
+        {"prompt": PROMPTS[2], "n": 2, "cache_prompt": True},
+    ]
+    infills = [
+        {"input_prefix": prefix, "prompt": typed[:i], "input_suffix": suffix, "cache_prompt": True}
+        for i in range(4, len(typed), 7)
+    ]
+    answers = []
+    for draft, slots in (("ngram", parallel), (None, 1)):
+        with Engine(fim_hybrid, draft, exact=True, n_ctx=1024, n_threads=1) as e:
+            app = create_app(e, max_tokens=24, parallel=slots, defaults={"temperature": 0.0})
+            with TestClient(app) as c:
+                answers.append((_texts(c, "/v1/completions", completions), _texts(c, "/infill", infills)))
+    assert answers[0] == answers[1]
+    assert answers[0][0][3][0] == answers[0][0][3][1]  # n = 2 at temperature 0: the same text twice
+
+
+def test_c_of_a_hybrid_is_measured_at_first_use(hybrids, tmp_path, monkeypatch):
+    """Timing a verify batch on a recurrent state cannot undo it by snapshots (a whole
+    decode): each batch is undone by restoring the prefix's checkpoint."""
+    from edgespec.catalog import verify_cache
+    from edgespec.measuring import first_use
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    path = hybrids["qwen35"]
+    with Engine(path, "ngram", exact=True, n_ctx=256, n_threads=1) as e:
+        line = first_use.measure_first_use(e, even_if_off=True)
+        assert line is not None and "later runs plan from it" in line
+        assert e.ctx.tokens == [] and e.ctx.pos_max() == -1
+        assert sorted(int(n) for n in verify_cache.measured_entry(path, exact=True)["c"]) == list(first_use.SIZES)
+        assert _run(e, PROMPTS[1], raw=True).token_ids == _fresh(path, PROMPTS[1], raw=True)
+
+
+def test_a_hybrid_without_snapshots_plans_plain_decoding_with_the_reason(tmp_path):
+    """A target of a recurrent architecture llama.cpp cannot roll back (here a header
+    that says mamba2) is planned plainly, and the plan line says why."""
+    from edgespec.planning.planner import plan
+    from tiny_models import make_header_model
+
+    (path,) = make_header_model(tmp_path / "mamba.gguf", arch="mamba2")
+    p = plan("cpu-small", target=str(path), draft="ngram", offline=True)
+    assert p.drafter == "none"
+    assert "cannot roll back" in p.explanation.headline and "mamba2" in p.explanation.headline
+    (kv,) = make_header_model(tmp_path / "llama.gguf")
+    assert plan("cpu-small", target=str(kv), draft="ngram", offline=True).drafter == "ngram"

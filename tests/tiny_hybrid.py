@@ -55,6 +55,7 @@ softplus of a time step in [0.001, 0.1], unit ``ssm_norm``; short-conv kernels w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +146,7 @@ def _add_vocab(w, v: TinyVocab, n_vocab: int | None = None) -> None:
         w.add_chat_template(v.chat_template)
 
 
-def _write(path: Path, arch: str, name: str, kv: list[tuple[str, object]], v: TinyVocab, tensors) -> Path:
+def _write(path: Path, arch: str, name: str, kv: list[tuple[str, object]], v: TinyVocab, tensors, fim=()) -> Path:
     """Write an F32 GGUF: ``kv`` as (key without the ``arch.`` prefix, value) pairs; ints
     are uint32, floats float32, lists arrays (bools: a bool array)."""
     import gguf  # test-only dependency
@@ -156,6 +157,8 @@ def _write(path: Path, arch: str, name: str, kv: list[tuple[str, object]], v: Ti
     _add_kv(w, arch, kv)
     w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     _add_vocab(w, v)
+    for which, token in fim:  # (name, id): the header's fill-in-the-middle tokens
+        w.add_uint32(f"tokenizer.ggml.fim_{which}_token_id", token)
     for key, arr in tensors.items():
         w.add_tensor(key, np.ascontiguousarray(arr, dtype=np.float32))
     w.write_header_to_file()
@@ -233,6 +236,7 @@ def make_tiny_lfm2(
     noise: float = 0.0,
     noise_seed: int = 1,
     name: str | None = None,
+    fim: bool = False,
 ) -> Path:
     """Write a tiny ``lfm2`` GGUF (F32, 320-token ``base`` vocabulary) and return the path.
 
@@ -244,6 +248,8 @@ def make_tiny_lfm2(
     layers write (see the module's "quiet mixers"), ``attn_gain`` the attention layers'.
     ``noise``/``noise_seed``: Gaussian noise on the weights of the same
     ``seed`` (a drafter that mostly agrees), as tests/tiny_models.py's ``noise``.
+    ``fim``: five more tokens, named as a code model's fill-in-the-middle tokens in the
+    header (``tokenizer.ggml.fim_{pre,suf,mid,rep,sep}_token_id``), for ``/infill``.
     """
     if layers is None:
         layers = ("ca" * n_layer)[:n_layer]
@@ -255,6 +261,9 @@ def make_tiny_lfm2(
     n_layer = len(layers)
     head_dim = n_embd // n_head
     v = build_vocab("base")
+    if fim:  # ordinary tokens, as tests/tiny_models.py's fim: named in the header below
+        names = tuple(f"<extra_{i}>" for i in range(5))
+        v = replace(v, tokens=v.tokens + names, token_types=v.token_types + (TOKEN_NORMAL,) * 5)
     rng = np.random.default_rng(seed)
     emb, w_out = _embedding_and_head(
         rng,
@@ -303,7 +312,9 @@ def make_tiny_lfm2(
         ("vocab_size", v.n_vocab),
     ]
     label = name or f"edgespec-tiny-lfm2-s{seed}" + (f"-noise{noise:g}" if noise else "")
-    return _write(Path(path), "lfm2", label, kv, v, t)
+    fim_ids = [("pre", v.n_vocab - 5), ("suf", v.n_vocab - 4), ("mid", v.n_vocab - 3), ("rep", v.n_vocab - 2)]
+    fim_ids.append(("sep", v.n_vocab - 1))
+    return _write(Path(path), "lfm2", label, kv, v, t, fim=fim_ids if fim else ())
 
 
 # ------------------------------------------------------------------------ qwen35

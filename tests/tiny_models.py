@@ -298,6 +298,7 @@ def make_header_model(
     basename: str | None = None,
     pre: str | None = None,
     tokens: list[str] | None = None,
+    arch: str = "llama",
 ) -> list[Path]:
     """A GGUF that only has to be *read*, not run: a tiny vocabulary's tokenizer metadata
     and ``n_floats`` F32 weights per part (which sets the file size, for size ratios).
@@ -310,7 +311,7 @@ def make_header_model(
     v = build_vocab(vocab)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    arch = "clip" if kind == "mmproj" else "llama"
+    arch = "clip" if kind == "mmproj" else arch  # ``arch``: general.architecture
     w = gguf.GGUFWriter(str(path), arch, split_max_tensors=1 if n_parts > 1 else 0)
     w.add_name(name)
     if basename:

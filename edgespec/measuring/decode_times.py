@@ -49,12 +49,25 @@ class DecodeTimes:
         return self.draft_ms / self.step_ms if self.draft_ms is not None else None
 
 
-def _hold(ctx: Context, tokens: Sequence[int]) -> None:
-    """Make ``ctx`` hold exactly ``tokens`` (reusing what it already has)."""
-    keep = common_prefix_len(ctx.tokens, tokens)
-    ctx.rollback(keep)
+def hold(ctx: Context, tokens: Sequence[int]) -> None:
+    """Make ``ctx`` hold exactly ``tokens`` (reusing what it already has). A recurrent
+    state cannot undo a whole timed decode: it keeps a checkpoint here to come back to."""
+    if ctx.recurrent:
+        keep = ctx.reuse_chunks(tokens, 0)
+    else:
+        keep = common_prefix_len(ctx.tokens, tokens)
+        ctx.rollback(keep)
     if len(tokens) > keep:
         ctx.decode(tokens[keep:], rows=())
+    ctx.checkpoint()
+
+
+def back(ctx: Context, prefix: Sequence[int]) -> None:
+    """Undo the batch just timed: a KV cache's tail, a recurrent state's checkpoint."""
+    if ctx.recurrent:
+        hold(ctx, prefix)
+    else:
+        ctx.rollback(len(prefix))
 
 
 def time_decodes(
@@ -81,9 +94,9 @@ def time_decodes(
         raise InputError("time_decodes needs a non-empty prefix, repeats ≥ 1 and n_max ≥ 1")
     if len(prefix) + n_max > target.n_ctx:
         raise InputError(f"the context ({target.n_ctx}) cannot hold the prefix plus {n_max} tokens")
-    _hold(target, prefix)
+    hold(target, prefix)
     if draft is not None:
-        _hold(draft, prefix)
+        hold(draft, prefix)
     pos = len(prefix)
     batch = [prefix[i % pos] for i in range(n_max)]  # real tokens of the prompt
     ns = sorted({1, *sizes}) if sizes is not None else list(range(1, n_max + 1))
@@ -96,14 +109,14 @@ def time_decodes(
             t0 = clock()
             target.decode(batch[:n], rows=range(n))
             dt = clock() - t0
-            target.rollback(pos)
+            back(target, prefix)
             if sweep:
                 samples[n].append(dt)
             if draft is not None and n in draft_at:
                 t0 = clock()
                 draft.decode(batch[:1])
                 dt = clock() - t0
-                draft.rollback(pos)
+                back(draft, prefix)
                 if sweep:
                     draft_samples.append(dt)
     return DecodeTimes(

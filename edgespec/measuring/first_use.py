@@ -32,7 +32,7 @@ from typing import Any
 
 from ..catalog import verify_cache
 from ..llama import Context
-from .decode_times import fit_verify_cost, time_decodes
+from .decode_times import back, fit_verify_cost, hold, time_decodes
 from .perplexity import heldout_text
 
 SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)  # the tiles of repacked kernels (4, 8, 16) and what lies between
@@ -63,11 +63,11 @@ def _sweeps_within(ctx: Context, prefix: list[int], prior: Any, sizes: tuple[int
     sweep costs about one step times the prior's c(n) summed over the sizes. Leaves
     ``ctx`` holding ``prefix``."""
     ctx.rollback(0)
-    ctx.decode(prefix, rows=())
+    hold(ctx, prefix)
     t0 = time.perf_counter()
     ctx.decode(prefix[:1], rows=(0,))
     step = time.perf_counter() - t0
-    ctx.rollback(len(prefix))
+    back(ctx, prefix)
     sweep = step * sum(prior(n) for n in sizes)
     return max(1, int(BUDGET_S / max(sweep, 1e-9)) - 1)
 
