@@ -42,7 +42,7 @@ from .. import catalog, llama
 from ..catalog import optimized, verify_cache
 from ..errors import InputError, OutputError
 from ..llama import Context, Model, check_gguf_file, default_threads
-from .decode_times import fit_verify_cost
+from .decode_times import back, fit_verify_cost, hold
 from .perplexity import BATCH, CHUNK, Perplexity, heldout_text, perplexity
 
 PREFIX_TOKENS = 64  # the KV position c(n) is timed at
@@ -284,7 +284,7 @@ def measure_curves(
         for model, ctx in opened:
             prefix = ([_bos(model)] if _bos(model) is not None else []) + model.tokenize(text, add_special=False)
             prefixes.append(prefix[:PREFIX_TOKENS])
-            ctx.decode(prefixes[-1], rows=())
+            hold(ctx, prefixes[-1])
         best = [dict.fromkeys(range(1, n_max + 1), math.inf) for _ in paths]
         for sweep in range(repeats + 1):
             for n in range(1, n_max + 1) if sweep % 2 else range(n_max, 0, -1):
@@ -293,7 +293,7 @@ def measure_curves(
                     t0 = time.perf_counter()
                     ctx.decode(batch, rows=range(n))
                     dt = time.perf_counter() - t0
-                    ctx.rollback(len(prefix))
+                    back(ctx, prefix)
                     if sweep:
                         fastest[n] = min(fastest[n], dt * 1e3)
     finally:
