@@ -350,3 +350,25 @@ def test_a_hybrid_without_snapshots_plans_plain_decoding_with_the_reason(tmp_pat
     assert "cannot roll back" in p.explanation.headline and "mamba2" in p.explanation.headline
     (kv,) = make_header_model(tmp_path / "llama.gguf")
     assert plan("cpu-small", target=str(kv), draft="ngram", offline=True).drafter == "ngram"
+
+
+def test_an_arch_whose_snapshots_break_across_sequences_batches_plainly(hybrids, monkeypatch):
+    """qwen4exp's snapshots go wrong in a multi-sequence decode (upstream #28019): its batch
+    contexts keep none, so a batch there decodes plainly, still equal to plain decoding
+    (shown with lfm2 standing in for it)."""
+    from edgespec.llama import MultiContext, multi
+
+    monkeypatch.setattr(multi, "MULTI_SEQUENCE_UNSAFE", frozenset({"lfm2"}))
+    model = Model(hybrids["lfm2"], exact=True)
+    ctxs = [MultiContext(model, n_seq=n, n_ctx=256, rollback=8) for n in (2, 1)]
+    try:
+        assert [c.max_drafts for c in ctxs] == [0, 8]
+    finally:
+        for c in ctxs:
+            c.close()
+        model.close()
+    path = hybrids["lfm2"]
+    with Engine(path, "ngram", exact=True, n_ctx=1024, n_threads=1) as spec:
+        outs = {o.key: o.result for o in spec.generate_many(PROMPTS[:2], parallel=2, max_tokens=30, raw=True)}
+    assert all(outs[i].stats.drafted == 0 for i in outs)
+    assert [outs[i].token_ids for i in range(2)] == [_fresh(path, p, raw=True, max_tokens=30) for p in PROMPTS[:2]]

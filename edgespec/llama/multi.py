@@ -20,6 +20,7 @@ from ..errors import DecodeError
 from .backend import _last_llama_errors, _llama
 from .context import _LlamaContext, in_row_order
 from .model import Model
+from .recurrent import MULTI_SEQUENCE_UNSAFE
 
 # (sequence id, tokens to append, indices into those tokens whose logits are wanted)
 Part = tuple[int, Sequence[int], Sequence[int]]
@@ -40,6 +41,8 @@ class MultiContext(_LlamaContext):
     ) -> None:
         if n_seq < 1:
             raise ValueError("n_seq must be at least 1")
+        if n_seq > 1 and model.is_recurrent and model.architecture in MULTI_SEQUENCE_UNSAFE:
+            rollback = 0  # its snapshots go wrong across sequences (recurrent.py): no drafts here
         super().__init__(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_seq_max=n_seq, rollback=rollback)
         self.n_seq = n_seq
         # create_context's choice: one pool on llama.cpp's kernels, a stream per sequence

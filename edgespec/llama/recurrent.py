@@ -35,6 +35,11 @@ from dataclasses import dataclass
 
 from .backend import _llama
 
+# Architectures whose snapshots are wrong when several sequences share a decode: on
+# qwen4exp llama.cpp's own test of a multi-sequence split replay fails (upstream #28019,
+# logits off by 9.25) while one sequence restores exactly. Their many-sequence contexts
+# keep no snapshots (their batches decode plainly).
+MULTI_SEQUENCE_UNSAFE = frozenset({"qwen4exp"})
 # how many checkpoints a sequence keeps (the oldest goes first); each holds one copy of
 # the recurrent state (a Qwen3.5-0.8B's: ~20 MB in f32)
 MAX_CHECKPOINTS = 4
