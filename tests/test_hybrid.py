@@ -372,3 +372,19 @@ def test_an_arch_whose_snapshots_break_across_sequences_batches_plainly(hybrids,
         outs = {o.key: o.result for o in spec.generate_many(PROMPTS[:2], parallel=2, max_tokens=30, raw=True)}
     assert all(outs[i].stats.drafted == 0 for i in outs)
     assert [outs[i].token_ids for i in range(2)] == [_fresh(path, p, raw=True, max_tokens=30) for p in PROMPTS[:2]]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_generation_closed_early_leaves_the_state_consistent(hybrids, arch):
+    """Ctrl-C in chat or a client gone closes the stream between rounds: the next request
+    on the engine still answers as a fresh engine does."""
+    path = hybrids[arch]
+    with Engine(path, "ngram", drafting=DraftingOptions(k=4), exact=True, n_ctx=1024, n_threads=1) as e:
+        _run(e, PROMPTS[3], raw=True)  # the memory holds an answer: the next stream drafts from it
+        events = e.stream(PROMPTS[3], raw=True, max_tokens=40)
+        for i, _ in enumerate(events):
+            if i == 12:
+                break
+        events.close()
+        for prompt in (PROMPTS[3], PROMPTS[1]):
+            assert _run(e, prompt, raw=True).token_ids == _fresh(path, prompt, raw=True)

@@ -166,7 +166,8 @@ class Readout:
             speed = self.speedup_text(stats)
             if speed:
                 parts.append(speed)
-        parts.append(f"prompt {_num(stats.prompt_tokens_processed)} new of {_num(stats.prompt_tokens)}")
+        restored = " after a checkpoint" if stats.prompt_reuse == "checkpoint" else ""  # a recurrent state's
+        parts.append(f"prompt {_num(stats.prompt_tokens_processed)} new of {_num(stats.prompt_tokens)}{restored}")
         parts.append(finish_reason)
         return " · ".join(parts)
 
