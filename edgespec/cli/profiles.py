@@ -229,8 +229,9 @@ def models_list(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also say what was skipped, and why.")] = False,
 ) -> None:
     """List the catalog and the models already on this machine (Ollama, LM Studio, the
-    Hugging Face cache, llama.cpp's cache, EDGESPEC_MODEL_PATH), with what each can
-    draft for."""
+    Hugging Face cache, llama.cpp's cache, EDGESPEC_MODEL_PATH), with whether and how each
+    speculates (a KV cache cut back, a hybrid's snapshots, or plain decoding only) and what
+    each can draft for."""
     from edgespec.catalog import listing
 
     with cli_errors():
@@ -259,16 +260,17 @@ def models_list(
         # one line a model (a machine can hold hundreds); --json has every name in full
         longest = max(len(r["name"]) for r in rows + local)
         t.add_column("name", style="bold", no_wrap=True, min_width=min(longest, 48))
-        for col, width in (("source", 8), ("size", 7), ("quant", 6), ("family", 6)):
+        # "speculates": how a rejected draft is undone on the model's architecture
+        for col, width in (("source", 8), ("size", 7), ("quant", 6), ("family", 6), ("speculates", 8)):
             t.add_column(
                 col, no_wrap=True, overflow="ellipsis", justify="right" if col == "size" else "left", min_width=width
             )
         t.add_column("can draft for / drafters available", overflow="fold")
         for r in rows:
             here = "here" if r["local"] else ("pypi" if r["installable"] else "hf" if r["huggingface"] else "-")
-            t.add_row(r["name"], f"catalog: {here}", _size(r), r["quant"], r["family"], _drafting(r))
+            t.add_row(r["name"], f"catalog: {here}", _size(r), r["quant"], r["family"], r["speculation"], _drafting(r))
         for r in local:
-            t.add_row(r["name"], r["source"], _size(r), r["quant"], r["family"], _drafting(r))
+            t.add_row(r["name"], r["source"], _size(r), r["quant"], r["family"], r["speculation"], _drafting(r))
         out_console().print(t)
         if verbose:
             _print_skipped(skipped)
