@@ -419,3 +419,19 @@ def test_real_model_bench_is_lossless():
         )
     assert rep.results[0].identical is True and rep.auto.identical is True
     assert rep.results[0].acceptance_rate is not None and rep.results[0].tokens > 0
+
+
+def test_cli_bench_measures_each_drafter_as_users_run_it_by_default(run, tiny_target, tiny_noisy, prompt_file):
+    """Without --k-grid each drafter gets one row, its learned draft length (the row the
+    automatic choice would repeat is measured once, as the automatic choice); fixed k rows
+    only when asked for."""
+    args = ["--profile", "cpu-small", "--target", tiny_target, "-d", f"ngram,{tiny_noisy}", "--input", prompt_file]
+    r = run(*args, "--max-tokens", 6, "--threads", 1, "--repeat", 1, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    names = [x["config"] for x in data["results"]] + [data["auto"]["config"]]
+    assert not any("k=" in n and "auto" not in n for n in names)  # no fixed-k row
+    assert sum(1 for n in names if "learned k" in n or n.startswith("auto")) >= 2
+    r = run(*args, "--k-grid", "policy,2", "--max-tokens", 6, "--threads", 1, "--repeat", 1, "--json")
+    assert r.exit_code == 0, r.output
+    assert "ngram k=2" in [x["config"] for x in json.loads(r.stdout)["results"]]

@@ -32,7 +32,6 @@ from edgespec.cli.common import (
 )
 from edgespec.cli.measure import (
     InputOpt,
-    KGridOpt,
     LimitOpt,
     PromptFileOpt,
     QuietOpt,
@@ -74,7 +73,14 @@ def bench(
             "locally, and ngram.",
         ),
     ] = None,
-    k_grid: KGridOpt = "1,2,4,8",
+    k_grid: Annotated[
+        str,
+        typer.Option(
+            "--k-grid",
+            help="What to measure for each drafter, comma-separated: 'policy' (its learned draft "
+            "length, as a user runs it) and/or fixed draft lengths, e.g. policy,1,2,4,8.",
+        ),
+    ] = "policy",
     exact: ExactOpt = False,
     optimized: OptimizedOpt = True,
     input_file: InputOpt = None,
@@ -135,13 +141,17 @@ def bench(
                 tensor_split=tensor_split,
             )
         )
-        ks, prompts, auto_plan = setup(k_grid, (input_file, prompt_file), limit, "held-out", plan_opts)
+        parts = [p for p in k_grid.replace(" ", "").split(",") if p]
+        numbers = ",".join(p for p in parts if p != "policy")
+        ks, prompts, auto_plan = setup(numbers or "1", (input_file, prompt_file), limit, "held-out", plan_opts)
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, plan_opts, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
         engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet)
         try:
-            candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min)
+            candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min) if numbers else []
+            if "policy" in parts:  # each drafter as a user runs it: the learned draft length
+                candidates = [lib.Config(d, 1, adaptive_k=True, label=f"{d}, learned k") for d in drafters] + candidates
             # the automatic choice as a user runs it: the learned policy, the plan's bound
             auto = lib.Config(
                 auto_plan.drafter,
@@ -150,6 +160,8 @@ def bench(
                 k_max=auto_plan.drafting.k_max,
                 p_min=0.0 if auto_plan.adaptive else auto_plan.p_min,
             )
+            if auto.adaptive_k:  # the automatic choice is that drafter's learned-k row: measured once
+                candidates = [c for c in candidates if not (c.adaptive_k and c.drafter == auto.drafter)]
             plan_info = {
                 "drafter": auto_plan.drafter,
                 "k": auto_plan.k,
