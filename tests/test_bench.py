@@ -435,3 +435,18 @@ def test_cli_bench_measures_each_drafter_as_users_run_it_by_default(run, tiny_ta
     r = run(*args, "--k-grid", "policy,2", "--max-tokens", 6, "--threads", 1, "--repeat", 1, "--json")
     assert r.exit_code == 0, r.output
     assert "ngram k=2" in [x["config"] for x in json.loads(r.stdout)["results"]]
+
+
+def test_the_automatic_choice_is_planned_again_after_the_first_use_measured_c(monkeypatch):
+    """Loading a file for the first time measures c(n); bench plans its automatic choice
+    again after loading, so a first run measures what later runs would (issue 43)."""
+    from types import SimpleNamespace
+
+    from edgespec.cli import measure
+    from edgespec.cli.plan_options import PlanOptions
+
+    first = SimpleNamespace(drafter="none")
+    for again, loaded, expected in (("ngram", None, "ngram"), ("model", None, "none"), ("model", "d.gguf", "model")):
+        monkeypatch.setattr(measure, "make_plan", lambda opts, d=again: SimpleNamespace(drafter=d))
+        engine = SimpleNamespace(draft_model=loaded)
+        assert measure.replan(first, PlanOptions(), engine).drafter == expected

@@ -40,6 +40,7 @@ from edgespec.cli.measure import (
     fmt_x,
     open_engines,
     progress_bar,
+    replan,
     setup,
     show_plan,
 )
@@ -149,6 +150,7 @@ def bench(
         needs_model = "model" in drafters or auto_plan.drafter == "model"
         engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet)
         try:
+            auto_plan = replan(auto_plan, plan_opts, engine)  # after a first use's c(n)
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min) if numbers else []
             if "policy" in parts:  # each drafter as a user runs it: the learned draft length
                 candidates = [lib.Config(d, 1, adaptive_k=True, label=f"{d}, learned k") for d in drafters] + candidates

@@ -47,6 +47,18 @@ def setup(
     return parse_k_grid(k_grid), load_prompts(*prompts, limit, prompt_set), make_plan(auto)
 
 
+def replan(plan: Any, options: PlanOptions, engine: Any) -> Any:
+    """The automatic choice planned again once ``engine`` is loaded: loading a model file
+    for the first time here measures its c(n) (``measuring.first_use``), and the plan made
+    before it weighed another machine's figures, so two runs of the same command could
+    measure different automatic choices. Kept as it was when the new choice needs a draft
+    model the engine has not loaded."""
+    again = make_plan(replace(options, draft=None, k=None, threads=None))
+    if again.drafter == "model" and engine.draft_model is None:
+        return plan
+    return again
+
+
 def show_plan(plan: Any, verbose: bool) -> None:
     """With -v: the profile's automatic choice and why, on stderr, before measuring."""
     if verbose:
