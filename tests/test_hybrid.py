@@ -388,3 +388,25 @@ def test_a_generation_closed_early_leaves_the_state_consistent(hybrids, arch):
         events.close()
         for prompt in (PROMPTS[3], PROMPTS[1]):
             assert _run(e, prompt, raw=True).token_ids == _fresh(path, prompt, raw=True)
+
+
+def test_the_plan_trades_the_draft_length_against_the_snapshots_memory(hybrids, monkeypatch):
+    """Each draft a round may verify costs one more copy of the recurrent state: where the
+    memory left holds fewer copies than the drafter's bound, the plan drafts fewer (here a
+    100 MB state with room for 3.5 copies: 3 drafts a round), and says so."""
+    from dataclasses import replace
+
+    from edgespec import catalog
+    from edgespec.planning import choice
+    from edgespec.planning.planner import plan
+
+    path = str(hybrids["qwen35"])
+    assert plan("cpu-small", target=path, draft="ngram", offline=True).drafting.k_max != 3
+    plane, real = 100 * 10**6, catalog.check_fit
+    monkeypatch.setattr(choice, "recurrent_state_bytes", lambda shape, n_rs_seq=0: plane * (1 + n_rs_seq))
+    monkeypatch.setattr(
+        catalog, "check_fit", lambda *a, **kw: replace(f := real(*a, **kw), available_bytes=f.need_bytes + 350 * 10**6)
+    )
+    p = plan("cpu-small", target=path, draft="ngram", offline=True)
+    assert p.drafter == "ngram" and p.drafting.k_max == 3
+    assert any("drafts limited to 3 a round" in n for n in p.explanation.notes)

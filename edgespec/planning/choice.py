@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .. import catalog
 from ..catalog import archs
+from ..catalog.fit import MAX_RS_SEQ, recurrent_state_bytes
 from ..costmodel import adaptive
 from ..profiles import GB, Profile
 from . import pairing
@@ -230,3 +231,31 @@ def no_rollback(chosen: Drafter, target: str) -> Drafter:
         return chosen
     reason = f"plain decoding: {why}"
     return Drafter(adaptive.Choice("none", 0, 1.0, chosen.choice.options), 0, 1.0, reason, reason, chosen.notes)
+
+
+def snapshot_room(chosen: Drafter, pair: Pair, prof: Profile, room: Room, k_max: int | None) -> tuple[int | None, str]:
+    """The most drafts a hybrid target's recurrent-state snapshots may cover in the memory
+    left (each draft a round may verify costs one more copy of the state: llama.cpp's
+    n_rs_seq), when that is fewer than ``k_max`` (None: the drafter's bound); with the note
+    saying so. (None, "") where memory does not bound it."""
+    if chosen.choice.drafter == "none":
+        return None, ""
+    draft = pair.draft if chosen.choice.drafter == "model" else None
+    try:
+        shape = catalog.model_info(pair.target).shape
+        fit = catalog.check_fit(
+            pair.target, draft, n_ctx=prof.n_ctx, available_bytes=room.budget, headroom_bytes=room.headroom, n_rs_seq=0
+        )
+    except Exception:  # noqa: BLE001 - a file that cannot be read yet: the engine finds out
+        return None, ""
+    plane = recurrent_state_bytes(shape)
+    want = k_max or MAX_RS_SEQ
+    if plane <= 0 or not fit.fits:
+        return None, ""
+    cap = int((fit.available_bytes - fit.need_bytes) // plane)
+    if cap >= want:
+        return None, ""
+    return max(cap, 1), (
+        f"drafts limited to {max(cap, 1)} a round: each costs one more copy of the recurrent state "
+        f"({plane / GB * 1000:.0f} MB) and the memory left holds {cap}"
+    )

@@ -20,7 +20,18 @@ from ..catalog import optimized as optimized_copies
 from ..costmodel.drafting import MEMORY_CAP, DraftingOptions
 from ..errors import ProfileError
 from ..profiles import Detection, Profile, detect_profile, load_profile
-from .choice import Ask, Drafter, Pair, Room, choose_drafter, choose_pair, given_target, no_rollback, with_k
+from .choice import (
+    Ask,
+    Drafter,
+    Pair,
+    Room,
+    choose_drafter,
+    choose_pair,
+    given_target,
+    no_rollback,
+    snapshot_room,
+    with_k,
+)
 from .costs import Costs, costs_for, local_step_ms
 from .record import Explanation, Plan
 
@@ -73,6 +84,9 @@ def plan(
     costs = costs_for(prof, pair.name, pair.draft, pair.target, ask.mode, exact, bool(rpc), pair.given)
     chosen = with_k(ask, choose_drafter(prof, ask, costs), costs)
     chosen = no_rollback(chosen, pair.target)
+    cap, cap_note = snapshot_room(chosen, pair, prof, room, costs.k_max)
+    if cap is not None:
+        costs = replace(costs, k_max=cap, notes=costs.notes + (cap_note,))
     rest = room.notes + pair.notes + costs.notes + chosen.notes + tuple(prof.notes)
     notes = load_notes + tuple(n for n in rest if n not in load_notes)
     drafting = _drafting(
