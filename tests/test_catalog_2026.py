@@ -350,3 +350,16 @@ def test_generate_runs_with_target_qwen35_4b(stores_home):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert len(out["token_ids"]) == 6 and out["finish_reason"] == "length"
+
+
+def test_the_catalog_page_lists_every_model_and_pair_with_its_file_and_size():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line for line in page.splitlines() if line.startswith("| `")}
+    for m in catalog.MODELS:
+        row = rows.get(m.name)
+        assert row is not None, m.name
+        assert f"`{m.filename}`" in row and f"{m.size_bytes / 1e9:.2f} GB" in row, m.name
+        assert f"| {m.vocab} | {archs.how(m.arch)} |" in row, m.name
+        assert m.hf is None or f"`{m.hf.repo}`" in row, m.name
+    for p in catalog.PAIRS:
+        assert f"| `{p.name}` | `{p.target}` | `{p.draft}` |" in page, p.name
