@@ -18,6 +18,8 @@ from ..errors import ContextOverflowError, DecodeError, ModelLoadError, Rollback
 from .backend import _last_llama_errors, _llama, _log_mark, default_threads
 from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
 from .model import Model
+from .nextn import HiddenRows
+from .prefix import common_prefix_len, keep_prefix
 from .recurrent import Checkpoints, RollbackRoom
 from .rpc import watch
 
@@ -31,6 +33,7 @@ def create_context(
     n_threads_batch: int | None = None,
     n_seq_max: int = 1,
     n_rs_seq: int = 0,
+    mtp: bool = False,
 ) -> tuple:
     """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
 
@@ -49,7 +52,9 @@ def create_context(
     when ``n_ubatch`` is under n_rs_seq + 2, so the request is cut to ``n_batch - 2``
     (the micro-batch is the whole batch here); embeddings stay off, which that rule needs.
     An architecture without snapshots gets none (llama.cpp clamps to 0: the caller reads
-    ``llama_n_rs_seq`` back).
+    ``llama_n_rs_seq`` back). ``mtp``: a context of the model's multi-token-prediction
+    head (``LLAMA_CONTEXT_TYPE_MTP``, ``mtp.MtpContext``): its memory is the KV cache of
+    the nextn layer alone, no recurrent state, no snapshots.
     """
     params = _llama.llama_context_default_params()
     params.n_ctx = n_ctx
@@ -59,7 +64,9 @@ def create_context(
     params.kv_unified = n_seq_max > 1 and not model.exact
     params.n_threads = n_threads
     params.n_threads_batch = n_threads_batch or n_threads
-    if model.is_recurrent:
+    if mtp:
+        params.ctx_type = _llama.LLAMA_CONTEXT_TYPE_MTP
+    elif model.is_recurrent:
         params.n_rs_seq = max(0, min(n_rs_seq, n_batch - 2))
         params.embeddings = False
     exact = model.exact  # see "Batch-invariant numerics" in kernels.py
@@ -178,6 +185,12 @@ class _LlamaContext:
         if self._room is not None:
             self._room.decoded(seq, n_tokens)
 
+    def restored(self, seq: int) -> None:
+        """``seq``'s state was just restored from a checkpoint: nothing to undo until it
+        decodes again."""
+        if self._room is not None:
+            self._room.removed(seq)
+
     def _remove_tail(self, seq: int, n_keep: int, held: int) -> None:
         """Remove positions ``n_keep..held-1`` of ``seq`` from the memory, checking
         llama_memory_seq_rm's answer. On a recurrent state only what its snapshots kept
@@ -240,6 +253,7 @@ class Context(_LlamaContext):
         # how the last prompt found the cache (reuse_chunks): "prefix" (nothing to undo),
         # "rollback" (a tail undone), "checkpoint" (a recurrent state restored), "none"
         self.last_reuse = "none"
+        self.hidden: HiddenRows | None = None  # each decode's nextn rows, for an MTP head (keep_hidden)
         b = self._batch
         for i in range(self.n_batch):
             b.seq_id[i][0] = 0
@@ -274,6 +288,8 @@ class Context(_LlamaContext):
         self._heal()
         toks = np.asarray(tokens, dtype=np.int32)
         out_rows = 0
+        if self.hidden is not None:
+            self.hidden.begin(self.n_past)
         starts = sorted({0, *range(last_chunk_start % self.n_batch, last_chunk_start + 1, self.n_batch)})
         for start, end in zip(starts, [*starts[1:], n]):
             m = end - start
@@ -295,6 +311,8 @@ class Context(_LlamaContext):
                 )
             self.tokens.extend(int(t) for t in toks[start:end])
             self._decoded(0, m)
+            if self.hidden is not None:
+                self.hidden.read(m)
         if not out_rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return in_row_order(self._logits(out_rows), rows)
@@ -319,6 +337,17 @@ class Context(_LlamaContext):
         self._remove_tail(0, n_keep, self.n_past)
         del self.tokens[n_keep:]
 
+    def keep_hidden(self) -> None:
+        """From now on keep each decode's nextn hidden rows (``nextn.HiddenRows``): what
+        a multi-token-prediction head drafts from; ``hidden_kept`` reads them."""
+        if self.hidden is None:
+            self.hidden = HiddenRows(self._ptr, self.model._ptr)
+
+    def hidden_kept(self) -> np.ndarray:
+        """The last decode's hidden rows of the positions the cache still holds (its last
+        ``len(rows)`` tokens, after a rollback too); none unless ``keep_hidden``."""
+        return self.hidden.kept(self.n_past) if self.hidden is not None else np.empty((0, 0), dtype=np.float32)
+
     def checkpoint(self) -> None:
         """On a recurrent state, keep a copy of it after the tokens the cache holds now,
         so a later prompt that shares them (a chat's next turn after an edit, the same
@@ -327,67 +356,16 @@ class Context(_LlamaContext):
             self.checkpoints.take(0, self.tokens)
 
     def reuse_chunks(self, prompt: Sequence[int], min_chunk: int) -> int:
-        """Keep what the cache holds of ``prompt``: its common prefix, then every later run
-        of at least ``min_chunk`` cached tokens that ``prompt`` holds further forward,
-        moved back to the prompt's positions (``llama_memory_seq_add``; llama-server's
-        ``--cache-reuse``, for a window of a file that scrolled: the lines that left it
-        are gone and the rest moved up). The rest of the cache is removed; returns how
-        many tokens of ``prompt`` it now holds (a prefix, as ``tokens`` says).
-
-        A moved run's keys are rotated to their new positions, but they were computed
-        after the text that came before them then: close to what decoding them again
-        gives, not equal to it. Runs can only move back (llama.cpp decodes a sequence's
-        positions in order), so text inserted before a run is decoded again with it.
-
-        A recurrent state holds no runs to move: it keeps the common prefix if it can
-        undo the rest (``reuse_recurrent``). ``last_reuse`` says what happened."""
+        """Keep what the cache holds of ``prompt`` and remove the rest; how many tokens of
+        ``prompt`` it now holds (a prefix, as ``tokens`` says). ``min_chunk`` > 0: also the
+        later runs of that many cached tokens the prompt holds further forward, moved back
+        (llama-server's ``--cache-reuse``). A recurrent state keeps the common prefix if it
+        can undo the rest, else a checkpoint. ``last_reuse`` says what happened
+        (``llama.prefix``)."""
         self._heal()
-        cache = self.tokens
-        head_p = common_prefix_len(cache, prompt)
-        if self.recurrent:
-            return self.reuse_recurrent(prompt, head_p)
-        self.last_reuse = "prefix" if head_p == len(cache) else "rollback"
-        if min_chunk > 0 and _llama.llama_memory_can_shift(self._mem):
-            head_c = head_p
-            while head_c < len(cache) and head_p < len(prompt):
-                n = 0
-                while head_c + n < len(cache) and head_p + n < len(prompt) and cache[head_c + n] == prompt[head_p + n]:
-                    n += 1
-                if n < min_chunk:
-                    head_c += 1
-                    continue
-                self._remove_range(head_p, head_c)  # what lies between, then move the run
-                _llama.llama_memory_seq_add(self._mem, 0, head_c, head_c + n, head_p - head_c)
-                cache[head_p : head_p + n] = cache[head_c : head_c + n]
-                head_p, head_c = head_p + n, head_c + n
-        self.rollback(head_p)
-        return head_p
+        return keep_prefix(self, prompt, min_chunk)
 
-    def reuse_recurrent(self, prompt: Sequence[int], head: int) -> int:
-        """Keep what a recurrent state can of ``prompt`` (its cache shares ``head``
-        tokens with it): all of the cache when it is a prefix of the prompt; the common
-        prefix when the rest is within what the last decode's snapshots undo; else the
-        longest checkpoint that begins the prompt; else nothing (the prompt is decoded
-        again). Returns how many tokens of ``prompt`` the cache now holds."""
-        n = self.n_past
-        if head == n:
-            self.last_reuse = "prefix"
-            return head
-        if head > 0 and n - head <= (self.rollback_room(0) or 0):
-            self.rollback(head)
-            self.last_reuse = "rollback"
-            return head
-        ckpt = self.checkpoints.best(0, prompt) if self.checkpoints is not None else None
-        if ckpt is not None and self.checkpoints.restore(0, ckpt):
-            self.tokens[:] = ckpt.tokens
-            self._room.removed(0)
-            self.last_reuse = "checkpoint"
-            return len(ckpt.tokens)
-        self.clear()
-        self.last_reuse = "none"
-        return 0
-
-    def _remove_range(self, p0: int, p1: int) -> None:
+    def remove_range(self, p0: int, p1: int) -> None:
         """Remove positions ``p0..p1-1`` of sequence 0 from the KV memory (checked)."""
         if p1 > p0 and not _llama.llama_memory_seq_rm(self._mem, 0, p0, p1):
             self._remove_tail(0, p0, self.n_past)  # raises RollbackError: this model cannot forget a part
@@ -405,14 +383,4 @@ class Context(_LlamaContext):
         self.n_threads = n_threads
 
 
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    i = 0
-    # compare in blocks first: prompts share long prefixes across chat turns
-    step = 256
-    while i + step <= n and list(a[i : i + step]) == list(b[i : i + step]):
-        i += step
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+__all__ = ["Context", "common_prefix_len", "create_context", "in_row_order"]
