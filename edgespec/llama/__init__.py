@@ -14,7 +14,8 @@ this module reasons about KV state through that list.
 
 The door is a package: ``backend`` (the binding, its log, process-wide state),
 ``kernels`` (batch-invariant or llama.cpp's, and why), ``model`` (files, loading,
-tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback), ``multi``
+tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback), ``nextn``
+(a target's hidden rows) and ``mtp`` (the model's multi-token-prediction head), ``multi``
 (many sequences in one KV pool, one decode for all of them) and ``quantize`` (a copy of a
 model file in another weight type, through llama.cpp's quantize API).
 Import from ``edgespec.llama``; the submodules are its rooms, not its API.
@@ -34,6 +35,7 @@ from .backend import (
 from .context import Context, common_prefix_len
 from .kernels import FAST_KERNELS
 from .model import Detokenizer, Model, check_gguf_file
+from .mtp import MtpContext, check_mtp
 from .multi import MultiContext, SeqView
 from .quantize import BITS_PER_WEIGHT, UNQUANTIZED, ftype_of, quantize_model, quantized_size, run_quantize
 from .vocab import (
@@ -54,9 +56,11 @@ __all__ = [
     "Context",
     "Detokenizer",
     "Model",
+    "MtpContext",
     "MultiContext",
     "SeqView",
     "check_gguf_file",
+    "check_mtp",
     "check_vocab_compatible",
     "check_vocab_files",
     "common_prefix_len",

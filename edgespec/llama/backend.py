@@ -2,7 +2,9 @@
 its log (kept so errors can quote it, echoed only when verbose), backend start-up, and
 what the build and the machine offer (GPU offload, system info, threads).
 
-Every other module of ``edgespec.llama`` reaches llama.cpp through ``_llama`` from here.
+Every other module of ``edgespec.llama`` reaches llama.cpp through ``_llama`` from here
+(and ``_llama_ext``, the binding of llama.cpp's staging API ``llama-ext.h``: the nextn
+hidden rows an MTP head drafts from, ``nextn.py`` and ``mtp.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import deque
 try:  # pragma: no cover - exercised only when the package is broken
     import llama_cpp as _llama
     import llama_cpp._ggml as _ggml_binding
+    from llama_cpp import llama_cpp_ext as _llama_ext  # noqa: F401 - the staging API: an MTP head's rows (mtp.py)
 except Exception as exc:  # noqa: BLE001 - a missing shared library raises OSError etc.
     raise ImportError(
         "edgespec needs llama-cpp-python==0.3.36 with its compiled library; "

@@ -60,6 +60,10 @@ class Model:
     in proportion to their memory or by ``tensor_split`` (one share per server device).
     Once any server is registered, a model loaded without ``rpc`` gets an explicit list
     of local devices, so a drafter never goes over the network.
+
+    ``mtp``: load the multi-token-prediction (nextn) layers too, when the file has them
+    (``n_layer_nextn``; llama.cpp skips their tensors otherwise): an MTP context on the
+    model (``mtp.MtpContext``) drafts with them. ``has_mtp`` says whether they are loaded.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Model:
         exact: bool = True,
         rpc: str | Sequence[str | _rpc.Endpoint] | None = None,
         tensor_split: Sequence[float] = (),
+        mtp: bool = False,
     ) -> None:
         self.path = check_gguf_file(path)
         self.label = self.path.name  # how messages name it (Engine: a store's name, if it has one)
@@ -83,6 +88,7 @@ class Model:
         params.use_mmap = use_mmap
         params.vocab_only = vocab_only
         params.use_extra_bufts = not self.exact
+        params.load_mtp = mtp
         self.rpc = _endpoints(rpc)
         self._set_devices(params, tensor_split)
         self.n_gpu_layers: int = params.n_gpu_layers
@@ -110,6 +116,9 @@ class Model:
         self.add_eos: bool = bool(_llama.llama_vocab_get_add_eos(self._vocab))
         self.n_ctx_train: int = _llama.llama_model_n_ctx_train(ptr)
         self.n_layer: int = _llama.llama_model_n_layer(ptr)
+        self.n_embd: int = _llama.llama_model_n_embd(ptr)
+        self.n_layer_nextn: int = int(_llama.llama_model_n_layer_nextn(ptr))  # MTP (nextn) layers in the file
+        self.has_mtp: bool = mtp and self.n_layer_nextn > 0
         self.size_bytes: int = _llama.llama_model_size(ptr)
         self.n_params: int = _llama.llama_model_n_params(ptr)
         self.is_recurrent: bool = bool(_llama.llama_model_is_recurrent(ptr)) or bool(_llama.llama_model_is_hybrid(ptr))
