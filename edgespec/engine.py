@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from .constraints import Constraint, compile_constraint, tokenizer_for
-from .costmodel.adaptive import NO_DRAFT_ALIASES
 from .costmodel.costs import (
     CPU_BATCH_PRIOR,
     GPU_BATCH_PRIOR,
@@ -32,7 +31,7 @@ from .costmodel.drafting import DraftingOptions
 from .costmodel.priors import verify_prior
 from .decoding import generation
 from .decoding.drafters import Drafter, sentence_breaks
-from .decoding.drafting import DEFAULT_K, Drafting, open_model_drafter, rollback_needed
+from .decoding.drafting import DEFAULT_K, Drafting, draft_kind, open_model_drafter, rollback_needed
 from .decoding.params import params_from
 from .decoding.policy import DraftPolicy, FixedPolicy
 from .decoding.sequence import Prepared, check_request
@@ -47,16 +46,13 @@ if TYPE_CHECKING:  # pragma: no cover
 PromptLike = str | Sequence[dict] | Sequence[int]
 
 
-def _is_drafter(draft: str | os.PathLike | None) -> bool:
-    return draft is not None and str(draft) not in NO_DRAFT_ALIASES
-
-
 class Engine:
     """A target model, an optional drafter, and the KV session between calls.
 
     ``draft`` is ``None``/``"none"`` (plain decoding through the same loop),
-    ``"ngram"`` (prompt lookup), or the path of a GGUF draft model from the target's
-    family (its vocabulary is checked against the target's).
+    ``"ngram"`` (prompt lookup), ``"mtp"`` (the target's own multi-token-prediction head,
+    ``decoding.mtp``), or the path of a GGUF draft model from the target's family (its
+    vocabulary is checked against the target's).
 
     ``drafting`` (a ``DraftingOptions``; default: the learned policy with the engine's
     own priors) says how it drafts: how many tokens each round drafts is the drafting
@@ -120,9 +116,9 @@ class Engine:
         self._n_batch = n_batch
         self._gpu_layers = n_gpu_layers
         self._draft_gpu_layers = n_gpu_layers if draft_n_gpu_layers is None else draft_n_gpu_layers
-        kind = "none" if not _is_drafter(draft) else ("ngram" if str(draft) == "ngram" else "model")
+        kind = draft_kind(draft)
         self._rollback = rollback_needed(options, kind)  # a recurrent target's snapshots
-        self._load_target(target, n_ctx, exact=bool(exact), rpc=(rpc, tuple(tensor_split)))
+        self._load_target(target, n_ctx, exact=bool(exact), rpc=(rpc, tuple(tensor_split)), mtp=kind == "mtp")
         self.target_model.label = names[0] or self.target_model.label
         on_gpu = self._on_gpu()
         self.drafting = Drafting(
@@ -138,8 +134,8 @@ class Engine:
             self.close()
             raise
 
-    def _load_target(self, path: str | os.PathLike, n_ctx: int, *, exact: bool, rpc: tuple = (None, ())) -> None:
-        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=rpc[0], tensor_split=rpc[1])
+    def _load_target(self, path, n_ctx: int, *, exact: bool, rpc: tuple = (None, ()), mtp: bool = False) -> None:
+        model = Model(path, n_gpu_layers=self._gpu_layers, exact=exact, rpc=rpc[0], tensor_split=rpc[1], mtp=mtp)
         try:
             self.n_ctx = min(n_ctx, max(model.n_ctx_train, 16)) if model.n_ctx_train else n_ctx
             self.ctx = self._context(model)
@@ -281,13 +277,16 @@ class Engine:
 
     def set_drafter(self, draft: str | os.PathLike | None, *, name: str | None = None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
-        model already loaded) or a path to a GGUF draft model (``name``: how messages
-        name it, by default its file name)."""
-        if not _is_drafter(draft):
+        model already loaded), ``"mtp"`` (the target's MTP head, for an engine built with
+        it) or a GGUF draft model's path (``name``: how messages name it)."""
+        kind = draft_kind(draft)
+        if kind == "none":
             self.drafting.use("none")
-        elif str(draft) in ("ngram", "model"):
-            self._fit_rollback(str(draft))
-            self.drafting.use(str(draft))
+        elif kind == "mtp" or str(draft) in ("ngram", "model"):
+            self._fit_rollback(kind)
+            if kind == "mtp":  # opened once; the target's context (maybe new) keeps its hidden rows
+                self.drafting.open_mtp(self.ctx, self.target_model, p_min=self.p_min)
+            self.drafting.use(kind)
         else:
             path = Path(draft).expanduser()
             if self.draft_model is not None and self.draft_model.path.resolve() == path.resolve():

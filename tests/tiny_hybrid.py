@@ -419,6 +419,23 @@ def _qwen35_kv(
     return kv
 
 
+def _right_head(t: dict[str, np.ndarray], n_layer: int, n_embd: int, perturb: float, rng: np.random.Generator) -> None:
+    """In place: the MTP head right by construction, then perturbed (``make_tiny_qwen35``)."""
+    for key in t:
+        if key.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+            t[key] = np.zeros_like(t[key])
+    p = f"blk.{n_layer}."
+    eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)  # (out, in): in = [enorm(emb), hnorm(h)]
+    eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)
+    t[p + "nextn.eh_proj.weight"] = eh
+    if perturb > 0:
+        for key in ("nextn.eh_proj.weight", "attn_output.weight", "ffn_down.weight"):
+            arr = t[p + key]
+            noise = _normal(rng, arr.shape, perturb / np.sqrt(arr.shape[1]))
+            noise[0, :] = 0.0  # the bias channel stays the embedding's
+            t[p + key] = arr + noise
+
+
 def _mrope_sections(n_rot: int) -> list[int]:
     """Qwen3.5's [11, 11, 10, 0] for n_rot 64, scaled: the three sections share n_rot / 2."""
     half = n_rot // 2
@@ -443,6 +460,8 @@ def make_tiny_qwen35(
     n_group: int = 2,
     n_v_heads: int = 4,
     nextn: bool = False,
+    right_head: bool = False,
+    perturb: float = 0.0,
     n_ctx_train: int = 2048,
     logit_scale: float = 6.0,
     special_bias: float = -30.0,
@@ -469,6 +488,16 @@ def make_tiny_qwen35(
     state's decay), ``attn_gain`` scales the attention layers' output. ``nextn=True`` adds
     one MTP block after the trunk (its weights come from a generator of their own, so the
     trunk is identical to ``nextn=False``'s).
+    ``right_head=True`` (with ``nextn``) makes that head right by construction (issue 45):
+    every block's output projection (``attn_output``, ``ssm_out``, ``ffn_down``, the MTP
+    block's too) is zero, so the residual stream stays the token's embedding and the target
+    predicts f(x_t) = argmax(output · norm(emb(x_t))); the head's ``eh_proj`` passes the
+    token-embedding half through (identity there, zero on the hidden half), so from
+    (x_(t+1), h_t) it predicts f(x_(t+1)), the target's next token: every greedy draft is
+    accepted, and at temperature > 0 its q is the target's p. ``perturb`` adds Gaussian
+    noise of that many unit-gain stds (1/sqrt(fan-in)) to the head's ``eh_proj`` (both
+    halves: the hidden rows then matter), ``attn_output`` and ``ffn_down`` (not to the bias
+    channel's row): partial acceptance, the more the lower.
     ``noise``/``noise_seed`` as ``make_tiny_lfm2``'s.
     """
     if n_layer < 1 or full_attention_interval < 1:
@@ -514,6 +543,10 @@ def make_tiny_qwen35(
         t[p + "nextn.enorm.weight"] = _ones(n_embd)
         t[p + "nextn.hnorm.weight"] = _ones(n_embd)
         t[p + "nextn.shared_head_norm.weight"] = _ones(n_embd)
+    if right_head:
+        if not nextn:
+            raise ValueError("right_head needs nextn=True")
+        _right_head(t, n_layer, n_embd, perturb, np.random.default_rng([seed, 2]))
     _perturb(noise_seed, noise, t, {k: _init_std(k, a) for k, a in t.items()})
 
     kv = _qwen35_kv(
@@ -536,7 +569,13 @@ def make_tiny_qwen35(
         full_attention_interval=full_attention_interval,
         n_vocab=v.n_vocab,
     )
-    label = name or f"edgespec-tiny-qwen35-s{seed}" + ("-mtp" if nextn else "") + (f"-noise{noise:g}" if noise else "")
+    label = name or (
+        f"edgespec-tiny-qwen35-s{seed}"
+        + ("-mtp" if nextn else "")
+        + ("-right" if right_head else "")
+        + (f"-perturb{perturb:g}" if perturb else "")
+        + (f"-noise{noise:g}" if noise else "")
+    )
     return _write(Path(path), "qwen35", label, kv, v, t)
 
 

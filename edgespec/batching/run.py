@@ -154,6 +154,7 @@ class PreparedBatch:
         self.drafter_note = {
             "none": "",
             "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
+            "mtp": "the MTP head does not draft inside parallel batches (--parallel 1 uses it)",
         }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
         self.runner: BatchRunner | None = None
         self.stats = BatchStats()

@@ -33,7 +33,9 @@ class DraftingOptions:
     confidence itself). ``verify_cost`` (c(n)), ``draft_gamma`` (γ: a draft model's step
     in target steps) and ``batch_cost`` (C(n) of n sequences per decode) are the priors
     the engine refines with its own timings (None: its own priors; γ then from the model
-    sizes, ``costmodel.adaptive.draft_cost_ratio``). ``ngram_min_match`` is the shortest
+    sizes, ``costmodel.adaptive.draft_cost_ratio``); ``mtp_gamma`` is γ of the target's
+    own multi-token-prediction head (``--draft mtp``; None: from the target's layers).
+    ``ngram_min_match`` is the shortest
     context match prompt lookup drafts from. ``memory``: prompt lookup also drafts from
     the answers the engine wrote before (``decoding.memory``), the last ``memory_cap``
     tokens of them.
@@ -44,6 +46,7 @@ class DraftingOptions:
     p_min: float = 0.0
     verify_cost: VerifyCost | None = None
     draft_gamma: float | None = None
+    mtp_gamma: float | None = None
     batch_cost: VerifyCost | None = None
     ngram_min_match: int = 2
     memory: bool = True
@@ -58,6 +61,8 @@ class DraftingOptions:
             raise InputError(f"p_min must be in [0, 1) (got {self.p_min})")
         if self.draft_gamma is not None and self.draft_gamma < 0:
             raise InputError(f"draft_gamma must be at least 0 (got {self.draft_gamma})")
+        if self.mtp_gamma is not None and self.mtp_gamma < 0:
+            raise InputError(f"mtp_gamma must be at least 0 (got {self.mtp_gamma})")
         if self.memory_cap < 1:
             raise InputError(f"the memory cap must be at least 1 token (got {self.memory_cap})")
 

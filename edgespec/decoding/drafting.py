@@ -1,9 +1,10 @@
 """An engine's drafting state, in one object: the drafter, its policy, k and the learned costs.
 
 ``Drafting`` is what an ``Engine`` holds to draft: the options it was given (one frozen
-``costmodel.drafting.DraftingOptions``), which drafter runs ("none", "ngram" or "model"),
-prompt lookup's index of the engine's own context, the draft model's drafter when one
-is loaded, the memory of earlier answers (``decoding.memory``), and what was learned
+``costmodel.drafting.DraftingOptions``), which drafter runs ("none", "ngram", "model" or
+"mtp"), prompt lookup's index of the engine's own context, the draft model's drafter when
+one is loaded, the target's own multi-token-prediction head when asked for
+(``decoding.mtp``, ``open_mtp``), the memory of earlier answers (``decoding.memory``), and what was learned
 about the machine: c(n) (``OnlineCost``, refined by every round), the batch cost C(n)
 (refined by every batch) and a drafting policy per drafter (``decoding.policy``: its γ
 learned as it drafts), kept across generations.
@@ -14,8 +15,9 @@ run it (``for_request``); per batch sequence, a fresh drafter and policy of its 
 (``costmodel.adaptive.draft_cost_ratio``), from the models' sizes when no γ is given.
 
 It knows llama.cpp only through the draft model's ``ModelDrafter`` (``open_model_drafter``
-loads one, checked against the target; the engine hands it over, ``use_model``); it
-knows nothing of prompts, text or batches.
+loads one, checked against the target; the engine hands it over, ``use_model``) and the
+MTP head's context (``open_mtp``, on the target's model); it knows nothing of prompts,
+text or batches (a batch drafts with prompt lookup or not at all).
 """
 
 from __future__ import annotations
@@ -24,21 +26,40 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from ..costmodel.adaptive import DEFAULT_DECODE_GBS, DEFAULT_OVERHEAD_MS, VerifyCost, draft_cost_ratio
+from ..costmodel.adaptive import (
+    DEFAULT_DECODE_GBS,
+    DEFAULT_OVERHEAD_MS,
+    NO_DRAFT_ALIASES,
+    VerifyCost,
+    draft_cost_ratio,
+)
 from ..costmodel.costs import BATCH_COST_SIZES, OnlineCost
 from ..costmodel.drafting import DraftingOptions
 from ..errors import InputError
-from ..llama import Model, check_vocab_compatible
-from .drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from ..llama import Context, Model, MtpContext, check_vocab_compatible
+from .drafters import Drafter, NgramDrafter, NoDrafter
 from .memory import MemoryDrafter
+from .model_drafter import ModelDrafter
+from .mtp import MtpDrafter
 from .policy import DraftPolicy, FixedPolicy
 from .suffix import SuffixIndex
 
 DEFAULT_K = 4  # a fixed k when asked for one without a number (``adaptive_k = False``)
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
 # GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
-DEFAULT_K_MAX = {"model": 8, "ngram": 15, "none": 1}
-KINDS = ("none", "ngram", "model")
+# An MTP head is one layer trained for the next token but one: its later drafts, fed its
+# own hidden rows, fall off fast (peers draft 1-3 with it).
+DEFAULT_K_MAX = {"model": 8, "ngram": 15, "mtp": 3, "none": 1}
+KINDS = ("none", "ngram", "model", "mtp")
+
+
+def draft_kind(draft: object) -> str:
+    """The kind of drafter an engine's ``draft`` argument names: None or one of
+    ``NO_DRAFT_ALIASES``, "none"; "ngram" and "mtp" themselves; anything else a draft
+    model (its path, or "model": the one loaded)."""
+    if draft is None or str(draft) in NO_DRAFT_ALIASES:
+        return "none"
+    return str(draft) if str(draft) in ("ngram", "mtp") else "model"
 
 
 def open_model_drafter(
@@ -63,6 +84,28 @@ def open_model_drafter(
     except BaseException:
         model.close()
         raise
+
+
+def open_mtp(target: Context, *, p_min: float = 0.0) -> MtpDrafter:
+    """The MTP head of ``target``'s model (loaded with its MTP layers, ``Model(mtp=True)``;
+    else a clear ``InputError``) as a drafter, with a context of its own as long as the
+    target's; the target's context keeps its hidden rows from now on."""
+    ctx = MtpContext(target.model, n_ctx=target.n_ctx, n_batch=target.n_batch, n_threads=target.n_threads)
+    target.keep_hidden()
+    return MtpDrafter(ctx, p_min=p_min)
+
+
+def mtp_gamma(target: Model) -> float:
+    """γ prior of an MTP head step, the cost model's formula (``draft_cost_ratio``) over the
+    weights one step reads: about a layer's worth for its decoder block and ``eh_proj``,
+    and the shared LM head (a large share of a small model: a fifth of Qwen3.5-0.8B),
+    plus a decode's overhead; the policy learns the real figure from its rounds."""
+    bytes_per_param = target.size_bytes / max(1, target.n_params)
+    per_layer = target.size_bytes / max(1, target.n_layer + target.n_layer_nextn)
+    head = target.n_vocab * target.n_embd * bytes_per_param
+    return draft_cost_ratio(
+        int(per_layer + head), target.size_bytes, overhead_ms=DEFAULT_OVERHEAD_MS, gbs=DEFAULT_DECODE_GBS
+    )
 
 
 def rollback_needed(options: DraftingOptions, kind: str) -> int:
@@ -97,18 +140,34 @@ class Drafting:
         self.memory: SuffixIndex | None = SuffixIndex(options.memory_cap) if options.memory else None
         self.kind = "none"
         self.model: ModelDrafter | None = None
+        self.mtp: MtpDrafter | None = None  # the target's own MTP head (open_mtp)
         self._gamma_sizes: tuple[int, int] | None = None  # (draft, target) bytes, for γ from sizes
+        self._mtp_gamma = 0.0
         self._lookup = NgramDrafter(min_match=options.ngram_min_match, is_break=is_break)
         self._policies: dict[str, DraftPolicy] = {}
 
     # -- what runs --------------------------------------------------------------------
     def use(self, kind: str) -> None:
-        """Draft with ``kind``: "none", "ngram" or "model" (the draft model handed over)."""
+        """Draft with ``kind``: "none", "ngram", "model" (the draft model handed over) or
+        "mtp" (the MTP head handed over, ``use_mtp``)."""
         if kind not in KINDS:
             raise InputError(f"unknown drafter {kind!r}; use one of {', '.join(KINDS)}")
         if kind == "model" and self.model is None:
             raise InputError("no draft model is loaded; pass a draft model path instead")
+        if kind == "mtp" and self.mtp is None:
+            raise InputError("the target's MTP head is not open; build the engine with draft='mtp'")
         self.kind = kind
+
+    def open_mtp(self, target: Context, model: Model, *, p_min: float = 0.0) -> None:
+        """Draft with the MTP head of ``target``'s model (opened once, ``open_mtp``); the
+        target's context keeps its hidden rows (again, if it is a new one). Its γ starts
+        from the share of the target's weights one head step reads (``mtp_gamma``)."""
+        if self.mtp is None:
+            self.mtp = open_mtp(target, p_min=p_min)
+            self._mtp_gamma = mtp_gamma(model)
+            self._policies.pop("mtp", None)
+        target.keep_hidden()
+        self.kind = "mtp"
 
     def use_model(self, drafter: ModelDrafter, *, target_bytes: int) -> None:
         """Draft with a newly loaded draft model (the previous one is closed); its γ
@@ -152,8 +211,17 @@ class Drafting:
         return min(self.options.k_max or DEFAULT_K_MAX.get(kind, 16), self.max_k)
 
     # -- costs ------------------------------------------------------------------------
-    def gamma(self) -> float:
-        """The draft model's γ prior: the options', or the cost model's from the sizes."""
+    @property
+    def draft_ctx(self):
+        """The running drafter's own context (the draft model's, the MTP head's), or None."""
+        drafter = {"model": self.model, "mtp": self.mtp}.get(self.kind)
+        return drafter.ctx if drafter is not None else None
+
+    def gamma(self, kind: str = "model") -> float:
+        """The draft model's γ prior: the options', or the cost model's from the sizes;
+        the MTP head's (``kind`` "mtp"): from the target's layers (``mtp_gamma``)."""
+        if kind == "mtp":
+            return self._mtp_gamma if self.options.mtp_gamma is None else self.options.mtp_gamma
         if self.options.draft_gamma is not None:
             return self.options.draft_gamma
         if self._gamma_sizes is None:
@@ -188,7 +256,8 @@ class Drafting:
             return FixedPolicy(self.k)
         pol = self._policies.get(kind)
         if pol is None:
-            pol = self._policies[kind] = DraftPolicy(kind, self.cost, gamma=self.gamma() if kind == "model" else 0.0)
+            gamma = self.gamma(kind) if kind in ("model", "mtp") else 0.0
+            pol = self._policies[kind] = DraftPolicy(kind, self.cost, gamma=gamma)
         pol.l_max = self.k_max_for(kind)
         return pol
 
@@ -200,6 +269,8 @@ class Drafting:
             drafter: Drafter = MemoryDrafter(self._lookup, memory)
         elif self.kind == "model":
             drafter = self.model
+        elif self.kind == "mtp":
+            drafter = self.mtp
         else:
             drafter = NoDrafter()
         return drafter, self.policy()
@@ -214,4 +285,7 @@ class Drafting:
 
     def close(self) -> None:
         self.close_model()
+        if self.mtp is not None:
+            self.mtp.close()
+            self.mtp = None
         self._lookup.close()

@@ -40,7 +40,7 @@ def run(engine: OwnContext, req: Prepared) -> Iterator[Event]:
     that many alternatives."""
     target, drafting = engine.ctx, engine.drafting
     drafter, policy = drafting.for_request(req.memory)
-    draft_ctx = drafting.model.ctx if drafting.kind == "model" else None
+    draft_ctx = drafting.draft_ctx  # the draft model's or the MTP head's (their decode time)
     seq = DecodeSequence(target, drafter, req, model=engine.target_model, policy=policy, n_ctx=engine.n_ctx)
     stats, ids = seq.stats, req.ids
 

@@ -111,7 +111,7 @@ class DraftPolicy:
     """
 
     def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15, seed: int = 0) -> None:
-        if kind not in ("ngram", "model"):
+        if kind not in ("ngram", "model", "mtp"):  # "mtp": the target's own head, judged as a draft model
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
         # what it learns of the memory's drafts outlives a generation: it is the memory's
@@ -164,7 +164,7 @@ class DraftPolicy:
         self._mem_draws = None  # drawn when a memory proposal is first judged this round
         self._conf, self._rates = [], []
         self._e = self._p = self._best = 1.0  # E(j), a_1·…·a_j and the best ratio so far
-        if self.kind == "model":
+        if self.kind != "ngram":
             # Even a draft accepted for sure must pay for its draft step and its row.
             best = float(self._draws[self.acc.bucket(1, 1.0)])
             if (1.0 + best) / (self.cost(2) + self.gamma) <= 1.0:

@@ -106,6 +106,10 @@ class SpeculativeLoop:
 
     def round(self, budget: int) -> RoundResult:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
+        if self.prefill and (self.target.checkpoints is not None or self.drafter.reads_hidden):
+            # a recurrent target: the prompt apart, its state kept where a request with this
+            # prompt resumes; an MTP head drafts from the prompt's hidden rows: first
+            self._prefill_apart(self.prefill)
         proposal, draft_seconds = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
         n = self.policy.choose(
@@ -122,9 +126,6 @@ class SpeculativeLoop:
         # Verify: x_last plus every draft in one decode, logits at all k+1 rows; in the
         # first round behind the rest of the prompt (``prefill``), as one decode
         pre = self.prefill
-        if pre and self.target.checkpoints is not None:  # a recurrent target: the prompt apart,
-            self._prefill_apart(pre)  # its state kept where a request with this prompt resumes
-            pre = []
         t1: float | None = time.perf_counter()
         t_decode = self.target.t_decode if pre else 0.0
         batch = [*pre, self.committed[-1], *drafts.ids]
@@ -140,6 +141,7 @@ class SpeculativeLoop:
         a regenerated answer or a server's repeated request, restores it."""
         t_decode = self.target.t_decode
         self.target.decode(pre, rows=())
+        self._hand_hidden()
         self.target.checkpoint()
         self.prefill = []
         self.prompt_done, self.prefill_seconds = time.perf_counter(), self.target.t_decode - t_decode
@@ -260,6 +262,7 @@ class SpeculativeLoop:
         # token j was chosen at verify row j (a kept draft, the correction or the bonus)
         lps = None if read is None else [token_logprob(r, t, self.logprobs) for r, t in zip(read, out)]
         self._commit(out, n_acc)
+        self._hand_hidden()
         self.drafter.accepted(drafts.verified, n_acc)  # (the memory counts its own drafts)
         n_forced = min(proposal.forced, len(drafts.ids))
         self.policy.observe(
@@ -303,6 +306,13 @@ class SpeculativeLoop:
             m.consume(out)
             assert m.consumed == len(self.committed) - self.n_prompt, "matcher out of step with the KV cache"
             self.stats.t_mask = m.t_mask
+
+    def _hand_hidden(self) -> None:
+        """The protocol's one door to the target (``decoding.drafters``): a drafter that
+        reads hidden rows (the MTP head) gets those of the positions the target's cache
+        kept of its last decode; any other drafter, nothing, and none are asked for."""
+        if self.drafter.reads_hidden:
+            self.drafter.observe_verify(self.target.tokens, self.target.hidden_kept())
 
     def _row_reader(self, rows: np.ndarray, masks: list | None):
         """``row(i, out)``: verify row i as this round samples it, ``_logits`` then the
