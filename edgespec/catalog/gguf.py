@@ -274,3 +274,30 @@ def weight_mix(path: str | os.PathLike) -> str:
 def _weight_mix(path: str, size: int, mtime_ns: int) -> str:
     del size, mtime_ns  # the cache key: a rewritten file is read again
     return classify_mix(read_tensor_types(path))
+
+
+def mtp_head(path: str | os.PathLike) -> tuple[int, float]:
+    """The multi-token-prediction (nextn) layers a GGUF model file keeps
+    (``{arch}.nextn_predict_layers``; 0: none, as most plain conversions) and what one step
+    of that head reads relative to one step of the model: the tensors of its nextn blocks
+    and the LM head against those of the trunk and the LM head (elements, from the headers;
+    0.0 without nextn layers). Raises ``ModelFileError`` like ``read_gguf_metadata``."""
+    meta = read_gguf_metadata(path)
+    arch = meta.get("general.architecture", "")
+    n_nextn = int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    if n_nextn <= 0:
+        return 0, 0.0
+    first = int(meta.get(f"{arch}.block_count", 0) or 0) - n_nextn
+    tensors = read_tensor_types(path)
+    names = {name for name, *_ in tensors}
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"  # tied embeddings
+    mtp = trunk = 0
+    for name, _type, elements, _dims in tensors:
+        m = re.match(r"blk\.(\d+)\.", name)
+        if m and int(m.group(1)) >= first:
+            mtp += elements
+        elif name == head:
+            mtp, trunk = mtp + elements, trunk + elements
+        elif name != "token_embd.weight":  # a row of it is read per token, not the matrix
+            trunk += elements
+    return n_nextn, mtp / max(1, trunk)

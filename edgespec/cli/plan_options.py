@@ -30,7 +30,11 @@ TargetOpt = Annotated[
 ]
 DraftOpt = Annotated[
     Optional[str],
-    typer.Option("--draft", "-d", help="Drafter: a GGUF path, 'ngram' or 'none' (overrides the profile)."),
+    typer.Option(
+        "--draft",
+        "-d",
+        help="Drafter: a GGUF path, 'ngram', 'mtp' (the target's own MTP head) or 'none' (overrides the profile).",
+    ),
 ]
 KOpt = Annotated[
     Optional[int],
@@ -77,7 +81,7 @@ TensorSplitOpt = Annotated[
 @dataclass(frozen=True)
 class PlanOptions:
     """The plan options as the command line gave them, each in its one form: ``draft``
-    normalised (``costmodel.adaptive.normalize_draft``: None, "none", "ngram", "model"
+    normalised (``costmodel.adaptive.normalize_draft``: None, "none", "ngram", "model", "mtp"
     or a name/path), ``k`` None or a number, ``rpc``/``tensor_split`` parsed. None
     (False) leaves the choice to the profile. ``memory``/``memory_cap`` come from the
     memory options (``cli.memory_options.MemoryOptions.apply``)."""

@@ -119,9 +119,16 @@ SOURCE_NAMES = {
     "prompt": "the prompt",
     "grammar": "the grammar",
     "model": "the draft model",
+    "mtp": "the model's own MTP head",
 }
 """Where accepted drafts came from (``Stats.accepted_by_source``'s keys), in words."""
-_SHORT_NAMES = {"memory": "earlier answers", "prompt": "prompt", "grammar": "grammar", "model": "draft model"}
+_SHORT_NAMES = {
+    "memory": "earlier answers",
+    "prompt": "prompt",
+    "grammar": "grammar",
+    "model": "draft model",
+    "mtp": "MTP head",
+}
 
 
 def sources_part(kept: dict[str, int], live: bool = False) -> str:

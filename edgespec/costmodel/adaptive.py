@@ -127,7 +127,7 @@ class DrafterOption:
     (``edgespec.decoding.policy``) drafts only where it pays and costs nothing to look, so it
     never falls below plain decoding (1.0); 0 where no such guarantee holds."""
 
-    drafter: str  # "model" | "ngram"
+    drafter: str  # "model" | "ngram" | "mtp"
     alpha: float
     gamma: float
     hit: float = 1.0
@@ -148,7 +148,8 @@ def is_no_draft(name: object) -> bool:
 def normalize_draft(draft: str | None) -> str | None:
     """A drafter as a user names it, in the one form the planner and the engine take:
     None or "auto" (choose), "none" (any of ``NO_DRAFT_ALIASES``), "ngram", "model" (the
-    pair's draft model), or a catalog name or path as given (spaces stripped). Applied
+    pair's draft model), "mtp" (the target's own multi-token-prediction head), or a
+    catalog name or path as given (spaces stripped). Applied
     once, where a name comes in: ``cli.plan_options`` and ``edgespec.load``."""
     if draft is None:
         return None
@@ -156,12 +157,12 @@ def normalize_draft(draft: str | None) -> str | None:
     if is_no_draft(d):
         return "none"
     low = d.lower()
-    return low if low in ("ngram", "model", "auto") else d
+    return low if low in ("ngram", "model", "mtp", "auto") else d
 
 
 @dataclass(frozen=True)
 class Choice:
-    drafter: str  # "model" | "ngram" | "none"
+    drafter: str  # "model" | "ngram" | "mtp" | "none"
     k: int
     speedup: float  # predicted; 1.0 for "none"
     # predicted (k, speedup) of every option considered, for the explanation

@@ -26,13 +26,14 @@ from .costs import Costs, exact_slowdown
 from .explain import explain as _explain
 from .explain import x as _x
 
-DRAFT_MODES = ("none", "ngram", "model", "auto")
+DRAFT_MODES = ("none", "ngram", "model", "mtp", "auto")
 
 
 @dataclass(frozen=True)
 class Ask:
     """What the command line asked of the drafter. ``mode``: "auto" (choose), "none",
-    "ngram", "model" (the pair's draft model) or "given" (a catalog name or a path);
+    "ngram", "model" (the pair's draft model), "mtp" (the target's own MTP head) or
+    "given" (a catalog name or a path);
     ``draft`` the --draft text ("auto" when not given)."""
 
     mode: str

@@ -20,6 +20,9 @@ from ..profiles import Profile
 from . import pairing
 
 RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logits per decode
+# The acceptance of a model's own MTP head before any is measured: upstream reports 0.7 to
+# 0.95 for the first draft on Qwen3.5/3.6 (llama.cpp PR #22673; #23011: 95.6%).
+MTP_ALPHA_PRIOR = 0.75
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,9 @@ def costs_for(
         else:
             gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
         options.append(adaptive.DrafterOption("model", alpha, gamma))
+    mtp = mtp_option(tgt, prof) if mode in ("mtp", "auto") else None
+    if mtp is not None:
+        options.append(mtp)
     if mode == "ngram" or (mode == "auto" and "ngram" in drafters):
         # the learned policy drafts only where a draft pays: prompt lookup cannot lose
         options.append(
@@ -150,6 +156,24 @@ def costs_for(
         v.mix,
     )
     return _over_network(costs, prof, pair_name, tgt) if rpc else costs
+
+
+def mtp_option(tgt: str, prof: Profile) -> adaptive.DrafterOption | None:
+    """The target's own multi-token-prediction head as a drafter (``--draft mtp``), when
+    its file here keeps nextn layers (``catalog.gguf.mtp_head``); None otherwise. α is the
+    prior above; γ the cost model's formula over the weights one head step reads."""
+    path = catalog.local_path(tgt)
+    try:
+        n_nextn, share = gguf.mtp_head(path) if path is not None else (0, 0.0)
+        size = catalog.model_info(tgt).size_bytes
+    except Exception:  # noqa: BLE001 - an unreadable file: no head to weigh
+        return None
+    if n_nextn <= 0:
+        return None
+    over, gbs = prof.overhead_ms.value, prof.decode_gbs.value
+    return adaptive.DrafterOption(
+        "mtp", MTP_ALPHA_PRIOR, adaptive.draft_cost_ratio(int(size * share), size, overhead_ms=over, gbs=gbs)
+    )
 
 
 def local_step_ms(prof: Profile, pair_name: str | None, tgt: str) -> float:

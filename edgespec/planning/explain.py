@@ -31,6 +31,9 @@ def explain(
         parts.append(_explain_model(choice, prof, opts["model"], *by["model"], c, c_status, gamma_status))
     if "ngram" in by:
         parts.append(_explain_ngram(prof, opts["ngram"], *by["ngram"], c, slowdown))
+    if "mtp" in by:
+        (k, s), o = by["mtp"], opts["mtp"]
+        parts.append(f"mtp (the target's own head) {x(s)} at best (k={k}; α={o.alpha:.2f} a prior, γ={o.gamma:.2f})")
     if choice.drafter == "none":
         if choice.options:
             head = f"plain decoding: no drafter is predicted to beat it by {prof.min_gain:.0%}"

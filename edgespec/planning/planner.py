@@ -61,7 +61,8 @@ def plan(
     with the command line's options on top.
 
     ``draft`` in the form ``costmodel.adaptive.normalize_draft`` gives: None (choose),
-    "none", "ngram", "model" (the pair's draft), a catalog name or a path. ``k`` fixes
+    "none", "ngram", "model" (the pair's draft), "mtp" (the target's own MTP head: a file
+    with nextn layers, else ``ProfileError``), a catalog name or a path. ``k`` fixes
     the draft length of every round instead of the learned policy (0: plain decoding).
     ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU the cost model
     then counts. ``probe`` replaces the machine for detection (tests). ``offline``
@@ -82,6 +83,7 @@ def plan(
     if ask.mode in ("model", "given") and pair.draft is None:
         raise ProfileError(f"--draft {ask.draft}: no draft model is known for target {pair.target}; pass a path")
     costs = costs_for(prof, pair.name, pair.draft, pair.target, ask.mode, exact, bool(rpc), pair.given)
+    _check_mtp(ask, pair.target, costs)
     chosen = with_k(ask, choose_drafter(prof, ask, costs), costs)
     chosen = no_rollback(chosen, pair.target)
     cap, cap_note = snapshot_room(chosen, pair, prof, room, costs.k_max)
@@ -93,6 +95,15 @@ def plan(
         prof, chosen.choice.drafter, k, costs, exact=exact, rpc=bool(rpc), memory=memory, memory_cap=memory_cap
     )
     return _record(prof, pair, chosen, notes, drafting, exact=exact, rpc=rpc, tensor_split=tensor_split)
+
+
+def _check_mtp(ask: Ask, target: str, costs: Costs) -> None:
+    """--draft mtp on a target with no MTP head here: a clear error, before any loading."""
+    if ask.mode == "mtp" and not costs.options:
+        raise ProfileError(
+            f"--draft mtp: {target} has no multi-token-prediction (nextn) layers here, so it "
+            "cannot draft for itself; use a GGUF that keeps them (often published as -MTP-GGUF)"
+        )
 
 
 def _with_settings(prof: Profile, **settings: int | None) -> Profile:

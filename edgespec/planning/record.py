@@ -51,7 +51,7 @@ class Plan:
     backend: str
     target: str
     draft: str | None
-    drafter: str  # "model" | "ngram" | "none"
+    drafter: str  # "model" | "ngram" | "mtp" | "none"
     k: int
     p_min: float  # the profile's fixed confidence cut-off (used with a fixed k only)
     n_ctx: int
@@ -103,7 +103,7 @@ class Plan:
                 raise ProfileError("plan has drafter 'model' but no draft model")
             draft: Path | str | None = catalog.resolve_model(self.draft, offline=offline)
         else:
-            draft = self.drafter if self.drafter == "ngram" else None
+            draft = self.drafter if self.drafter in ("ngram", "mtp") else None
         over_rpc = {"rpc": ",".join(self.rpc), "tensor_split": self.tensor_split} if self.rpc else {}
         return {
             "target": catalog.resolve_model(self.target, offline=offline),
