@@ -149,10 +149,14 @@ def rank(
 
 
 def _fit_beside(t: catalog.LocalModel, d: catalog.LocalModel, n_ctx: int, budget: int, headroom: int) -> catalog.Fit:
-    """Whether ``d`` fits in memory beside ``t`` (both KV caches at ``n_ctx``), from the
-    headers already read."""
-    kv = catalog.kv_cache_bytes(t.header.shape, n_ctx) + catalog.kv_cache_bytes(d.header.shape, n_ctx)
-    return catalog.Fit(t.size_bytes + d.size_bytes, kv, headroom, budget)
+    """Whether ``d`` fits in memory beside ``t`` (both KV caches at ``n_ctx``; a hybrid's
+    KV only for its attention layers, and its recurrent state with the snapshots drafting
+    keeps: ``catalog.check_fit`` reads their layer kinds), else from the headers already read."""
+    try:
+        return catalog.check_fit(t.path, d.path, n_ctx=n_ctx, available_bytes=budget, headroom_bytes=headroom)
+    except Exception:  # noqa: BLE001 - an unreadable file: the headers' figures
+        kv = catalog.kv_cache_bytes(t.header.shape, n_ctx) + catalog.kv_cache_bytes(d.header.shape, n_ctx)
+        return catalog.Fit(t.size_bytes + d.size_bytes, kv, headroom, budget)
 
 
 def _figures(
@@ -183,6 +187,9 @@ _FAMILIES = (
     ("qwen2", lambda tok, arch: tok.pre == "qwen2" and abs(tok.n_tokens - 151936) <= 128),
     ("llama3", lambda tok, arch: tok.pre == "llama-bpe" and tok.n_tokens == 128256),
     ("gemma3", lambda tok, arch: arch.startswith("gemma3") and tok.n_tokens >= 262144),
+    ("qwen35", lambda tok, arch: tok.pre == "qwen35"),
+    ("lfm2", lambda tok, arch: tok.pre == "lfm2"),
+    ("gemma4", lambda tok, arch: arch.startswith("gemma4")),
 )
 
 
