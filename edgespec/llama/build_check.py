@@ -43,7 +43,8 @@ CPUINFO = Path("/proc/cpuinfo")
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 # Windows reports a process ended by an illegal instruction by its NTSTATUS, not a signal
 _STATUS_ILLEGAL_INSTRUCTION = 0xC000001D
-PROMPT = "def reverse(text: str) -> str:\n    # Return the characters of text in reverse order.\n    return"
+PROMPT = "def reverse(text: str) -> str:\n    return text[::-1]\n\n\ndef main() -> None:\n"
+PROMPT_TOKENS = 16  # a batch of 16 rows: the GEMM tiles of repacked kernels (4, 8, 16)
 _SHARED = (".so", ".dylib", ".dll")
 
 
@@ -68,15 +69,16 @@ def build_identity(lib: Path | None = None) -> list[list] | None:
     lib = library_dir() if lib is None else lib
     if lib is None:
         return None
-    found = []
+    found = {}
     try:
-        for p in sorted(lib.iterdir()):
+        for p in lib.iterdir():
             if any(s in p.name for s in _SHARED) and p.is_file():
-                st = p.stat()
-                found.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+                real = p.resolve()  # libllama.so -> libllama.so.0 -> libllama.so.0.5.0: one file
+                st = real.stat()
+                found[str(real)] = [str(real), st.st_size, st.st_mtime_ns]
     except OSError:
         return None
-    return found or None
+    return [found[k] for k in sorted(found)] or None
 
 
 def store_path() -> Path:
@@ -241,7 +243,7 @@ def _decode_a_few(path: str, *, exact: bool, n_gpu_layers: int, n_threads: int |
     try:
         ctx = Context(model, n_ctx=256, n_batch=64, n_threads=n_threads)
         try:
-            prompt = model.tokenize(PROMPT)[:48] or [model.bos]
+            prompt = model.tokenize(PROMPT)[:PROMPT_TOKENS] or [model.bos]
             logits = ctx.decode(prompt, rows=(len(prompt) - 1,))
             for _ in range(3):
                 logits = ctx.decode([int(np.argmax(logits[-1]))], rows=(0,))
