@@ -219,15 +219,14 @@ def _backends(lib: Path | None) -> list[str]:
 def sigill_message(model: Path, *, amx: bool | None = None) -> str:
     amx = lists_amx() if amx is None else amx
     why = (
-        "this CPU lists Intel AMX (amx_tile in /proc/cpuinfo) but does not enable it, as some "
-        "virtual machines do, and the build uses it; build it without AMX"
+        "This CPU lists Intel AMX (amx_tile in /proc/cpuinfo) without enabling it, as some virtual "
+        "machines do; rebuild it without AMX"
         if amx
-        else "it was built for another CPU (llama-cpp-python compiles for the machine it is built on); "
-        "build it on this one"
+        else "It was built for another CPU (llama-cpp-python compiles for the machine that builds it); rebuild it here"
     )
     return (
         f'llama.cpp died with "Illegal instruction" decoding a few tokens of {model.name} in a test '
-        f"process: the llama-cpp-python build uses CPU instructions this machine does not run ({why}): "
+        f"process: this llama-cpp-python build uses CPU instructions this machine does not run. {why}: "
         f"{fix_command(amx=amx)}"
     )
 
