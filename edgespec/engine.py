@@ -52,7 +52,8 @@ class Engine:
     ``draft`` is ``None``/``"none"`` (plain decoding through the same loop),
     ``"ngram"`` (prompt lookup), ``"mtp"`` (the target's own multi-token-prediction head,
     ``decoding.mtp``), or the path of a GGUF draft model from the target's family (its
-    vocabulary is checked against the target's).
+    vocabulary is checked against the target's) or of a Gemma 4 target's assistant
+    (``decoding.assistant``: it reads the target's KV cache).
 
     ``drafting`` (a ``DraftingOptions``; default: the learned policy with the engine's
     own priors) says how it drafts: how many tokens each round drafts is the drafting
@@ -177,8 +178,8 @@ class Engine:
 
     @property
     def draft_model(self) -> Model | None:
-        """The loaded draft model (None without one)."""
-        return self.drafting.model.model if self.drafting.model is not None else None
+        """The loaded draft model (a Gemma 4 assistant's, when it drafts; None without one)."""
+        return self.drafting.draft_model
 
     @property
     def draft_path(self) -> Path | None:
@@ -278,23 +279,23 @@ class Engine:
     def set_drafter(self, draft: str | os.PathLike | None, *, name: str | None = None) -> None:
         """Switch the drafter: ``None``/``"none"``, ``"ngram"``, ``"model"`` (the draft
         model already loaded), ``"mtp"`` (the target's MTP head, for an engine built with
-        it) or a GGUF draft model's path (``name``: how messages name it)."""
+        it), ``"assistant"`` (the Gemma 4 assistant loaded) or a GGUF draft model's path,
+        a Gemma 4 assistant's too (``name``: how messages name it)."""
         kind = draft_kind(draft)
         if kind == "none":
             self.drafting.use("none")
-        elif kind == "mtp" or str(draft) in ("ngram", "model"):
+        elif kind in ("mtp", "assistant") or str(draft) in ("ngram", "model"):
             self._fit_rollback(kind)
             if kind == "mtp":  # opened once; the target's context (maybe new) keeps its hidden rows
                 self.drafting.open_mtp(self.ctx, self.target_model, p_min=self.p_min)
             self.drafting.use(kind)
         else:
             path = Path(draft).expanduser()
-            if self.draft_model is not None and self.draft_model.path.resolve() == path.resolve():
-                self.drafting.use("model")
-                return
+            if self.drafting.loaded(path):
+                return self.drafting.use(self.drafting.loaded(path))
             drafter = open_model_drafter(
                 path,
-                self.target_model,
+                self.ctx,
                 n_gpu_layers=self._draft_gpu_layers,
                 n_ctx=self.n_ctx,
                 n_batch=self._n_batch,
@@ -302,7 +303,7 @@ class Engine:
                 p_min=self.p_min,
                 name=name,
             )
-            self._fit_rollback("model")
+            self._fit_rollback(drafter.name)
             self.drafting.use_model(drafter, target_bytes=self.target_model.size_bytes)
 
     def _fit_rollback(self, kind: str) -> None:

@@ -90,7 +90,8 @@ class Stats:
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     # drafted and accepted tokens by where they came from: "prompt" (prompt lookup),
-    # "memory" (earlier answers), "grammar" (forced and likely tokens), "model"
+    # "memory" (earlier answers), "grammar" (forced and likely tokens), "model", "mtp"
+    # (the target's own MTP head), "assistant" (a Gemma 4 assistant)
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     k_final: int = 0

@@ -155,6 +155,8 @@ class PreparedBatch:
             "none": "",
             "ngram": "prompt lookup drafts for a sequence when the batch's cost says it pays",
             "mtp": "the MTP head does not draft inside parallel batches (--parallel 1 uses it)",
+            # it reads the target's own context, and a batch decodes in another (a KV pool)
+            "assistant": "the Gemma 4 assistant does not draft inside parallel batches (--parallel 1 uses it)",
         }.get(asked, "the draft model is not used inside parallel batches (--parallel 1 uses it)")
         self.runner: BatchRunner | None = None
         self.stats = BatchStats()

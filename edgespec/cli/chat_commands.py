@@ -161,11 +161,11 @@ class SlashCommands:
 
     def _cmd_draft(self, arg: str) -> None:
         if not arg:
-            self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|mtp|PATH"))
+            self.console.print(Text(f"drafter: {self.engine.drafter_name}; /draft off|ngram|model|mtp|assistant|PATH"))
             return
-        named = is_no_draft(arg) or arg in ("ngram", "model", "mtp")
+        named = is_no_draft(arg) or arg in ("ngram", "model", "mtp", "assistant")
         choice = normalize_draft(arg if named else os.path.expanduser(arg))
-        if choice not in ("none", "ngram", "model", "mtp") and self.err.is_terminal:
+        if choice not in ("none", "ngram", "model", "mtp", "assistant") and self.err.is_terminal:
             with self.err.status(Text(f"loading {Path(choice).name}…")):
                 self.engine.set_drafter(choice)
         else:

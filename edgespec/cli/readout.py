@@ -157,8 +157,8 @@ class Readout:
             parts += drafting_parts(stats.rounds, stats.drafting_rounds, stats.drafted, stats.accepted, stats.k_final)
             by_source = {s: n for s, n in stats.accepted_by_source.items() if n}
             # where the accepted drafts came from (the grammar's forced tokens among them),
-            # unless a draft model's (or the MTP head's) own were all there was
-            kept = sources_part(by_source) if set(by_source) - {"model", "mtp"} else ""
+            # unless a draft model's (the MTP head's, the assistant's) own were all there was
+            kept = sources_part(by_source) if set(by_source) - {"model", "mtp", "assistant"} else ""
             if kept:
                 parts.append(kept)
             elif stats.forced:
@@ -276,7 +276,7 @@ class ReplyView:
         if r.forced and r.accepted:
             s.kept["grammar"] = s.kept.get("grammar", 0) + min(r.forced, r.accepted)
         if r.accepted > r.forced:
-            source = r.source or (r.drafter if r.drafter in ("model", "mtp") else "prompt")
+            source = r.source or (r.drafter if r.drafter in ("model", "mtp", "assistant") else "prompt")
             s.kept[source] = s.kept.get(source, 0) + r.accepted - r.forced
         s.k = r.k
         s.drafter = r.drafter

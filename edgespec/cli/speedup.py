@@ -120,6 +120,7 @@ SOURCE_NAMES = {
     "grammar": "the grammar",
     "model": "the draft model",
     "mtp": "the model's own MTP head",
+    "assistant": "the Gemma 4 assistant",
 }
 """Where accepted drafts came from (``Stats.accepted_by_source``'s keys), in words."""
 _SHORT_NAMES = {
@@ -128,6 +129,7 @@ _SHORT_NAMES = {
     "grammar": "grammar",
     "model": "draft model",
     "mtp": "MTP head",
+    "assistant": "assistant",
 }
 
 

@@ -25,16 +25,19 @@ back afterwards. Prompt lookup ignores it (the loop keeps its valid prefix).
 
 Drafters know nothing about the target, the KV of the target, or acceptance rules, with
 one explicit exception, a door of the protocol: a drafter whose ``reads_hidden`` is True
-(the model's own multi-token-prediction head, ``decoding.mtp``) is handed the target's
-hidden rows after every target decode of the loop, ``observe_verify(tokens, rows)``: the
-rows of the last ``len(rows)`` of ``tokens``, what the target's cache holds after the
-round's rollback (the prompt's prefill, x_last and the accepted drafts). The loop asks
-the target for those rows only when such a drafter runs (``decoding.speculative``); for
-every other drafter the door stays shut.
+(the model's own multi-token-prediction head, ``decoding.mtp``; a Gemma 4 assistant,
+``decoding.assistant``) is handed the target's hidden rows after every target decode of
+the loop, ``observe_verify(tokens, rows)``: the rows of the last ``len(rows)`` of
+``tokens``, what the target's cache holds after the round's rollback (the prompt's
+prefill, x_last and the accepted drafts). The loop asks the target for those rows only
+when such a drafter runs (``decoding.speculative``); for every other drafter the door
+stays shut. (A Gemma 4 assistant also attends to the target's KV cache, but that is
+llama.cpp's binding of its context to the target's, made when the engine opens it:
+``llama.AssistantContext``; the drafter itself is handed nothing else.)
 
 This module: the protocol, ``BaseDrafter`` (its defaults), ``NoDrafter`` and prompt lookup
 (``NgramDrafter``); a draft model's drafter is ``decoding.model_drafter``'s, the MTP head's
-``decoding.mtp``'s.
+``decoding.mtp``'s, a Gemma 4 assistant's ``decoding.assistant``'s.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ class Proposal:
     after_break: tuple[bool, ...] = ()
     forced: int = 0  # leading ids the grammar forced (set by the loop, never by a drafter)
     # where the non-forced ids come from: "prompt" (prompt lookup), "memory" (earlier
-    # answers, decoding.memory), "model" (a draft model); the readout counts accepted drafts by it
+    # answers, decoding.memory), "model" (a draft model), "mtp" (the target's MTP head),
+    # "assistant" (a Gemma 4 assistant); the readout counts accepted drafts by it
     source: str = ""
     probs: tuple[float, ...] = ()  # memory: each id's path probability (decoding.suffix)
 
@@ -77,7 +81,7 @@ Pick = Callable[[list[Proposal]], Proposal]
 
 class Drafter(Protocol):
     name: str
-    reads_hidden: bool  # handed the target's hidden rows (observe_verify): the MTP head alone
+    reads_hidden: bool  # handed the target's hidden rows (observe_verify): the MTP head, an assistant
 
     def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None: ...
 

@@ -1,23 +1,26 @@
 """An engine's drafting state, in one object: the drafter, its policy, k and the learned costs.
 
 ``Drafting`` is what an ``Engine`` holds to draft: the options it was given (one frozen
-``costmodel.drafting.DraftingOptions``), which drafter runs ("none", "ngram", "model" or
-"mtp"), prompt lookup's index of the engine's own context, the draft model's drafter when
-one is loaded, the target's own multi-token-prediction head when asked for
-(``decoding.mtp``, ``open_mtp``), the memory of earlier answers (``decoding.memory``), and what was learned
-about the machine: c(n) (``OnlineCost``, refined by every round), the batch cost C(n)
-(refined by every batch) and a drafting policy per drafter (``decoding.policy``: its γ
-learned as it drafts), kept across generations.
+``costmodel.drafting.DraftingOptions``), which drafter runs ("none", "ngram", "model",
+"mtp" or "assistant"), prompt lookup's index of the engine's own context, the draft model's
+drafter when one is loaded, the target's own multi-token-prediction head when asked for
+(``decoding.mtp``, ``open_mtp``), a Gemma 4 assistant reading the target's KV cache when its
+file is the draft (``decoding.assistant``, ``open_model_drafter`` tells it apart), the
+memory of earlier answers (``decoding.memory``), and what was learned about the machine:
+c(n) (``OnlineCost``, refined by every round), the batch cost C(n) (refined by every batch)
+and a drafting policy per drafter (``decoding.policy``: its γ learned as it drafts), kept
+across generations.
 
 Per generation it hands out a drafter built with the request's memory and the policy to
 run it (``for_request``); per batch sequence, a fresh drafter and policy of its own
 (``new_drafter``, ``new_policy``). The one γ formula is the cost model's
 (``costmodel.adaptive.draft_cost_ratio``), from the models' sizes when no γ is given.
 
-It knows llama.cpp only through the draft model's ``ModelDrafter`` (``open_model_drafter``
-loads one, checked against the target; the engine hands it over, ``use_model``) and the
-MTP head's context (``open_mtp``, on the target's model); it knows nothing of prompts,
-text or batches (a batch drafts with prompt lookup or not at all).
+It knows llama.cpp only through the draft model's ``ModelDrafter`` or a Gemma 4 assistant's
+``AssistantDrafter`` (``open_model_drafter`` loads either, checked against the target; the
+engine hands it over, ``use_model``) and the MTP head's context (``open_mtp``, on the
+target's model); it knows nothing of prompts, text or batches (a batch drafts with prompt
+lookup or not at all).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from ..costmodel.adaptive import (
 from ..costmodel.costs import BATCH_COST_SIZES, OnlineCost
 from ..costmodel.drafting import DraftingOptions
 from ..errors import InputError
-from ..llama import Context, Model, MtpContext, check_vocab_compatible
+from ..llama import AssistantContext, Context, Model, MtpContext, check_vocab_compatible, is_assistant
+from .assistant import AssistantDrafter
 from .drafters import Drafter, NgramDrafter, NoDrafter
 from .memory import MemoryDrafter
 from .model_drafter import ModelDrafter
@@ -48,23 +52,26 @@ DEFAULT_K = 4  # a fixed k when asked for one without a number (``adaptive_k = F
 # The most tokens one round drafts. 15 makes a verify batch of 16, which a CPU's tiled
 # GEMM decodes for less than 15 (see costmodel.costs.CPU_VERIFY_PRIOR).
 # An MTP head is one layer trained for the next token but one: its later drafts, fed its
-# own hidden rows, fall off fast (peers draft 1-3 with it).
-DEFAULT_K_MAX = {"model": 8, "ngram": 15, "mtp": 3, "none": 1}
-KINDS = ("none", "ngram", "model", "mtp")
+# own hidden rows, fall off fast (peers draft 1-3 with it). A Gemma 4 assistant drafts every
+# token at one position, on its own rows after the first: a few more than a head.
+DEFAULT_K_MAX = {"model": 8, "ngram": 15, "mtp": 3, "assistant": 4, "none": 1}
+KINDS = ("none", "ngram", "model", "mtp", "assistant")
+DRAFT_FILES = ("model", "assistant")  # the kinds a draft file opens (open_model_drafter)
 
 
 def draft_kind(draft: object) -> str:
     """The kind of drafter an engine's ``draft`` argument names: None or one of
-    ``NO_DRAFT_ALIASES``, "none"; "ngram" and "mtp" themselves; anything else a draft
-    model (its path, or "model": the one loaded)."""
+    ``NO_DRAFT_ALIASES``, "none"; "ngram", "mtp" and "assistant" (the one loaded)
+    themselves; anything else a draft model (its path, or "model": the one loaded; a
+    Gemma 4 assistant's path too, told apart when it loads)."""
     if draft is None or str(draft) in NO_DRAFT_ALIASES:
         return "none"
-    return str(draft) if str(draft) in ("ngram", "mtp") else "model"
+    return str(draft) if str(draft) in ("ngram", "mtp", "assistant") else "model"
 
 
 def open_model_drafter(
     path: Path,
-    target: Model,
+    target: Context,
     *,
     n_gpu_layers: int,
     n_ctx: int,
@@ -72,14 +79,21 @@ def open_model_drafter(
     n_threads: int,
     p_min: float,
     name: str | None = None,
-) -> ModelDrafter:
-    """The draft model at ``path`` loaded for ``target`` (its vocabulary checked against
-    the target's; its kernels the target's kind), with its own context; ``name``: how
+) -> ModelDrafter | AssistantDrafter:
+    """The draft model at ``path`` loaded for the target context ``target`` (its vocabulary
+    checked against the target's; its kernels the target's kind), with its own context;
+    a Gemma 4 assistant's file instead opens an ``AssistantDrafter`` whose context reads
+    ``target``'s KV cache (``llama.check_assistant`` first: a clear error for any other
+    target), and the target's context keeps its hidden rows from then on. ``name``: how
     messages name it (its file name by default)."""
-    model = Model(path, n_gpu_layers=n_gpu_layers, exact=target.exact)
+    model = Model(path, n_gpu_layers=n_gpu_layers, exact=target.model.exact)
     model.label = name or model.label
     try:
-        check_vocab_compatible(target, model)
+        if is_assistant(model):
+            drafter = AssistantDrafter(AssistantContext(model, target, n_threads=n_threads), p_min=p_min)
+            target.keep_hidden()
+            return drafter
+        check_vocab_compatible(target.model, model)
         return ModelDrafter(model, n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, p_min=p_min)
     except BaseException:
         model.close()
@@ -141,19 +155,22 @@ class Drafting:
         self.kind = "none"
         self.model: ModelDrafter | None = None
         self.mtp: MtpDrafter | None = None  # the target's own MTP head (open_mtp)
-        self._gamma_sizes: tuple[int, int] | None = None  # (draft, target) bytes, for γ from sizes
+        self.assistant: AssistantDrafter | None = None  # a Gemma 4 assistant (use_model)
+        self._gamma_sizes: dict[str, tuple[int, int]] = {}  # kind -> (draft, target) bytes, for γ from sizes
         self._mtp_gamma = 0.0
         self._lookup = NgramDrafter(min_match=options.ngram_min_match, is_break=is_break)
         self._policies: dict[str, DraftPolicy] = {}
 
     # -- what runs --------------------------------------------------------------------
     def use(self, kind: str) -> None:
-        """Draft with ``kind``: "none", "ngram", "model" (the draft model handed over) or
-        "mtp" (the MTP head handed over, ``use_mtp``)."""
+        """Draft with ``kind``: "none", "ngram", "model" (the draft model handed over),
+        "mtp" (the MTP head, ``open_mtp``) or "assistant" (the assistant handed over)."""
         if kind not in KINDS:
             raise InputError(f"unknown drafter {kind!r}; use one of {', '.join(KINDS)}")
         if kind == "model" and self.model is None:
             raise InputError("no draft model is loaded; pass a draft model path instead")
+        if kind == "assistant" and self.assistant is None:
+            raise InputError("no Gemma 4 assistant is loaded; pass its file as the draft")
         if kind == "mtp" and self.mtp is None:
             raise InputError("the target's MTP head is not open; build the engine with draft='mtp'")
         self.kind = kind
@@ -169,23 +186,46 @@ class Drafting:
         target.keep_hidden()
         self.kind = "mtp"
 
-    def use_model(self, drafter: ModelDrafter, *, target_bytes: int) -> None:
-        """Draft with a newly loaded draft model (the previous one is closed); its γ
-        starts from the options' or, failing that, from the two models' sizes."""
-        if self.model is not None:
-            self.close_model()
-        self.model = drafter
-        self._gamma_sizes = (drafter.model.size_bytes, target_bytes)
-        self._policies.pop("model", None)  # a new draft model has its own cost
-        self.kind = "model"
+    def use_model(self, drafter: ModelDrafter | AssistantDrafter, *, target_bytes: int) -> None:
+        """Draft with a newly loaded draft model or Gemma 4 assistant (the previous one of
+        its kind is closed); its γ starts from the options' or, failing
+        that, from the two models' sizes."""
+        kind = "assistant" if isinstance(drafter, AssistantDrafter) else "model"
+        self.close_model(kind)
+        if isinstance(drafter, AssistantDrafter):
+            self.assistant = drafter
+        else:
+            self.model = drafter
+        self._gamma_sizes[kind] = (drafter.model.size_bytes, target_bytes)
+        self._policies.pop(kind, None)  # a new draft model has its own cost
+        self.kind = kind
 
-    def close_model(self) -> None:
-        """Close the draft model's drafter and its model (plain decoding if it ran)."""
-        if self.model is not None:
-            self.model.close()
-            self.model.model.close()
-        self.model = None
-        if self.kind == "model":
+    def loaded(self, path: Path) -> str | None:
+        """The kind ("model", "assistant") of the loaded draft whose file is ``path``, or None."""
+        for kind, d in (("model", self.model), ("assistant", self.assistant)):
+            if d is not None and d.model.path.resolve() == path.resolve():
+                return kind
+        return None
+
+    @property
+    def draft_model(self) -> Model | None:
+        """The model of the running draft file (the draft model's, the assistant's), else
+        the loaded draft model's, else None."""
+        running = {"model": self.model, "assistant": self.assistant}.get(self.kind) or self.model
+        return running.model if running is not None else None
+
+    def close_model(self, kind: str = "model") -> None:
+        """Close the draft model's drafter (``kind`` "assistant": the assistant's) and its
+        model (plain decoding if it ran)."""
+        drafter = self.assistant if kind == "assistant" else self.model
+        if drafter is not None:
+            drafter.close()
+            drafter.model.close()
+        if kind == "assistant":
+            self.assistant = None
+        else:
+            self.model = None
+        if self.kind == kind:
             self.kind = "none"
 
     # -- k ----------------------------------------------------------------------------
@@ -202,8 +242,9 @@ class Drafting:
         """Change options (``k``, ``k_max``, ``p_min``: checked by ``DraftingOptions``); a
         new ``p_min`` applies to the loaded draft model too."""
         self.options = replace(self.options, **changes)
-        if self.model is not None:
-            self.model.p_min = self.options.p_min
+        for drafter in (self.model, self.assistant):
+            if drafter is not None:
+                drafter.p_min = self.options.p_min
 
     def k_max_for(self, kind: str) -> int:
         """The largest k a round of ``kind`` may draft: the options' bound or the drafter's
@@ -213,20 +254,22 @@ class Drafting:
     # -- costs ------------------------------------------------------------------------
     @property
     def draft_ctx(self):
-        """The running drafter's own context (the draft model's, the MTP head's), or None."""
-        drafter = {"model": self.model, "mtp": self.mtp}.get(self.kind)
+        """The running drafter's own context (the draft model's, the MTP head's, the
+        assistant's), or None."""
+        drafter = {"model": self.model, "mtp": self.mtp, "assistant": self.assistant}.get(self.kind)
         return drafter.ctx if drafter is not None else None
 
     def gamma(self, kind: str = "model") -> float:
-        """The draft model's γ prior: the options', or the cost model's from the sizes;
-        the MTP head's (``kind`` "mtp"): from the target's layers (``mtp_gamma``)."""
+        """The draft model's γ prior (``kind`` "assistant": the assistant's): the options',
+        or the cost model's from the sizes; the MTP head's (``kind`` "mtp"): from the
+        target's layers (``mtp_gamma``)."""
         if kind == "mtp":
             return self._mtp_gamma if self.options.mtp_gamma is None else self.options.mtp_gamma
         if self.options.draft_gamma is not None:
             return self.options.draft_gamma
-        if self._gamma_sizes is None:
+        if kind not in self._gamma_sizes:
             return 0.0
-        d, t = self._gamma_sizes
+        d, t = self._gamma_sizes[kind]
         return draft_cost_ratio(d, t, overhead_ms=DEFAULT_OVERHEAD_MS, gbs=DEFAULT_DECODE_GBS)
 
     def start_cost_from(self, cost: VerifyCost) -> None:
@@ -256,7 +299,7 @@ class Drafting:
             return FixedPolicy(self.k)
         pol = self._policies.get(kind)
         if pol is None:
-            gamma = self.gamma(kind) if kind in ("model", "mtp") else 0.0
+            gamma = self.gamma(kind) if kind != "ngram" else 0.0
             pol = self._policies[kind] = DraftPolicy(kind, self.cost, gamma=gamma)
         pol.l_max = self.k_max_for(kind)
         return pol
@@ -271,6 +314,8 @@ class Drafting:
             drafter = self.model
         elif self.kind == "mtp":
             drafter = self.mtp
+        elif self.kind == "assistant":
+            drafter = self.assistant
         else:
             drafter = NoDrafter()
         return drafter, self.policy()
@@ -285,6 +330,7 @@ class Drafting:
 
     def close(self) -> None:
         self.close_model()
+        self.close_model("assistant")  # before the target's context it reads
         if self.mtp is not None:
             self.mtp.close()
             self.mtp = None

@@ -111,7 +111,8 @@ class DraftPolicy:
     """
 
     def __init__(self, kind: str, cost: OnlineCost, *, gamma: float = 0.0, l_max: int = 15, seed: int = 0) -> None:
-        if kind not in ("ngram", "model", "mtp"):  # "mtp": the target's own head, judged as a draft model
+        # "mtp" (the target's own head) and "assistant" (a Gemma 4 assistant): judged as a draft model
+        if kind not in ("ngram", "model", "mtp", "assistant"):
             raise ValueError(f"no drafting policy for drafter {kind!r}")
         self.kind = kind
         # what it learns of the memory's drafts outlives a generation: it is the memory's

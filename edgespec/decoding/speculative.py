@@ -108,7 +108,8 @@ class SpeculativeLoop:
         """One speculation round committing at most ``budget`` (>= 1) tokens."""
         if self.prefill and (self.target.checkpoints is not None or self.drafter.reads_hidden):
             # a recurrent target: the prompt apart, its state kept where a request with this
-            # prompt resumes; an MTP head drafts from the prompt's hidden rows: first
+            # prompt resumes; an MTP head or an assistant drafts from the prompt's hidden
+            # rows: first
             self._prefill_apart(self.prefill)
         proposal, draft_seconds = self.propose(budget)
         # The policy picks how many of the proposed ids are worth verifying.
@@ -309,8 +310,9 @@ class SpeculativeLoop:
 
     def _hand_hidden(self) -> None:
         """The protocol's one door to the target (``decoding.drafters``): a drafter that
-        reads hidden rows (the MTP head) gets those of the positions the target's cache
-        kept of its last decode; any other drafter, nothing, and none are asked for."""
+        reads hidden rows (the MTP head, a Gemma 4 assistant) gets those of the positions
+        the target's cache kept of its last decode; any other drafter, nothing, and none
+        are asked for."""
         if self.drafter.reads_hidden:
             self.drafter.observe_verify(self.target.tokens, self.target.hidden_kept())
 
@@ -347,7 +349,7 @@ class SpeculativeLoop:
 
 def count_round(st: Stats, tested: int, n_acc: int, n_forced: int, source: str = "") -> None:
     """A round's counts in ``st``: ``tested`` drafts, ``n_acc`` of them kept, the first
-    ``n_forced`` the grammar's and the rest from ``source`` ("prompt", "memory", "model");
+    ``n_forced`` the grammar's and the rest from ``source`` ("prompt", "memory", "model", ...);
     per draft position, how often it was drafted and kept; and both per source."""
     st.rounds += 1
     if n_forced:

@@ -15,7 +15,8 @@ this module reasons about KV state through that list.
 The door is a package: ``backend`` (the binding, its log, process-wide state),
 ``kernels`` (batch-invariant or llama.cpp's, and why), ``model`` (files, loading,
 tokens), ``vocab`` (draft/target compatibility), ``context`` (decode, rollback), ``nextn``
-(a target's hidden rows) and ``mtp`` (the model's multi-token-prediction head), ``multi``
+(a target's hidden rows), ``mtp`` (the model's multi-token-prediction head) and
+``assistant`` (a Gemma 4 assistant: a draft model's context reading the target's KV), ``multi``
 (many sequences in one KV pool, one decode for all of them) and ``quantize`` (a copy of a
 model file in another weight type, through llama.cpp's quantize API).
 Import from ``edgespec.llama``; the submodules are its rooms, not its API.
@@ -23,6 +24,7 @@ Import from ``edgespec.llama``; the submodules are its rooms, not its API.
 
 from __future__ import annotations
 
+from .assistant import AssistantContext, check_assistant, is_assistant
 from .backend import (
     LLAMA_CPP_PYTHON_VERSION,
     LLAMA_MAX_SEQ,
@@ -34,7 +36,7 @@ from .backend import (
 )
 from .context import Context, common_prefix_len
 from .kernels import FAST_KERNELS
-from .model import Detokenizer, Model, check_gguf_file
+from .model import ASSISTANT_ARCH, Detokenizer, Model, check_gguf_file
 from .mtp import MtpContext, check_mtp
 from .multi import MultiContext, SeqView
 from .quantize import BITS_PER_WEIGHT, UNQUANTIZED, ftype_of, quantize_model, quantized_size, run_quantize
@@ -46,6 +48,8 @@ from .vocab import (
 )
 
 __all__ = [
+    "ASSISTANT_ARCH",
+    "AssistantContext",
     "BITS_PER_WEIGHT",
     "UNQUANTIZED",
     "FAST_KERNELS",
@@ -59,6 +63,7 @@ __all__ = [
     "MtpContext",
     "MultiContext",
     "SeqView",
+    "check_assistant",
     "check_gguf_file",
     "check_mtp",
     "check_vocab_compatible",
@@ -66,6 +71,7 @@ __all__ = [
     "common_prefix_len",
     "default_threads",
     "ftype_of",
+    "is_assistant",
     "max_parallel_sequences",
     "quantize_model",
     "quantized_size",

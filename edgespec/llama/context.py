@@ -14,10 +14,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ContextOverflowError, DecodeError, ModelLoadError, RollbackError
+from ..errors import ContextOverflowError, DecodeError, InputError, ModelLoadError, RollbackError
 from .backend import _last_llama_errors, _llama, _log_mark, default_threads
 from .kernels import _FLASH_ATTN_ENABLED, _GGML_TYPE_F16, _GGML_TYPE_Q8_0
-from .model import Model
+from .model import ASSISTANT_ARCH, Model
 from .nextn import HiddenRows
 from .prefix import common_prefix_len, keep_prefix
 from .recurrent import Checkpoints, RollbackRoom
@@ -34,6 +34,7 @@ def create_context(
     n_seq_max: int = 1,
     n_rs_seq: int = 0,
     mtp: bool = False,
+    other=None,
 ) -> tuple:
     """A llama.cpp context on ``model``: (pointer, whether its kernels are batch-invariant).
 
@@ -54,8 +55,16 @@ def create_context(
     An architecture without snapshots gets none (llama.cpp clamps to 0: the caller reads
     ``llama_n_rs_seq`` back). ``mtp``: a context of the model's multi-token-prediction
     head (``LLAMA_CONTEXT_TYPE_MTP``, ``mtp.MtpContext``): its memory is the KV cache of
-    the nextn layer alone, no recurrent state, no snapshots.
+    the nextn layer alone, no recurrent state, no snapshots. ``other``: the context whose
+    KV cache this one reads (llama.cpp's ``ctx_other``: a Gemma 4 assistant's, ``assistant.py``);
+    a model that needs one and has none is refused with a clear ``InputError``.
     """
+    if other is None and model.architecture == ASSISTANT_ARCH:
+        raise InputError(
+            f"{model.label} is a Gemma 4 assistant ({ASSISTANT_ARCH}): a drafter that reads its "
+            "target's KV cache, not a model that generates on its own. Use it as the draft of its "
+            "Gemma 4 target (--target THE_GEMMA4_FILE --draft assistant, or Engine(target, draft=this file))"
+        )
     params = _llama.llama_context_default_params()
     params.n_ctx = n_ctx
     params.n_batch = n_batch
@@ -66,6 +75,7 @@ def create_context(
     params.n_threads_batch = n_threads_batch or n_threads
     if mtp:
         params.ctx_type = _llama.LLAMA_CONTEXT_TYPE_MTP
+        params.ctx_other = other
     elif model.is_recurrent:
         params.n_rs_seq = max(0, min(n_rs_seq, n_batch - 2))
         params.embeddings = False

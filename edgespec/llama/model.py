@@ -18,6 +18,10 @@ from .kernels import FAST_KERNELS
 from .rpc_endpoints import endpoints as _endpoints
 
 _GGUF_MAGIC = b"GGUF"
+# llama.cpp's name for a Gemma 4 assistant (src/llama-arch.cpp): a drafter whose context
+# reads its gemma4 target's KV cache (``assistant.py``), never a target itself
+ASSISTANT_ARCH = "gemma4-assistant"
+ASSISTANT_TARGET_ARCH = "gemma4"
 
 
 def check_gguf_file(path: str | os.PathLike) -> Path:
