@@ -132,6 +132,13 @@ class DrafterOption:
     gamma: float
     hit: float = 1.0
     floor: float = 0.0
+    # the longest draft worth weighing for this drafter (None: the caller's bound); an MTP
+    # head's later drafts, fed its own rows, fall off fast
+    k_max: int | None = None
+
+    def bound(self, k_max: int) -> int:
+        """The longest draft to weigh under the caller's ``k_max``."""
+        return min(k_max, self.k_max) if self.k_max is not None else k_max
 
 
 # The names that ask for no drafter (plain decoding), wherever a drafter is named: the
@@ -185,7 +192,7 @@ def choose(
     plain decoding, since it can only help."""
     scored = []
     for opt in options:
-        k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=k_max, hit=opt.hit, slowdown=slowdown)
+        k, s = best_k(opt.alpha, c, opt.gamma, k_min=k_min, k_max=opt.bound(k_max), hit=opt.hit, slowdown=slowdown)
         scored.append((opt.drafter, k, max(s, opt.floor / slowdown)))
     if not scored:
         return Choice("none", 0, 1.0)

@@ -58,6 +58,11 @@ Schema (version 1)::
     gamma = FIGURE                      # draft step / target step
     target_step_ms = FIGURE
     verify = {...}
+    [cost.mtp]                          # a model's own MTP head here (all optional)
+    alpha = FIGURE                      # acceptance of its drafts
+    gamma = FIGURE                      # one head step / one target step, as reports imply it
+    k_max = 2                           # the longest MTP draft worth verifying
+    note = "..."                        # the reports in one line (the plan quotes it)
 The package: ``schema`` (the dataclasses), ``validate`` (TOML tables to a ``Profile``),
 ``store`` (files, merging, saving measured figures) and ``match`` (a detected machine to
 its closest profile). Import from ``edgespec.profiles``.
@@ -76,6 +81,7 @@ from .schema import (
     STATUSES,
     Figure,
     Match,
+    MtpFigures,
     PairCost,
     Profile,
     VerifyFigure,
@@ -101,6 +107,7 @@ __all__ = [
     "Detection",
     "Figure",
     "Match",
+    "MtpFigures",
     "PairCost",
     "Profile",
     "ProfileError",

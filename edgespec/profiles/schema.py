@@ -111,6 +111,33 @@ class PairCost:
 
 
 @dataclass(frozen=True)
+class MtpFigures:
+    """What the evidence says of a model's own multi-token-prediction head on this device
+    (``cost.mtp``): α, the acceptance of its drafts; γ, one head step in target steps (as
+    users' reports imply it here: the head's own decode and what a verify batch costs
+    beyond the profile's c(n) on such models); ``k_max``, the longest draft worth verifying;
+    ``note``, the reports in one line, quoted by the plan. Each one optional: the planner's
+    prior, the cost model's formula over the head's weights and the drafter's bound otherwise."""
+
+    alpha: Figure | None = None
+    gamma: Figure | None = None
+    k_max: int | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {}
+        if self.alpha is not None:
+            d["alpha"] = self.alpha.to_dict()
+        if self.gamma is not None:
+            d["gamma"] = self.gamma.to_dict()
+        if self.k_max is not None:
+            d["k_max"] = self.k_max
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+@dataclass(frozen=True)
 class Match:
     kind: str
     chips: tuple[str, ...] = ()
@@ -156,6 +183,8 @@ class Profile:
     batch: VerifyFigure | None = None
     # c(n) per weight-type mix (WEIGHT_MIXES), where the evidence differs from ``verify``
     verify_weights: tuple[tuple[str, VerifyFigure], ...] = ()
+    # the model's own MTP head here (``--draft mtp``, a target file with nextn layers)
+    mtp: MtpFigures = MtpFigures()
 
     def verify_for(self, mix: str | None) -> VerifyFigure:
         """This profile's c(n) for a target of weight-type mix ``mix``: its own curve for
@@ -195,6 +224,7 @@ class Profile:
             out.append(("cost.batch", self.batch))
         if self.rpc_round_trip_ms is not None:
             out.append(("cost.rpc_round_trip_ms", self.rpc_round_trip_ms))
+        out += [(f"cost.mtp.{key}", fig) for key, fig in (("alpha", self.mtp.alpha), ("gamma", self.mtp.gamma)) if fig]
         for name, pc in self.pair_costs:
             for f in dataclasses.fields(pc):
                 value = getattr(pc, f.name)
@@ -246,6 +276,7 @@ class Profile:
                 "exact_slowdown": self.exact_slowdown.to_dict(),
                 **({"batch": self.batch.to_dict()} if self.batch is not None else {}),
                 **({"rpc_round_trip_ms": self.rpc_round_trip_ms.to_dict()} if self.rpc_round_trip_ms else {}),
+                **({"mtp": self.mtp.to_dict()} if self.mtp.to_dict() else {}),
                 "pair": {
                     name: {
                         f.name: getattr(pc, f.name).to_dict()

@@ -149,6 +149,8 @@ def record_measurements(
     exact_slowdown: float | None = None,
     batch: Mapping[int, float] | None = None,
     rpc_round_trip_ms: float | None = None,
+    mtp_alpha: float | None = None,
+    mtp_gamma: float | None = None,
     source: str = "edgespec tune",
     when: _dt.date | None = None,
     extends: str | None = None,
@@ -158,9 +160,10 @@ def record_measurements(
     The file is ``$XDG_CONFIG_HOME/edgespec/profiles/<profile>.toml``. If ``profile`` is
     a shipped name the file overrides that profile key by key; otherwise it needs
     ``extends`` (the profile it starts from) the first time. Pair figures (α, γ, step
-    time, c(n) measured with one pair) go under ``[cost.pair."<pair>"]``; device figures
-    under ``[cost]``. Each is marked ``measured`` with ``source`` and the date. The
-    result is validated by loading it back; the file is replaced atomically.
+    time, c(n) measured with one pair) go under ``[cost.pair."<pair>"]``; a model's own MTP
+    head's α and γ under ``[cost.mtp]``; device figures under ``[cost]``. Each is marked
+    ``measured`` with ``source`` and the date. The result is validated by loading it back;
+    the file is replaced atomically.
     """
     when = when or _dt.date.today()
     path = user_dir() / f"{profile}.toml"
@@ -180,6 +183,8 @@ def record_measurements(
     ):
         if value is not None:
             cost[key] = fig(value)
+    if head := {k: fig(v) for k, v in (("alpha", mtp_alpha), ("gamma", mtp_gamma)) if v is not None}:
+        cost.setdefault("mtp", {}).update(head)
     pair_figs = {
         k: fig(v) for k, v in (("alpha", alpha), ("gamma", gamma), ("target_step_ms", target_step_ms)) if v is not None
     }

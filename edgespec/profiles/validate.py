@@ -19,6 +19,7 @@ from .schema import (
     WEIGHT_MIXES,
     Figure,
     Match,
+    MtpFigures,
     PairCost,
     Profile,
     VerifyFigure,
@@ -283,9 +284,22 @@ def _cost(cost: _Table) -> dict[str, Any]:
         batch=cost.verify("batch", required=False),
         rpc_round_trip_ms=cost.figure("rpc_round_trip_ms", 0, 100_000, required=False),
         pair_costs=_pair_costs(cost.table("pair", required=False)),
+        mtp=_mtp(cost.table("mtp", required=False)),
     )
     cost.done()
     return out
+
+
+def _mtp(t: _Table) -> MtpFigures:
+    """``cost.mtp``: the evidence on a model's own MTP head here (every key optional)."""
+    fig = MtpFigures(
+        alpha=t.figure("alpha", 0, 0.99, required=False),
+        gamma=t.figure("gamma", 0, 10, required=False),
+        k_max=t.number("k_max", 1, 16, default=None, integer=True) if "k_max" in t.data else None,
+        note=t.string("note", default=""),
+    )
+    t.done()
+    return fig
 
 
 def _verify_weights(table: _Table) -> tuple[tuple[str, VerifyFigure], ...]:
