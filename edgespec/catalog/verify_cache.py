@@ -18,6 +18,11 @@ the pairs' α (``measured``):
 ``measured_curve(path)`` is the pure reader the planner calls: the curve, or None. It
 reads the machine (once per process, unless given one) and one small JSON file; it
 never measures. ``record`` writes (atomically). Nothing here loads a model.
+
+Beside c(n), an entry may keep ``mtp_gamma``: what one step of the file's own
+multi-token-prediction head costs in target steps here (``measuring.first_use`` times it
+for an engine drafting with ``--draft mtp``; ``measured_mtp_gamma`` reads it,
+``record_mtp_gamma`` adds it to the entry). A new c(n) for the same file keeps it.
 """
 
 from __future__ import annotations
@@ -120,6 +125,13 @@ def measured_curve(path: str | os.PathLike, *, exact: bool = False, machine: Any
         return None
 
 
+def measured_mtp_gamma(path: str | os.PathLike, *, exact: bool = False, machine: Any = None) -> float | None:
+    """γ of the file's own MTP head measured here (one head step over one target step), or None."""
+    rec = measured_entry(path, exact=exact, machine=machine)
+    g = rec.get("mtp_gamma") if rec is not None else None
+    return float(g["value"]) if isinstance(g, dict) and isinstance(g.get("value"), (int, float)) else None
+
+
 def record(
     path: str | os.PathLike,
     curve: Mapping[int, float] | VerifyCost,
@@ -130,10 +142,12 @@ def record(
     source: str,
     machine: Any = None,
     when: _dt.date | None = None,
+    mtp_gamma: tuple[float, str] | None = None,
 ) -> Path | None:
-    """Keep the c(n) measured for ``path`` (n -> c, or a ``VerifyCost``); entries of files
-    that are gone or changed are dropped. The store's path, or None when the file is gone
-    or the store cannot be written (a cache: the planner then uses its priors)."""
+    """Keep the c(n) measured for ``path`` (n -> c, or a ``VerifyCost``), with the MTP
+    head's γ when given as (γ, how it was measured), else the one the entry had; entries
+    of files that are gone or changed are dropped. The store's path, or None when the file
+    is gone or the store cannot be written (a cache: the planner then uses its priors)."""
     ident = file_identity(path)
     if ident is None:
         return None
@@ -141,17 +155,48 @@ def record(
         curve = dict(zip(curve.n, curve.c))
     data = _load()
     entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict) and _current(v)}
-    entries[_key(ident, machine_key(machine), exact)] = {
+    key = _key(ident, machine_key(machine), exact)
+    day = (when or _dt.date.today()).isoformat()
+    head = _gamma_entry(*mtp_gamma, day) if mtp_gamma is not None else entries.get(key, {}).get("mtp_gamma")
+    entries[key] = {
         **ident,
         "kernels": "exact" if exact else "llama.cpp",
         "threads": int(threads),
         "step_ms": round(float(step_ms), 3),
         "c": {str(n): round(float(c), 4) for n, c in sorted(curve.items())},
         "source": source,
-        "date": (when or _dt.date.today()).isoformat(),
+        "date": day,
+        **({"mtp_gamma": head} if head else {}),
     }
     data["entries"] = entries
     return write_json(store_path(), data)
+
+
+def record_mtp_gamma(
+    path: str | os.PathLike,
+    gamma: float,
+    *,
+    exact: bool,
+    source: str,
+    machine: Any = None,
+    when: _dt.date | None = None,
+) -> Path | None:
+    """Add the MTP head's γ to the entry already kept for ``path`` here (its c(n) as it
+    is); None when there is none (``record`` writes both) or the store cannot be written."""
+    ident = file_identity(path)
+    if ident is None:
+        return None
+    data = _load()
+    key = _key(ident, machine_key(machine), exact)
+    rec = data["entries"].get(key)
+    if not isinstance(rec, dict) or not isinstance(rec.get("c"), dict):
+        return None
+    rec["mtp_gamma"] = _gamma_entry(gamma, source, (when or _dt.date.today()).isoformat())
+    return write_json(store_path(), data)
+
+
+def _gamma_entry(gamma: float, source: str, day: str) -> dict[str, Any]:
+    return {"value": round(float(gamma), 4), "source": source, "date": day}
 
 
 def write_json(out: Path, data: Mapping[str, Any]) -> Path | None:

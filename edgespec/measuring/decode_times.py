@@ -7,6 +7,8 @@ the draft model's single step is timed in the same sweeps. ``fit_verify_cost`` t
 medians into c(n) as measured (dips kept: a CPU's tiled GEMM really does decode 8 or 16
 tokens for less than 7 or 15). ``step_model`` fits the step-time model to the two measured
 steps and ``p_min_for`` derives the model drafter's confidence floor from γ and c(n).
+``time_mtp_step`` times one step of the target's own MTP head (one (token, hidden row)
+pair through its ``MtpContext``) against one target step, alternately: the head's γ.
 
 Knows nothing of drafters' generations, choices or profiles (``tune`` and ``tune_save``).
 """
@@ -18,9 +20,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
 from ..costmodel import adaptive
 from ..errors import InputError
-from ..llama import Context, common_prefix_len
+from ..llama import Context, MtpContext, common_prefix_len
 
 N_MAX = 16
 P_MIN_CAP = 0.95
@@ -125,6 +129,45 @@ def time_decodes(
         target_ms={n: statistics.median(v) * 1e3 for n, v in samples.items()},
         draft_ms=statistics.median(draft_samples) * 1e3 if draft_samples else None,
     )
+
+
+def time_mtp_step(
+    target: Context,
+    head: MtpContext,
+    prefix: Sequence[int],
+    *,
+    repeats: int = 8,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:
+    """(target step ms, head step ms): the medians of one target decode of one token and
+    one head decode of one (token, row) pair, alternately, both after ``prefix`` (the
+    head's positions hold it paired with zero rows: a step costs the same whatever the
+    rows say), after a warm-up pair thrown away. The target is left holding ``prefix``,
+    the head empty (its drafter starts from the target's own rows)."""
+    if len(prefix) < 1 or repeats < 1:
+        raise InputError("time_mtp_step needs a non-empty prefix and repeats ≥ 1")
+    hold(target, prefix)
+    head.clear()
+    head.decode(prefix, np.zeros((len(prefix), head.n_embd), dtype=np.float32))
+    tok, row = prefix[-1], np.zeros((1, head.n_embd), dtype=np.float32)
+    steps: list[float] = []
+    heads: list[float] = []
+    try:
+        for i in range(repeats + 1):
+            t0 = clock()
+            target.decode([tok], rows=(0,))
+            t1 = clock()
+            back(target, prefix)
+            t2 = clock()
+            head.decode([tok], row)
+            t3 = clock()
+            head.rollback(len(prefix))
+            if i:
+                steps.append(t1 - t0)
+                heads.append(t3 - t2)
+    finally:
+        head.clear()
+    return statistics.median(steps) * 1e3, statistics.median(heads) * 1e3
 
 
 def fit_verify_cost(relative: dict[int, float]) -> adaptive.VerifyCost:
