@@ -172,14 +172,22 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
         choice = adaptive.choose(
             costs.options, c, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, min_gain=prof.min_gain, slowdown=slow
         )
-        head, parts = _explain(choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow, costs.label)
+        head, parts = _explain(
+            choice, prof, costs.options, c, costs.c_status, costs.gamma_status, slow, costs.label, costs.mtp
+        )
         if costs.suggestion and choice.drafter != "model":
             head += f"; nothing here can draft for this target: {costs.suggestion}"
         return Drafter(choice, choice.k, choice.speedup, head + ("; " + "; ".join(parts) if parts else ""), head)
     # the drafter was named on the command line: use it, say what it is predicted to do
     opt = costs.options[0]
     kk, s = adaptive.best_k(
-        opt.alpha, c, opt.gamma, k_min=prof.k_min, k_max=costs.k_max or prof.k_max, hit=opt.hit, slowdown=slow
+        opt.alpha,
+        c,
+        opt.gamma,
+        k_min=prof.k_min,
+        k_max=opt.bound(costs.k_max or prof.k_max),
+        hit=opt.hit,
+        slowdown=slow,
     )
     # without --k the drafting policy picks each round's length (up to the engine's bound),
     # and a drafter whose policy cannot lose (prompt lookup) is predicted at least its floor
@@ -188,6 +196,8 @@ def choose_drafter(prof: Profile, ask: Ask, costs: Costs) -> Drafter:
     reason = f"{what} as asked (--draft {ask.draft}); predicted {_x(s)}"
     if s < 1.0:
         reason += ", slower than plain decoding on this device"
+    if opt.drafter == "mtp" and costs.mtp is not None:
+        reason += f" ({costs.mtp.words(kk, s)}" + (f"; {costs.mtp.note})" if costs.mtp.note else ")")
     return Drafter(adaptive.Choice(opt.drafter, kk, s, ((opt.drafter, kk, s),)), kk, s, reason, reason)
 
 

@@ -2,9 +2,10 @@
 
 Which drafters to weigh and with what acceptance α and draft cost γ (a local drafter's
 own figures from ``planning.pairing``, the pair's measured ones, or γ estimated from the
-sizes with ``costmodel.adaptive.draft_cost_ratio``), the verify cost c(n) and where it
-came from, and the exact kernels' slowdown that speculation pays on a CPU. Over RPC the
-network's share is added (``costmodel.adaptive.over_network``), with a note saying so.
+sizes with ``costmodel.adaptive.draft_cost_ratio``; the target's own MTP head's from
+``planning.mtp_head``), the verify cost c(n) and where it came from, and the exact
+kernels' slowdown that speculation pays on a CPU. Over RPC the network's share is added
+(``costmodel.adaptive.over_network``), with a note saying so.
 
 Reads the profile and the catalog's sizes; chooses nothing (``planning.choice`` does).
 """
@@ -17,12 +18,9 @@ from .. import catalog
 from ..catalog import gguf, verify_cache
 from ..costmodel import adaptive, priors
 from ..profiles import Profile
-from . import pairing
+from . import mtp_head, pairing
 
 RPC_ROUND_TRIP_ESTIMATE_MS = 2.0  # a wired LAN: a few round trips and the logits per decode
-# The acceptance of a model's own MTP head before any is measured: upstream reports 0.7 to
-# 0.95 for the first draft on Qwen3.5/3.6 (llama.cpp PR #22673; #23011: 95.6%).
-MTP_ALPHA_PRIOR = 0.75
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,7 @@ class Costs:
     notes: tuple[str, ...] = ()  # over RPC: the network's share
     k_max: int | None = None  # the longest draft the target's weights make worth verifying (None: the profile's)
     mix: str | None = None  # the target's weight-type mix, read from its header (None: not on this machine)
+    mtp: mtp_head.Head | None = None  # the target's own MTP head, where its file keeps one
 
 
 @dataclass(frozen=True)
@@ -132,9 +131,9 @@ def costs_for(
         else:
             gamma, gamma_status = _gamma_estimate(draft_model, tgt, prof), "estimated from sizes"
         options.append(adaptive.DrafterOption("model", alpha, gamma))
-    mtp = mtp_option(tgt, prof) if mode in ("mtp", "auto") else None
-    if mtp is not None:
-        options.append(mtp)
+    head = mtp_head.head_for(tgt, prof, exact=exact) if mode in ("mtp", "auto") else None
+    if head is not None:
+        options.append(head.option)
     if mode == "ngram" or (mode == "auto" and "ngram" in drafters):
         # the learned policy drafts only where a draft pays: prompt lookup cannot lose
         options.append(
@@ -154,26 +153,9 @@ def costs_for(
         (v.note,) if v.note else (),
         v.k_max,
         v.mix,
+        head,
     )
     return _over_network(costs, prof, pair_name, tgt) if rpc else costs
-
-
-def mtp_option(tgt: str, prof: Profile) -> adaptive.DrafterOption | None:
-    """The target's own multi-token-prediction head as a drafter (``--draft mtp``), when
-    its file here keeps nextn layers (``catalog.gguf.mtp_head``); None otherwise. α is the
-    prior above; γ the cost model's formula over the weights one head step reads."""
-    path = catalog.local_path(tgt)
-    try:
-        n_nextn, share = gguf.mtp_head(path) if path is not None else (0, 0.0)
-        size = catalog.model_info(tgt).size_bytes
-    except Exception:  # noqa: BLE001 - an unreadable file: no head to weigh
-        return None
-    if n_nextn <= 0:
-        return None
-    over, gbs = prof.overhead_ms.value, prof.decode_gbs.value
-    return adaptive.DrafterOption(
-        "mtp", MTP_ALPHA_PRIOR, adaptive.draft_cost_ratio(int(size * share), size, overhead_ms=over, gbs=gbs)
-    )
 
 
 def local_step_ms(prof: Profile, pair_name: str | None, tgt: str) -> float:
@@ -197,6 +179,9 @@ def _over_network(costs: Costs, prof: Profile, pair_name: str | None, tgt: str) 
     t = local_step_ms(prof, pair_name, tgt)
     c, gamma = adaptive.over_network(costs.c, costs.gamma, step_ms=t, round_trip_ms=r)
     options = [replace(o, gamma=o.gamma * t / (t + r)) for o in costs.options]
+    head = costs.mtp
+    if head is not None:
+        head = replace(head, option=next(o for o in options if o.drafter == "mtp"))
     status = f"{fig.status} ({fig.source})" if fig else "estimated for a wired LAN"
     note = f"over RPC: {r:.2f} ms of network per target decode ({status}) on a {t:.1f} ms step"
     return replace(
@@ -207,6 +192,7 @@ def _over_network(costs: Costs, prof: Profile, pair_name: str | None, tgt: str) 
         slowdown=1.0,
         gamma=gamma,
         notes=costs.notes + (note,),
+        mtp=head,
     )
 
 

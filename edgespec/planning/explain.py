@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..costmodel import adaptive
 from ..profiles import Profile
+from .mtp_head import Head
 
 
 def x(s: float) -> str:
@@ -20,10 +21,12 @@ def explain(
     gamma_status: str,
     slowdown: float = 1.0,
     label: str = "",
+    mtp: Head | None = None,
 ) -> tuple[str, list[str]]:
     """The automatic choice in one line, and the reasons behind it (one per drafter
     weighed, and the exact kernels' cost). ``label`` names the draft model and where it
-    was found, for the line."""
+    was found, for the line; ``mtp``: the target's own MTP head, where it was weighed (a
+    head predicted not to pay says so in the line, with the reports behind it)."""
     by = {d: (k, s) for d, k, s in choice.options}
     opts = {o.drafter: o for o in options}
     parts = []
@@ -31,9 +34,8 @@ def explain(
         parts.append(_explain_model(choice, prof, opts["model"], *by["model"], c, c_status, gamma_status))
     if "ngram" in by:
         parts.append(_explain_ngram(prof, opts["ngram"], *by["ngram"], c, slowdown))
-    if "mtp" in by:
-        (k, s), o = by["mtp"], opts["mtp"]
-        parts.append(f"mtp (the target's own head) {x(s)} at best (k={k}; α={o.alpha:.2f} a prior, γ={o.gamma:.2f})")
+    if "mtp" in by and mtp is not None:
+        parts.append(mtp.words(*by["mtp"]))
     if choice.drafter == "none":
         if choice.options:
             head = f"plain decoding: no drafter is predicted to beat it by {prof.min_gain:.0%}"
@@ -47,6 +49,8 @@ def explain(
     else:
         named = f" {label}" if choice.drafter == "model" and label else ""
         head = f"{choice.drafter} drafter{named}, up to k={choice.k}: predicted {x(choice.speedup)}"
+    if "mtp" in by and mtp is not None and choice.drafter != "mtp" and by["mtp"][1] < 1.0 + prof.min_gain:
+        head += f"; {mtp.verdict(by['mtp'][1])}"
     if slowdown > 1.0 and choice.options:
         parts.append(
             f"--exact runs batch-invariant kernels, {slowdown:.2f}× slower per token here than "

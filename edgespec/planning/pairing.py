@@ -30,6 +30,7 @@ from ..catalog import measured
 from ..costmodel import adaptive
 from ..errors import EdgespecError
 from ..profiles import GB, Profile, detect_profile, load_profile
+from . import mtp_head
 
 DIFFERENT_FAMILY = 0.8
 
@@ -268,9 +269,24 @@ def for_target(
     return ForTarget(None, None, None, ranking, notes)
 
 
+def mtp_candidate(t: catalog.LocalModel, prof: Profile) -> Candidate | None:
+    """The target's own MTP head as one of its drafters (``planning.mtp_head``: a file with
+    nextn layers), predicted on the target's c(n) here; None for a file without them."""
+    head = mtp_head.head_for(str(t.path), prof)
+    if head is None:
+        return None
+    o = head.option
+    c = mtp_head.curve(str(t.path), prof)
+    k, s = adaptive.best_k(o.alpha, c, o.gamma, k_min=prof.k_min, k_max=o.bound(prof.k_max))
+    return Candidate(
+        "mtp", "its own head", str(t.path), o.alpha, head.alpha_status, o.gamma, head.gamma_status, k, s, True, ""
+    )
+
+
 def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[catalog.LocalModel, Candidate]]]:
     """Every (target, drafter) pair on this machine with its predicted speedup on the
-    profile (``"auto"``: this machine's), best pairs of each target first."""
+    profile (``"auto"``: this machine's), best pairs of each target first; a target whose
+    file keeps nextn layers lists its own MTP head among them (``mtp_candidate``)."""
     if isinstance(profile, Profile):
         prof, available = profile, None
     elif profile == "auto":
@@ -283,9 +299,13 @@ def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[
     out = []
     seen: set[str] = set()
     for t in catalog.scan().models:
-        if t.key in seen or not catalog.scan().drafters_for(t):
+        if t.key in seen:
             continue
         seen.add(t.key)
-        r = rank(t, prof, budget=budget, headroom=int(prof.headroom_gb * GB), c=prof.verify.cost)
-        out.extend((t, cand) for cand in r.candidates)
+        own = mtp_candidate(t, prof)
+        found = catalog.scan().drafters_for(t)
+        r = rank(t, prof, budget=budget, headroom=int(prof.headroom_gb * GB), c=prof.verify.cost) if found else None
+        cands = [*(r.candidates if r is not None else ()), *((own,) if own is not None else ())]
+        cands.sort(key=lambda cand: (not cand.fits, -cand.speedup))
+        out.extend((t, cand) for cand in cands)
     return prof, out

@@ -172,6 +172,8 @@ def _drafting(
         verify_cost=None if exact and prof.n_gpu_layers == 0 and not rpc else costs.c,
         # γ of the pair's draft model, for whenever a draft model drafts (bench, chat's /draft)
         draft_gamma=costs.gamma,
+        # γ of the target's own MTP head (measured for the file here, else the profile's)
+        mtp_gamma=costs.mtp.option.gamma if costs.mtp is not None else None,
         batch_cost=prof.batch.cost if prof.batch and not exact else None,
         memory=memory,
         memory_cap=memory_cap or MEMORY_CAP,
