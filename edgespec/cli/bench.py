@@ -70,8 +70,8 @@ def bench(
             "--draft-candidates",
             "-d",
             help="Drafters to compare, comma-separated: a draft GGUF path or catalog name, 'model' "
-            "(the pair's draft), 'ngram'. Default: the pair's draft model if it is available "
-            "locally, and ngram.",
+            "(the pair's draft), 'ngram', 'mtp' (the target's own MTP head). Default: the pair's draft "
+            "model if it is available locally, ngram, and mtp for a target whose file keeps nextn layers.",
         ),
     ] = None,
     k_grid: Annotated[
@@ -148,7 +148,10 @@ def bench(
         show_plan(auto_plan, verbose and not quiet)
         drafters, draft_model = drafter_candidates(draft, plan_opts, auto_plan, quiet)
         needs_model = "model" in drafters or auto_plan.drafter == "model"
-        engine, fast_engine = open_engines(auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet)
+        needs_mtp = "mtp" in drafters or auto_plan.drafter == "mtp"
+        engine, fast_engine = open_engines(
+            auto_plan, draft_model if needs_model else None, plan_opts.threads, quiet, mtp=needs_mtp
+        )
         try:
             auto_plan = replan(auto_plan, plan_opts, engine)  # after a first use's c(n)
             candidates = lib.grid(drafters, ks, p_min=auto_plan.p_min) if numbers else []

@@ -52,9 +52,11 @@ def replan(plan: Any, options: PlanOptions, engine: Any) -> Any:
     for the first time here measures its c(n) (``measuring.first_use``), and the plan made
     before it weighed another machine's figures, so two runs of the same command could
     measure different automatic choices. Kept as it was when the new choice needs a draft
-    model the engine has not loaded."""
+    model or an MTP head the engine has not loaded."""
     again = make_plan(replace(options, draft=None, k=None, threads=None))
-    if again.drafter == "model" and engine.draft_model is None:
+    if (again.drafter == "model" and engine.draft_model is None) or (
+        again.drafter == "mtp" and engine.drafting.mtp is None
+    ):
         return plan
     return again
 
@@ -105,16 +107,27 @@ def load_prompts(input_file: Path | None, prompt_file: Path | None, limit: int |
     return prompts[:limit] if limit else prompts
 
 
+def has_mtp_head(options: PlanOptions) -> bool:
+    """Whether the target keeps its own MTP head (a file with nextn layers): the plan
+    for ``--draft mtp`` says so, and refuses it otherwise."""
+    try:
+        make_plan(replace(options, draft="mtp", k=None))
+    except ProfileError:
+        return False
+    return True
+
+
 def drafter_candidates(
     spec: str | None, options: PlanOptions, auto_plan: Any, quiet: bool = False
 ) -> tuple[list[str], str | None]:
     """Drafter names for the grid, and the draft model (catalog name or path) to load.
 
-    Without ``spec``: the pair's draft model if it is on this machine, and ngram."""
+    Without ``spec``: the pair's draft model if it is on this machine, ngram, and the
+    target's own MTP head ("mtp") where its file keeps nextn layers."""
     from edgespec import catalog
 
     explicit = spec is not None
-    items = [s.strip() for s in (spec or "model,ngram").split(",") if s.strip()]
+    items = [s.strip() for s in (spec or "model,ngram,mtp").split(",") if s.strip()]
     drafters: list[str] = []
     draft_model: str | None = None
     for item in items:
@@ -123,6 +136,12 @@ def drafter_candidates(
             continue  # plain decoding is always measured
         if low == "ngram":
             drafters.append("ngram")
+            continue
+        if low == "mtp":
+            if explicit:  # a target without nextn layers: the plan's error says so
+                make_plan(replace(options, draft="mtp", k=None))
+            if explicit or has_mtp_head(options):
+                drafters.append("mtp")
             continue
         if low == "model":
             try:
@@ -155,23 +174,33 @@ def drafter_candidates(
     return list(dict.fromkeys(drafters)), draft_model
 
 
-def open_engines(plan: Any, draft_model: str | None, threads: int | None, quiet: bool) -> tuple[Any, Any]:
+def open_engines(
+    plan: Any, draft_model: str | None, threads: int | None, quiet: bool, *, mtp: bool = False
+) -> tuple[Any, Any]:
     """The engine every configuration runs on — the plan's target on the plan's kernels
     (llama.cpp's own, or batch-invariant with --exact), with the draft model loaded when
-    a configuration needs it — and, with --exact on a CPU, a second plain engine on
-    llama.cpp's own kernels: the plain decoding users would otherwise get."""
+    a configuration needs it, and with ``mtp`` its own MTP head (its nextn layers loaded)
+    — and, with --exact on a CPU, a second plain engine on llama.cpp's own kernels: the
+    plain decoding users would otherwise get."""
     from edgespec.catalog import resolve_model
     from edgespec.planning.record import given_name
 
     # the plan's target and settings, with this draft model (or none) and these threads
+    model = resolve_model(draft_model) if draft_model else None
     own = {
-        "draft": resolve_model(draft_model) if draft_model else None,
+        "draft": "mtp" if mtp else model,
         "names": (given_name(plan.target), given_name(draft_model)),
         **({"n_threads": threads} if threads is not None else {}),
     }
     # no plan line on stderr: the plan's reason is about the automatic choice, and every
-    # configuration runs on this engine
+    # configuration runs on this engine (built with its MTP head, the draft model loaded after)
     engine = load_engine(plan, quiet=quiet, describe=False, **own)
+    if mtp and model is not None:
+        try:
+            engine.set_drafter(model, name=given_name(draft_model))
+        except BaseException:
+            engine.close()
+            raise
     fast = None
     if engine.exact_kernels and plan.n_gpu_layers == 0 and not plan.rpc:  # RPC servers never repack
         try:

@@ -58,8 +58,9 @@ def tune(
         typer.Option(
             "--draft",
             "-d",
-            help="Draft model to measure besides ngram: a GGUF path or catalog name; 'ngram' for the "
-            "n-gram drafter only, 'none' for c(n) only. Default: the pair's draft if available.",
+            help="Draft model to measure besides ngram: a GGUF path or catalog name; 'mtp' for the "
+            "target's own MTP head; 'ngram' for the n-gram drafter only, 'none' for c(n) only. Default: "
+            "the pair's draft if available, and mtp for a target whose file keeps nextn layers.",
         ),
     ] = None,
     save: Annotated[
@@ -108,7 +109,7 @@ def tune(
             spec = None if mode == "auto" else "ngram" if mode == "ngram" else f"{draft},ngram"
             drafters, draft_model = drafter_candidates(spec, plan_opts, base, quiet)
             draft_model = draft_model if "model" in drafters else None
-        engine, fast_engine = open_engines(base, draft_model, plan_opts.threads, quiet)
+        engine, fast_engine = open_engines(base, draft_model, plan_opts.threads, quiet, mtp="mtp" in drafters)
         prof = prof_lib.load_profile(base.profile)
         err = err_console()
         err.quiet = quiet

@@ -1,7 +1,8 @@
 """Measuring decoding configurations against plain decoding, side by side, in one process.
 
-A configuration is a drafter ("none", "ngram" or the loaded draft "model"), a draft
-length k, and whether the loop may adapt k. ``measure`` runs every configuration on the
+A configuration is a drafter ("none", "ngram", the loaded draft "model" or the target's
+own MTP head "mtp", for an engine built with it), a draft length k, and whether the loop
+may adapt k. ``measure`` runs every configuration on the
 same prompts with ONE engine (drafters are switched with ``set_drafter``/``set_k``, no
 model is reloaded), interleaved: for each prompt, every configuration runs once before
 the next prompt starts, in an order that rotates from prompt to prompt. Drift on a
@@ -45,7 +46,7 @@ class Config:
     """One way to decode. ``k_max`` bounds an adaptive k (None: the engine's default
     for the drafter); with ``adaptive_k`` False the loop drafts exactly k per round."""
 
-    drafter: str  # "none" | "ngram" | "model"
+    drafter: str  # "none" | "ngram" | "model" | "mtp"
     k: int = 1
     adaptive_k: bool = False
     k_max: int | None = None
@@ -87,8 +88,8 @@ def grid(drafters: Iterable[str], ks: Iterable[int], *, p_min: float = 0.0) -> l
         raise InputError(f"the k grid needs integers ≥ 1 (got {ks})")
     out = []
     for d in drafters:
-        if d not in ("ngram", "model"):
-            raise InputError(f"unknown drafter {d!r}: use 'ngram' or a draft model")
+        if d not in ("ngram", "model", "mtp"):
+            raise InputError(f"unknown drafter {d!r}: use 'ngram', 'mtp' or a draft model")
         out += [Config(d, k, p_min=p_min if d == "model" else 0.0) for k in ks]
     return out
 
@@ -148,6 +149,11 @@ def run_once(
     the memory of earlier answers it drafts from, as ``Engine.prepare`` takes it;
     ``pass_index``: the pass it belongs to)."""
     configure(engine, cfg)
+    if cfg.drafter == "mtp":
+        # the head drafts from the target's hidden rows of the prompt, which a prompt
+        # cached by another configuration's run never handed it: decode it again (prompt
+        # time, outside the loop's time measured here)
+        engine.reset()
     drafting = rejected = 0
     done: Done | None = None
     for ev in engine.stream(prompt.prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, memory=memory):

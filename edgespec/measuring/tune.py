@@ -11,7 +11,9 @@ measures each of them on the real machine instead of estimating it:
   direction so slow drift does not tilt the curve; medians are taken as they are: a
   CPU's tiled GEMM really does decode 8 or 16 tokens for less than 7 or 15, and the
   drafting policy uses such dips (a noisy one is corrected by the engine's own timings);
-* γ, the draft model's single-token step over the target's, timed in the same sweeps;
+* γ, the draft model's single-token step over the target's, timed in the same sweeps; for
+  the target's own MTP head ("mtp", an engine built with it), one head step over one target
+  step (``decode_times.time_mtp_step``), kept beside c(n) for the file;
 * α (and, for the n-gram drafter, the share of rounds in which it proposes) of each
   drafter on the calibration prompts, from real generations at fixed k, which also give
   the measured speedup at each k to hold the prediction against;
@@ -35,9 +37,19 @@ from typing import Any, Callable, Sequence
 
 from ..catalog import verify_cache
 from ..costmodel import adaptive
+from ..decoding.drafting import DEFAULT_K_MAX
 from ..errors import InputError
 from . import batches, bench
-from .decode_times import N_MAX, P_MIN_CAP, DecodeTimes, fit_verify_cost, p_min_for, step_model, time_decodes
+from .decode_times import (
+    N_MAX,
+    P_MIN_CAP,
+    DecodeTimes,
+    fit_verify_cost,
+    p_min_for,
+    step_model,
+    time_decodes,
+    time_mtp_step,
+)
 from .prompts import CALIBRATION, BenchPrompt
 from .tune_result import DrafterFit, KPoint, TuneResult
 from .tune_save import pair_of, save, save_network
@@ -79,22 +91,31 @@ def tune(
 ) -> TuneResult:
     """Measure step times, c(n), γ and each drafter's α on ``engine``; choose.
 
-    ``drafters`` may hold "model" (the engine's loaded draft model) and "ngram". The
-    generations run at temperature 0 with a fixed k (the cost model's assumption) and
-    the model drafter at p_min = 0, so α is the plain per-token acceptance.
+    ``drafters`` may hold "model" (the engine's loaded draft model), "ngram" and "mtp"
+    (the target's own MTP head, for an engine built with it). The generations run at
+    temperature 0 with a fixed k (the cost model's assumption) and the model drafter at
+    p_min = 0, so α is the plain per-token acceptance.
     ``fast_engine`` (the target on llama.cpp's kernels, plain) measures how much slower
     the exact kernels are; speedups are then predicted and measured against it.
     """
     drafters = list(dict.fromkeys(drafters))
-    if "model" in drafters and engine.draft_ctx is None:
+    if "model" in drafters and engine.draft_model is None:
         raise InputError("tuning the model drafter needs a draft model: pass --draft PATH")
+    if "mtp" in drafters and engine.drafting.mtp is None:
+        raise InputError("tuning the MTP head needs an engine built with it (draft='mtp', a target with nextn layers)")
     say = phase or (lambda _msg: None)
 
     say(f"timing decode batches of 1..{n_max} tokens ({repeats} sweeps)")
     prefix = engine.prompt_tokens(prompts[0].prompt)
-    draft_ctx = engine.draft_ctx if "model" in drafters else None
+    draft_ctx = engine.drafting.model.ctx if "model" in drafters else None
     times = time_decodes(engine.ctx, prefix, n_max=n_max, repeats=repeats, draft=draft_ctx)
     c = fit_verify_cost(times.relative)
+    head_gamma = None
+    if "mtp" in drafters:
+        say("timing the MTP head's step against the target's")
+        step_ms, head_ms = time_mtp_step(engine.ctx, engine.drafting.mtp.ctx, prefix, repeats=max(3, 2 * repeats))
+        head_gamma = head_ms / max(step_ms, 1e-9)
+        engine.reset()  # the calibration prompts start cold: the head reads their hidden rows
     if not engine.target_model.rpc:  # this file's c(n) on this machine, for the planner (over RPC: the link's)
         verify_cache.record(
             engine.target_model.path,
@@ -103,6 +124,7 @@ def tune(
             threads=engine.n_threads,
             exact=engine.target_model.exact,
             source="edgespec tune",
+            mtp_gamma=(head_gamma, "edgespec tune (one head step against one target step)") if head_gamma else None,
         )
     say(f"timing decodes of {', '.join(map(str, batches.BATCH_SIZES))} sequences at once (batch throughput)")
     batch_model = (fast_engine or engine).target_model
@@ -131,10 +153,15 @@ def tune(
         drafted = sum(r.drafted for r in pooled)
         if d == "model":
             gamma = times.gamma or 0.0
+        elif d == "mtp":
+            gamma = head_gamma or 0.0
         else:
             # the n-gram lookup's own time per drafted token, in target steps
             gamma = (sum(r.t_draft for r in pooled) / drafted) / (times.step_ms * 1e-3) if drafted else 0.0
-        k, s = adaptive.best_k(alpha, c, gamma, k_min=k_min, k_max=k_max, hit=hit, slowdown=slowdown)
+        bound = DEFAULT_K_MAX["mtp"] if d == "mtp" else None
+        k, s = adaptive.best_k(
+            alpha, c, gamma, k_min=k_min, k_max=min(k_max, bound or k_max), hit=hit, slowdown=slowdown
+        )
         fits.append(
             DrafterFit(
                 drafter=d,
@@ -145,6 +172,7 @@ def tune(
                 k=k,
                 predicted_speedup=s,
                 p_min=p_min_for(gamma, c, k) if d == "model" else None,
+                k_max=bound,
             )
         )
         for cfg in cfgs:

@@ -26,9 +26,10 @@ class DrafterFit:
     k: int
     predicted_speedup: float
     p_min: float | None = None  # model drafter only
+    k_max: int | None = None  # the longest draft the cost model weighs for it (the MTP head's bound)
 
     def option(self) -> adaptive.DrafterOption:
-        return adaptive.DrafterOption(self.drafter, self.alpha, self.gamma, self.hit)
+        return adaptive.DrafterOption(self.drafter, self.alpha, self.gamma, self.hit, k_max=self.k_max)
 
 
 @dataclass(frozen=True)

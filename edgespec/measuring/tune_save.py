@@ -1,8 +1,9 @@
 """Saving what ``tune`` measured: into the user's profile, and per pair where there is none.
 
 ``save`` writes a ``TuneResult``'s figures through ``profiles.record_measurements`` (c(n),
-batch cost, the exact kernels' slowdown, the n-gram drafter's α; the step time, α, γ and the
-step-time model only for a catalog pair, else α and γ go to ``catalog.measured``);
+batch cost, the exact kernels' slowdown, the n-gram drafter's α, the MTP head's α and γ; the
+step time, α, γ and the step-time model only for a catalog pair, else α and γ go to
+``catalog.measured``);
 ``save_network`` writes, after a tune over RPC, only the network's cost per target decode.
 ``pair_of`` finds the catalog pair of a target and draft. Measures nothing; prints nothing.
 """
@@ -74,6 +75,9 @@ def save(
         kwargs["exact_slowdown"] = min(5.0, max(0.5, result.exact_slowdown))
     if ngram is not None:
         kwargs.update(alpha_ngram=min(ngram.alpha, 0.99), ngram_hit=ngram.hit)
+    head = result.drafter("mtp")
+    if head is not None:  # the device's figures for a model's own head (its file's γ is kept per file too)
+        kwargs.update(mtp_alpha=min(head.alpha, 0.99), mtp_gamma=min(head.gamma, 10.0))
     if pair is not None:
         kwargs["target_step_ms"] = result.times.step_ms
         if model is not None:
