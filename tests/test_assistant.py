@@ -298,3 +298,84 @@ def test_the_chi_square_catches_assistant_drafts_always_accepted(files, sampled,
     monkeypatch.setattr(sampling, "accept", lambda p_x, q_x, rng: True)
     c1, c2, _, _ = _counts(files)
     assert chi_square_rejects(c2, p2)[0]
+
+
+# -- pairing -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A HOME whose one store (EDGESPEC_MODEL_PATH) holds a Gemma 4 target with its assistant
+    beside it, an assistant of another Gemma 4 width, and a llama target of the same vocabulary."""
+    from edgespec import catalog
+    from edgespec.catalog import stores
+
+    models = tmp_path / "models"
+    paths = {
+        "target": make_tiny_gemma4(models / "gemma4" / "gemma-4-tiny-it.gguf", right=True),
+        "assistant": make_tiny_assistant(models / "gemma4" / "gemma-4-tiny-it-assistant.gguf", right=True),
+        "llama": make_tiny_model(models / "llama" / "tiny-llama.gguf", n_ff=1024, n_layer=4),
+    }
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EDGESPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("EDGESPEC_MODEL_PATH", str(models))
+    monkeypatch.setattr(stores, "OLLAMA_SYSTEM_ROOTS", ())
+    catalog.forget()
+    yield paths
+    catalog.forget()
+
+
+def test_the_assistant_beside_its_target_is_offered_to_it_alone(store):
+    from edgespec import catalog
+
+    index = catalog.scan()
+    by_name = {m.name: m for m in index.models}
+    target, helper, llama = by_name["gemma-4-tiny-it"], by_name["gemma-4-tiny-it-assistant"], by_name["tiny-llama"]
+    assert helper.header.architecture == "gemma4-assistant" and helper.header.n_embd_out == target.header.n_embd
+    assert [d.name for d in catalog.drafter_candidates(target)] == [helper.name]
+    assert [d.name for d in index.drafters_for(target)] == [helper.name]
+    assert catalog.drafter_candidates(llama) == [] and index.drafters_for(llama) == []
+    assert "only for a Gemma 4 target" in helper.drafting_problem(llama)
+    assert index.drafters_for(helper) == [] and index.targets_for(helper) == [target]
+
+
+def test_an_assistant_of_another_width_is_not_offered():
+    from edgespec.catalog import archs
+
+    assert archs.assists("gemma4", 1536, "gemma4-assistant", 1536) is None
+    assert "width 2560" in archs.assists("gemma4", 1536, "gemma4-assistant", 2560)
+    assert "does not generate on its own" in archs.assists("gemma4-assistant", 96, "gemma4", 0)
+    assert archs.assists("llama", 64, "llama", 0) is None
+
+
+def test_draft_assistant_plans_the_assistant_and_the_engine_runs_it(store):
+    from edgespec.planning import planner
+    from local_models_support import gpu_profile
+
+    p = planner.plan(gpu_profile(), target=str(store["target"]), draft="assistant", exact=True)
+    assert p.draft == "gemma-4-tiny-it-assistant" and p.drafter == "model"
+    assert any("a Gemma 4 assistant" in n for n in p.notes)
+    kwargs = p.engine_kwargs()
+    assert kwargs["draft"] == store["assistant"]
+    auto = planner.plan(gpu_profile(), target=str(store["target"]), exact=True)
+    assert auto.draft == "gemma-4-tiny-it-assistant"  # paired automatically: it lies beside its target
+    with Engine(**{**kwargs, "n_ctx": 256, "n_threads": 1}) as e:
+        r = e.generate(PROMPTS[0], max_tokens=24)
+        assert e.drafter_name == "assistant" and r.stats.drafter == "assistant"
+        assert r.token_ids == _plain(store["target"], PROMPTS[0], max_tokens=24)
+
+
+def test_draft_assistant_without_one_says_where_to_put_it(store):
+    from edgespec.costmodel.adaptive import normalize_draft
+    from edgespec.errors import ProfileError
+    from edgespec.planning import planner
+    from local_models_support import gpu_profile
+
+    assert normalize_draft(" Assistant ") == "assistant"
+    with pytest.raises(ProfileError, match="no Gemma 4 assistant for .*beside it"):
+        planner.plan(gpu_profile(), target=str(store["llama"]), draft="assistant")
+    with pytest.raises(ProfileError, match="needs --target"):
+        planner.plan(gpu_profile(), draft="assistant")

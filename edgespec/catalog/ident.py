@@ -83,6 +83,10 @@ class Header:
     split_count: int  # 0 or 1: not split
     shape: Shape
     tokenizer: Tokenizer | None
+    # the hidden width (``embedding_length``), and a Gemma 4 assistant's target's
+    # (``embedding_length_out``: the rows it reads, ``archs.assists``); 0 where none is said
+    n_embd: int = 0
+    n_embd_out: int = 0
 
     @property
     def family(self) -> str:
@@ -172,6 +176,8 @@ def _header(reader: Any, p: Path) -> Header:
         split_count=int(meta.get("split.count", 0) or 0),
         shape=shape_from_metadata(meta),
         tokenizer=_tokenizer(meta, tokens) if tokens is not None else None,
+        n_embd=int(meta.get(f"{arch}.embedding_length", 0) or 0),
+        n_embd_out=int(meta.get(f"{arch}.embedding_length_out", 0) or 0),
     )
 
 

@@ -14,8 +14,9 @@ store's prefix or by file name: several matches are an ``AmbiguousModelError`` l
 them (unless they are the same file), none is None (``suggest`` finds the closest names).
 
 A drafter for a target: its vocabulary passes llama.cpp's rules on the headers
-(``ident.drafting_problem``) and its files are at least ``DRAFT_SIZE_RATIO`` times
-smaller. Nothing here is written outside edgespec's own cache.
+(``ident.drafting_problem``), its files are at least ``DRAFT_SIZE_RATIO`` times smaller,
+and their architectures allow it (``archs.assists``: a Gemma 4 assistant drafts for its
+own Gemma 4 target alone, and is never a target). Nothing here is written outside edgespec's own cache.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmbiguousModelError, ModelFileError
-from . import stores
+from . import archs, stores
 from .ident import Header, drafting_problem, read_header
 from .stores import Found, Skipped
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: headers say their widths (a Gemma 4 assistant's target, archs.assists)
 DRAFT_SIZE_RATIO = 2.0  # a drafter's files are at least this many times smaller
 
 
@@ -74,7 +75,13 @@ class LocalModel:
             return f"not {DRAFT_SIZE_RATIO:g}× smaller than the target"
         if self.header.tokenizer is None or target.header.tokenizer is None:
             return "no tokenizer in its header"
-        return drafting_problem(target.header.tokenizer, self.header.tokenizer)
+        return self.arch_problem(target) or drafting_problem(target.header.tokenizer, self.header.tokenizer)
+
+    def arch_problem(self, target: "LocalModel") -> str | None:
+        """Why their architectures keep this model from drafting for ``target`` (a Gemma 4
+        assistant drafts for its own Gemma 4 target only, and is no target): ``archs.assists``."""
+        t, d = target.header, self.header
+        return archs.assists(t.architecture, t.n_embd, d.architecture, d.n_embd_out)
 
 
 @dataclass
@@ -101,13 +108,17 @@ class Index:
     def drafters_for(self, target: LocalModel) -> list[LocalModel]:
         """Models that can draft for ``target``, largest first."""
         out = [
-            m for m in self._same_vocab(target, as_target=True) if m.size_bytes * DRAFT_SIZE_RATIO <= target.size_bytes
+            m
+            for m in self._same_vocab(target, as_target=True)
+            if m.size_bytes * DRAFT_SIZE_RATIO <= target.size_bytes and m.arch_problem(target) is None
         ]
         return sorted(out, key=lambda m: -m.size_bytes)
 
     def targets_for(self, draft: LocalModel) -> list[LocalModel]:
         return [
-            m for m in self._same_vocab(draft, as_target=False) if draft.size_bytes * DRAFT_SIZE_RATIO <= m.size_bytes
+            m
+            for m in self._same_vocab(draft, as_target=False)
+            if draft.size_bytes * DRAFT_SIZE_RATIO <= m.size_bytes and draft.arch_problem(m) is None
         ]
 
     def _same_vocab(self, m: LocalModel, *, as_target: bool) -> list[LocalModel]:

@@ -33,7 +33,10 @@ DraftOpt = Annotated[
     typer.Option(
         "--draft",
         "-d",
-        help="Drafter: a GGUF path, 'ngram', 'mtp' (the target's own MTP head) or 'none' (overrides the profile).",
+        help=(
+            "Drafter: a GGUF path, 'ngram', 'mtp' (the target's own MTP head), 'assistant' (a Gemma 4 "
+            "target's assistant found beside it) or 'none' (overrides the profile)."
+        ),
     ),
 ]
 KOpt = Annotated[
@@ -81,8 +84,8 @@ TensorSplitOpt = Annotated[
 @dataclass(frozen=True)
 class PlanOptions:
     """The plan options as the command line gave them, each in its one form: ``draft``
-    normalised (``costmodel.adaptive.normalize_draft``: None, "none", "ngram", "model", "mtp"
-    or a name/path), ``k`` None or a number, ``rpc``/``tensor_split`` parsed. None
+    normalised (``costmodel.adaptive.normalize_draft``: None, "none", "ngram", "model", "mtp",
+    "assistant" or a name/path), ``k`` None or a number, ``rpc``/``tensor_split`` parsed. None
     (False) leaves the choice to the profile. ``memory``/``memory_cap`` come from the
     memory options (``cli.memory_options.MemoryOptions.apply``)."""
 

@@ -155,8 +155,8 @@ def is_no_draft(name: object) -> bool:
 def normalize_draft(draft: str | None) -> str | None:
     """A drafter as a user names it, in the one form the planner and the engine take:
     None or "auto" (choose), "none" (any of ``NO_DRAFT_ALIASES``), "ngram", "model" (the
-    pair's draft model), "mtp" (the target's own multi-token-prediction head), or a
-    catalog name or path as given (spaces stripped). Applied
+    pair's draft model), "mtp" (the target's own multi-token-prediction head), "assistant"
+    (a Gemma 4 target's assistant), or a catalog name or path as given (spaces stripped). Applied
     once, where a name comes in: ``cli.plan_options`` and ``edgespec.load``."""
     if draft is None:
         return None
@@ -164,7 +164,7 @@ def normalize_draft(draft: str | None) -> str | None:
     if is_no_draft(d):
         return "none"
     low = d.lower()
-    return low if low in ("ngram", "model", "mtp", "auto") else d
+    return low if low in ("ngram", "model", "mtp", "assistant", "auto") else d
 
 
 @dataclass(frozen=True)

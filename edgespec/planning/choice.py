@@ -26,14 +26,15 @@ from .costs import Costs, exact_slowdown
 from .explain import explain as _explain
 from .explain import x as _x
 
-DRAFT_MODES = ("none", "ngram", "model", "mtp", "auto")
+DRAFT_MODES = ("none", "ngram", "model", "mtp", "assistant", "auto")
 
 
 @dataclass(frozen=True)
 class Ask:
     """What the command line asked of the drafter. ``mode``: "auto" (choose), "none",
-    "ngram", "model" (the pair's draft model), "mtp" (the target's own MTP head) or
-    "given" (a catalog name or a path);
+    "ngram", "model" (the pair's draft model), "mtp" (the target's own MTP head),
+    "assistant" (a Gemma 4 target's assistant found on this machine) or "given" (a
+    catalog name or a path);
     ``draft`` the --draft text ("auto" when not given)."""
 
     mode: str
@@ -48,7 +49,7 @@ class Ask:
 
     @property
     def wants_model(self) -> bool:
-        return self.mode in ("auto", "model", "given")
+        return self.mode in ("auto", "model", "given", "assistant")
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,8 @@ def costs_for(
     gamma_status = ""
     gamma = None
     label = f"{local.name} ({local.source})" if local is not None else ""
-    if draft_model is not None and (mode in ("model", "given") or (mode == "auto" and "model" in drafters)):
+    named = mode in ("model", "given", "assistant")  # (a Gemma 4 assistant: a draft model to the plan)
+    if draft_model is not None and (named or (mode == "auto" and "model" in drafters)):
         alpha = (pc.alpha or prof.alpha_model).value
         if local is not None:
             alpha, gamma, gamma_status = local.alpha, local.gamma, local.gamma_status

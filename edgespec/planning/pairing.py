@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import catalog
-from ..catalog import measured
+from ..catalog import archs, measured
 from ..costmodel import adaptive
-from ..errors import EdgespecError
+from ..errors import EdgespecError, ProfileError
 from ..profiles import GB, Profile, detect_profile, load_profile
 from . import mtp_head
 
@@ -51,11 +51,13 @@ class Candidate:
     fits: bool
     fit_text: str
     catalog: str | None = None
+    assistant: bool = False  # a Gemma 4 assistant (it reads the target's KV cache: archs.assists)
 
     def line(self) -> str:
         where = "" if self.fits else f"; does not fit beside the target ({self.fit_text})"
+        what = "; a Gemma 4 assistant" if self.assistant else ""
         return (
-            f"{self.name} ({self.source}): {self.speedup:.2f}× at k={self.k} (α={self.alpha:.2f} "
+            f"{self.name} ({self.source}{what}): {self.speedup:.2f}× at k={self.k} (α={self.alpha:.2f} "
             f"{self.alpha_status}, γ={self.gamma:.2f} {self.gamma_status}){where}"
         )
 
@@ -143,6 +145,7 @@ def rank(
                 fit.fits,
                 fit.describe(),
                 d.catalog,
+                d.header.architecture == archs.ASSISTANT_ARCH,
             )
         )
     out.sort(key=lambda cand: (not cand.fits, -cand.speedup))
@@ -175,7 +178,8 @@ def _figures(
         return float(rec["alpha"]), f"measured {rec.get('date', '')}".strip(), gamma, g_status
     if pair_alpha is not None and d.catalog == pair_alpha[0]:
         return pair_alpha[1], "the profile's for this pair", gamma, g_status
-    same = t.header.family.lower() == d.header.family.lower()
+    # a Gemma 4 assistant is its target's own (its name is the target's plus "-assistant")
+    same = t.header.family.lower() == d.header.family.lower() or d.header.architecture == archs.ASSISTANT_ARCH
     alpha = acceptance_prior(prof.alpha_model.value, t.size_bytes, d.size_bytes, same)
     return alpha, "prior by size and family" + ("" if same else " (another family)"), gamma, g_status
 
@@ -237,7 +241,9 @@ class ForTarget:
 def for_target(
     target: str, prof: Profile, mode: str, draft_kw: str, *, budget: int, headroom: int, slowdown: float
 ) -> ForTarget:
-    """``mode`` as the planner's ``Ask``: "auto", "model", "given", "ngram" or "none"."""
+    """``mode`` as the planner's ``Ask``: "auto", "model", "given", "assistant", "ngram" or "none"."""
+    if mode == "assistant":
+        return assistant_for(target, prof, budget=budget, headroom=headroom, slowdown=slowdown)
     if mode == "given":
         p = catalog.find_pair(target, draft_kw)
         return ForTarget(draft_kw, p.name if p else None, None, Ranking(None))
@@ -281,6 +287,25 @@ def mtp_candidate(t: catalog.LocalModel, prof: Profile) -> Candidate | None:
     return Candidate(
         "mtp", "its own head", str(t.path), o.alpha, head.alpha_status, o.gamma, head.gamma_status, k, s, True, ""
     )
+
+
+def assistant_for(target: str, prof: Profile, *, budget: int, headroom: int, slowdown: float) -> ForTarget:
+    """``--draft assistant``: the Gemma 4 assistant on this machine for ``target`` (a
+    ``gemma4-assistant`` file of its width, in the same store or folder or any other: the
+    ranking's best that fits), else a clear ``ProfileError`` saying where to put one."""
+    p = catalog.find_pair(target)
+    pc = prof.pair_cost(p.name if p else None)
+    c = (pc.verify or prof.verify).cost
+    ranking = rank(target, prof, budget=budget, headroom=headroom, c=c, slowdown=slowdown)
+    found = [cand for cand in ranking.candidates if cand.assistant]
+    if not found:
+        raise ProfileError(
+            f"--draft assistant: no Gemma 4 assistant for {target} on this machine. Put its "
+            "-assistant GGUF (gemma4-assistant, the one published for this Gemma 4 size) beside "
+            "it, in the same folder or store, or pass the file: --draft PATH"
+        )
+    best = next((cand for cand in found if cand.fits), found[0])
+    return ForTarget(best.name, None, best, ranking, tuple(ranking.lines()))
 
 
 def machine_pairs(profile: str | Profile = "auto") -> tuple[Profile, list[tuple[catalog.LocalModel, Candidate]]]:

@@ -62,7 +62,8 @@ def plan(
 
     ``draft`` in the form ``costmodel.adaptive.normalize_draft`` gives: None (choose),
     "none", "ngram", "model" (the pair's draft), "mtp" (the target's own MTP head: a file
-    with nextn layers, else ``ProfileError``), a catalog name or a path. ``k`` fixes
+    with nextn layers, else ``ProfileError``), "assistant" (a Gemma 4 target's assistant
+    found on this machine, else ``ProfileError``), a catalog name or a path. ``k`` fixes
     the draft length of every round instead of the learned policy (0: plain decoding).
     ``exact`` asks for batch-invariant kernels, whose slowdown on a CPU the cost model
     then counts. ``probe`` replaces the machine for detection (tests). ``offline``
@@ -76,6 +77,8 @@ def plan(
     prof, available, load_notes = _load(profile, probe)
     prof = _with_settings(prof, n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads)
     ask = Ask.of(draft, k)
+    if ask.mode == "assistant" and target is None:
+        raise ProfileError("--draft assistant needs --target: the Gemma 4 file whose assistant lies beside it")
     room = Room.of(prof, available, offline)
     pair = given_target(target, prof, ask, room, exact) if target is not None else choose_pair(prof, ask, room)
     if optimized:
