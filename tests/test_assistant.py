@@ -342,6 +342,17 @@ def test_the_assistant_beside_its_target_is_offered_to_it_alone(store):
     assert index.drafters_for(helper) == [] and index.targets_for(helper) == [target]
 
 
+def test_models_pairs_lists_the_assistant_with_its_target_and_never_as_a_target(store):
+    from edgespec.catalog import gguf
+    from edgespec.planning import pairing
+    from local_models_support import gpu_profile
+
+    assert gguf.mtp_head(store["assistant"]) == (0, 0.0)  # all nextn layers: no head of its own
+    _, pairs = pairing.machine_pairs(gpu_profile())
+    assert [(t.name, c.name, c.assistant) for t, c in pairs] == [("gemma-4-tiny-it", "gemma-4-tiny-it-assistant", True)]
+    assert "a Gemma 4 assistant" in pairs[0][1].line()
+
+
 def test_an_assistant_of_another_width_is_not_offered():
     from edgespec.catalog import archs
 

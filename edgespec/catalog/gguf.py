@@ -281,13 +281,15 @@ def mtp_head(path: str | os.PathLike) -> tuple[int, float]:
     (``{arch}.nextn_predict_layers``; 0: none, as most plain conversions) and what one step
     of that head reads relative to one step of the model: the tensors of its nextn blocks
     and the LM head against those of the trunk and the LM head (elements, from the headers;
-    0.0 without nextn layers). Raises ``ModelFileError`` like ``read_gguf_metadata``."""
+    0.0 without nextn layers; none either for a file of nextn layers alone, a Gemma 4
+    assistant: a drafter for another model, not a head of its own). Raises
+    ``ModelFileError`` like ``read_gguf_metadata``."""
     meta = read_gguf_metadata(path)
     arch = meta.get("general.architecture", "")
     n_nextn = int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0)
-    if n_nextn <= 0:
-        return 0, 0.0
     first = int(meta.get(f"{arch}.block_count", 0) or 0) - n_nextn
+    if n_nextn <= 0 or first <= 0:
+        return 0, 0.0
     tensors = read_tensor_types(path)
     names = {name for name, *_ in tensors}
     head = "output.weight" if "output.weight" in names else "token_embd.weight"  # tied embeddings
