@@ -35,6 +35,8 @@ class FakeClock:
 class FakeContext:
     """Stands in for ``llama.Context``: decoding n tokens advances the clock by cost(n)."""
 
+    recurrent = False  # a KV cache: any tail can be rolled back (llama.Context.recurrent)
+
     def __init__(self, clock: FakeClock, cost, n_ctx: int = 512) -> None:
         self.clock, self.cost, self.n_ctx = clock, cost, n_ctx
         self.tokens: list[int] = []

@@ -63,7 +63,8 @@ def hold(ctx: Context, tokens: Sequence[int]) -> None:
         ctx.rollback(keep)
     if len(tokens) > keep:
         ctx.decode(tokens[keep:], rows=())
-    ctx.checkpoint()
+    if ctx.recurrent:
+        ctx.checkpoint()
 
 
 def back(ctx: Context, prefix: Sequence[int]) -> None:
