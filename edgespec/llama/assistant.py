@@ -86,6 +86,11 @@ class AssistantContext:
 
     def __init__(self, model: Model, target: Context, *, n_threads: int | None = None) -> None:
         check_assistant(model, target.model)
+        if target.model.rpc:  # its KV cache sits on the servers, which this local context cannot reach
+            raise InputError(
+                f"{model.label} reads the target's KV cache, which lives on the RPC servers here; "
+                "draft with prompt lookup (--draft ngram) or a draft model over RPC"
+            )
         self.model = model
         self.target = target
         self.n_threads = n_threads or target.n_threads
