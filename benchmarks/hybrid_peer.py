@@ -4,7 +4,8 @@ same greedy tokens (issue 44).
 llama-server (built from the llama.cpp that llama-cpp-python 0.3.36 vendors, by
 benchmarks/peers/build_peer_tools.sh) runs with ``--spec-type ngram-simple``; edgespec
 with prompt lookup under its learned policy, on llama.cpp's own kernels as the server
-does. Both get the same prompt token ids (``/completion`` takes a token list) and decode
+does; llama-server's lookup is set to 2-token n-grams and 8-token drafts, edgespec's own
+lookup matching 2+ tokens. Both get the same prompt token ids (``/completion`` takes a token list) and decode
 48 tokens greedily; the script prints, per model and prompt, whether the tokens are the
 same and how many drafts each verified and kept. The models are the test fixtures'
 (tests/tiny_hybrid.py: ``lfm2`` with short convolutions, ``qwen35`` with Gated DeltaNet),
@@ -73,7 +74,10 @@ def main() -> None:
                 ids = engine.tokenize(prompt)
                 r = engine.generate(ids, max_tokens=N)
                 ours.append((ids, r))
-        with LlamaServer(bin_dir, path, args.threads, spec="ngram-simple", n_ctx=1024) as server:
+        # llama-server's ngram-simple looks up 12-grams by default: short ones here, as edgespec's
+        # prompt lookup (matches of 2+ tokens), so that both draft on these short prompts
+        short = ("--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "8")
+        with LlamaServer(bin_dir, path, args.threads, spec="ngram-simple", n_ctx=1024, extra=short) as server:
             for prompt, (ids, r) in zip(PROMPTS, ours):
                 theirs = server_tokens(server, ids)
                 row = {
