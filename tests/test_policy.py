@@ -443,3 +443,66 @@ def test_explorations_where_drafts_do_not_pay_are_held_to_a_budget(monkeypatch):
     # what exploring costs is bounded: within a few percent of plain decoding's step a token
     assert held_cost < free_cost
     assert held_cost < 1.035
+
+
+class _ForcesAKey:
+    """A grammar stub: at the start it forces ``key`` (as a JSON schema forces the next
+    key of an object), then lets anything through; it moves with the loop's tokens."""
+
+    def __init__(self, key):
+        self.key, self.consumed, self.t_mask = list(key), 0, 0.0
+
+    def forced(self):
+        return list(self.key) if self.consumed == 0 else []
+
+    def likely(self):
+        return []
+
+    def consume(self, ids):
+        self.consumed += len(ids)
+
+    def rollback(self, n):
+        self.consumed -= n
+
+    def validate(self, ids):
+        return len(ids)
+
+    def masks(self, drafts, is_eog=None):
+        return [None] * (len(drafts) + 1)
+
+
+class _Chooses(_Verifies):
+    def choose(self, ids, match_len=0, confidence=(), after_break=(), forced=0, **_):
+        self.seen.append({"choose_match_len": match_len, "forced": forced, "ids": list(ids)})
+        return forced
+
+
+def test_a_lookup_after_the_grammars_tokens_is_judged_by_the_match_before_them():
+    # The context holds an earlier item: 6, then key 10 11 12, then its value 20 21 22.
+    # The grammar forces the key again after the model's own 6: prompt lookup finds the
+    # earlier key and proposes the earlier value. Its match (6 10 11 12) is 4 tokens
+    # long, but 3 of them are the grammar's, which match wherever the key repeats: the
+    # evidence that the model copies is the one token before them.
+    from edgespec.decoding.drafters import NgramDrafter
+
+    policy = _Chooses(0)
+    drafter = NgramDrafter()
+    committed = [5, 6, 10, 11, 12, 20, 21, 22, 30, 6]
+    drafter.begin(committed, None, None)
+    loop = SpeculativeLoop(
+        target=_CountingTarget(),
+        drafter=drafter,
+        committed=list(committed),
+        params=SamplingParams(temperature=0.0),
+        rng=np.random.default_rng(0),
+        policy=policy,
+        stats=Stats(),
+        n_vocab=64,
+        matcher=_ForcesAKey([10, 11, 12]),
+        n_prompt=len(committed),
+    )
+    loop.round(16)
+    chose = policy.seen[0]
+    assert chose["forced"] == 3 and chose["ids"][:6] == [10, 11, 12, 20, 21, 22]
+    assert chose["choose_match_len"] == 1
+    assert policy.seen[-1]["match_len"] == 1  # and it learns in that match length's bucket

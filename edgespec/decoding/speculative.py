@@ -23,7 +23,8 @@ Under a constraint (``matcher``, see ``edgespec.constraints``) every distributio
 the MASKED one, renormalised: p' = probs(mask_i(logits_i)) at verify row i, where mask_i is
 the grammar state after committed + d_1..d_(i-1); a model drafter samples its drafts from
 its own masked q' (decoding/drafters.py) and the test uses p'/q'. Prompt-lookup drafts are cut to
-their grammar-valid prefix before verification, and the tokens the grammar forces
+their grammar-valid prefix before verification (and judged by their context match before the
+grammar's tokens of the round, ``verify.beyond_forced``), and the tokens the grammar forces
 (``compute_ff_tokens``), then the likely tokens of the text it forces beyond them, lead
 the draft at no drafting cost: a fixed proposal, accepted iff the target's masked sample
 is that token (certain when it is the only one allowed).
@@ -64,7 +65,7 @@ from .drafters import Drafter, Pick, Proposal
 from .logprob import token_logprob
 from .params import SamplingParams
 from .policy import DraftPolicy, FixedPolicy
-from .verify import Drafts, Row, accept, cut_proposal, next_ok, with_forced
+from .verify import Drafts, Row, accept, beyond_forced, cut_proposal, next_ok, with_forced
 
 
 @dataclass
@@ -167,7 +168,7 @@ class SpeculativeLoop:
                 m.consume(forced)  # the drafter drafts after the forced tokens, masked
             try:
                 context = self.committed + forced if forced else self.committed
-                pick = self._picker(l_max)
+                pick = self._picker(l_max, after=len(forced))
                 proposal = pick([self.drafter.propose(context, l_max, policy.keep_drafting, guide=m, pick=pick)])
             finally:
                 if m is not None:
@@ -176,14 +177,15 @@ class SpeculativeLoop:
         self.stats.t_draft += draft_seconds
         return (with_forced(proposal, forced) if forced else proposal), draft_seconds
 
-    def _picker(self, l_max: int) -> Pick:
-        """The loop's choice among proposals: each cut to what fits (``_fit``); with several
+    def _picker(self, l_max: int, after: int = 0) -> Pick:
+        """The loop's choice among proposals: each cut to what fits (``_fit``; drafted
+        ``after`` that many tokens of the grammar's); with several
         (``decoding.memory``) the policy keeps the one it expects the most of per unit of
         cost; an empty proposal when none is left."""
         policy = self.policy
 
         def pick(proposals: list[Proposal]) -> Proposal:
-            options = [p for p in (self._fit(p, l_max) for p in proposals) if p.ids]
+            options = [p for p in (self._fit(p, l_max, after) for p in proposals) if p.ids]
             if len(options) > 1:
                 options.sort(
                     key=lambda p: -policy.rank(p.ids, p.match_len, p.after_break, source=p.source, probs=p.probs)
@@ -192,15 +194,17 @@ class SpeculativeLoop:
 
         return pick
 
-    def _fit(self, proposal: Proposal, l_max: int) -> Proposal:
+    def _fit(self, proposal: Proposal, l_max: int, after: int = 0) -> Proposal:
         """``proposal`` cut to ``l_max`` ids and, under a constraint, a fixed proposal cut to
-        its grammar-valid prefix (the matcher stands after the forced tokens)."""
+        its grammar-valid prefix (the matcher stands after the forced tokens) and judged
+        by its match before the ``after`` tokens the grammar drafted (``beyond_forced``)."""
         if len(proposal.ids) > l_max:
             proposal = cut_proposal(proposal, l_max)
         m = self.matcher
         if m is not None and proposal.q is None and proposal.ids:
             ok = m.validate(proposal.ids)
             proposal = cut_proposal(proposal, ok) if ok < len(proposal.ids) else proposal
+            proposal = beyond_forced(proposal, after)
         return proposal
 
     def _grammar_draft(self, room: int) -> list[int]:
