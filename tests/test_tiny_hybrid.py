@@ -270,3 +270,96 @@ def test_shape_true_writer_at_small_dimensions(tmp_path, monkeypatch):
     # the same weights; Q8_0 matmuls also round the activations to 8 bits, hence not equal
     corr = np.corrcoef(logits["q8_0"].ravel(), logits["f16"].ravel())[0, 1]
     assert corr > 0.98, corr
+
+
+def test_q8_0_quantizer_is_the_reference(tmp_path):
+    """The shape-true writer's Q8_0 quantizer gives gguf's bytes (bit-exact with
+    ggml-quants.c's reference), ties and zero blocks included, and comes back through
+    gguf's dequantizer within half a step (and the fp16 scale's rounding: 127 x 2^-11 of
+    a step more)."""
+    import gguf
+
+    import tiny_hybrid
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((6, 128)) * 0.3).astype(np.float32)
+    x[1, :32] = 0.0  # a zero block
+    x[2, :32] = np.arange(32, dtype=np.float32) - 15.5  # halves: rounded away from zero
+    x[3] = np.eye(6, 128, 3, dtype=np.float32)[0]  # an identity row
+    ours = tiny_hybrid._quantize_q8_0(x)
+    assert ours.tobytes() == gguf.quants.quantize(x, gguf.GGMLQuantizationType.Q8_0).tobytes()
+    back = gguf.quants.dequantize(ours, gguf.GGMLQuantizationType.Q8_0)
+    step = np.abs(x).reshape(6, 4, 32).max(axis=2, keepdims=True) / 127
+    assert (np.abs(back - x).reshape(6, 4, 32) <= step * (0.5 + 127 / 2048) + 1e-6).all()
+    assert (back[1, :32] == 0).all() and back[3, 3] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["q8_0", "f16"])
+def test_shape_true_right_head_at_small_dimensions(tmp_path, monkeypatch, dtype):
+    """``make_shape_true_qwen35(right_head=True)`` at small dimensions: the tensors read back
+    as built (zero output projections, ``eh_proj`` the identity on the embedding half, the
+    other tensors the bytes of the plain ``nextn`` file), llama.cpp loads it, greedy output
+    repeats the last token (tied embeddings: argmax(emb · norm(emb(x))) = x), and through
+    edgespec's ``--draft mtp`` at k = 3 every draft of the right head is accepted; a
+    perturbed head has some rejected and the same tokens. The same with ``tied=False``,
+    whose greedy output does not repeat."""
+    import gguf
+
+    import tiny_hybrid
+    from edgespec import DraftingOptions, Engine
+
+    small = dict(tiny_hybrid._SHAPE_TRUE_QWEN35["0.8b"])
+    small.update(n_embd=64, n_ff=128, n_head=4, head_dim=32, d_state=32, n_group=2, n_v_heads=4, n_vocab=512)
+    small.update(n_layer=8, n_ctx_train=4096)
+    monkeypatch.setitem(tiny_hybrid._SHAPE_TRUE_QWEN35, "small", small)
+    make = tiny_hybrid.make_shape_true_qwen35
+    plain = make(tmp_path / "plain.gguf", "small", dtype=dtype, nextn=True)
+    right = make(tmp_path / "right.gguf", "small", dtype=dtype, nextn=True, right_head=True)
+    bent = make(tmp_path / "bent.gguf", "small", dtype=dtype, nextn=True, right_head=True, perturb=3.0)
+    with pytest.raises(ValueError):
+        make(tmp_path / "x.gguf", "small", right_head=True)
+
+    def tensors(path):
+        r = gguf.GGUFReader(str(path))
+        return {t.name: t for t in r.tensors}
+
+    ref, got = tensors(plain), tensors(right)
+    assert set(ref) == set(got)
+    for key, t in got.items():
+        vals = (
+            gguf.quants.dequantize(t.data, t.tensor_type) if t.tensor_type != gguf.GGMLQuantizationType.F32 else t.data
+        )
+        if key.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+            assert not np.any(vals), key
+        elif key == "blk.8.nextn.eh_proj.weight":
+            assert vals.shape == (64, 128)
+            np.testing.assert_allclose(vals[:, :64], np.eye(64), atol=1e-3)
+            assert not np.any(vals[:, 64:])
+        else:
+            assert bytes(t.data) == bytes(ref[key].data), key
+    prompt = [1, 104, 101, 108, 108, 111, 37, 119, 111, 114, 108, 100]
+    with HybridRunner(right, load_mtp=True) as r:
+        assert r.greedy(prompt, 6) == [prompt[-1]] * 6
+
+    def run(path, draft):
+        with Engine(path, draft, n_ctx=256, n_threads=1, drafting=DraftingOptions(k=3)) as e:
+            return e.generate(prompt, max_tokens=24)
+
+    want = run(right, None).token_ids
+    assert want == [prompt[-1]] * 24
+    r = run(right, "mtp")
+    assert r.token_ids == want
+    assert r.stats.drafted >= 15 and r.stats.accepted == r.stats.drafted
+    b = run(bent, "mtp")
+    assert b.token_ids == want and b.stats.accepted < b.stats.drafted
+    # untied (a random output matrix): greedy output wanders, the right head still has
+    # every draft accepted, and the other tensors are the tied file's bytes
+    untied = make(tmp_path / "untied.gguf", "small", dtype=dtype, nextn=True, right_head=True, tied=False)
+    extra = tensors(untied)
+    assert set(extra) == set(got) | {"output.weight"}
+    assert all(bytes(extra[k].data) == bytes(t.data) for k, t in got.items())
+    want = run(untied, None).token_ids
+    assert len(set(want)) > 12 and not set(want) & {0, 1, 2, 3, 4}
+    r = run(untied, "mtp")
+    assert r.token_ids == want
+    assert r.stats.drafted >= 15 and r.stats.accepted == r.stats.drafted

@@ -18,7 +18,9 @@ really loads and runs, for fast tests of speculation on hybrids (issue 44).
   llama.cpp skips its tensors unless the model is loaded with ``load_mtp``.
 * ``make_shape_true_qwen35(path, size="0.8b")``: a ``qwen35`` file at a real
   Qwen3.5-0.8B's dimensions (see its docstring) with random weights, Q8_0 or F16, for cost
-  measurements (c(n), snapshot memory, reuse costs), not for correctness.
+  measurements (c(n), snapshot memory, reuse costs), not for correctness; with
+  ``nextn=True, right_head=True, perturb=x`` its MTP head is built as the tiny model's
+  right head, for ``--draft mtp`` at a chosen acceptance and real costs.
 
 The tiny ones use tests/tiny_vocab.py's 320-token ``base`` vocabulary (ChatML template,
 BOS 1, EOS 2) and are F32, seeded (same arguments, byte-identical files), under 1 MB,
@@ -620,11 +622,55 @@ def _random_q8_0(rng: np.random.Generator, rows: int, cols: int, std: float) -> 
     return out.reshape(rows, nb * (2 + _Q8_0_BLOCK))
 
 
+def _quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """The Q8_0 bytes of a float (rows, cols) matrix, as llama.cpp's reference
+    ``quantize_row_q8_0_ref``: per block of 32, an fp16 scale d = max|x| / 127, then
+    int8 round(x / d), rounding half away from zero (C's roundf); a block of zeros is
+    scale 0 and zeros."""
+    rows, cols = x.shape
+    blocks = np.asarray(x, dtype=np.float32).reshape(rows, cols // _Q8_0_BLOCK, _Q8_0_BLOCK)
+    d = np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    scaled = blocks * inv
+    q = np.trunc(scaled + np.copysign(np.float32(0.5), scaled)).astype(np.int8)
+    out = np.empty((rows, cols // _Q8_0_BLOCK, 2 + _Q8_0_BLOCK), dtype=np.uint8)
+    out[:, :, :2] = d.astype(np.float16).view(np.uint8)
+    out[:, :, 2:] = q.view(np.uint8)
+    return out.reshape(rows, cols // _Q8_0_BLOCK * (2 + _Q8_0_BLOCK))
+
+
 def _random_f16(rng: np.random.Generator, rows: int, cols: int, std: float) -> np.ndarray:
     """The same draws as ``_random_q8_0``, as F16 values (the scale times the int8, rounded)."""
     scale = float(np.float16(std / 73.6))
     table = (np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32) * scale).astype(np.float16)
     return np.take(table, rng.integers(-127, 128, size=(rows, cols), dtype=np.int8).view(np.uint8))
+
+
+def _shape_true_right_head(
+    mats: list[tuple[str, tuple[int, int], float]], n_layer: int, n_embd: int, perturb: float, seed: int
+) -> dict[str, object]:
+    """``make_shape_true_qwen35``'s right head: what ``_right_head`` does to the tiny model's
+    tensors, as functions giving each replaced matrix (called one at a time while writing,
+    so that the zeros of 25 blocks are never all in memory)."""
+    shapes = {key: shape for key, shape, _ in mats}
+    fixed: dict[str, object] = {}
+    for key, shape in shapes.items():
+        if key.endswith(("attn_output.weight", "ssm_out.weight", "ffn_down.weight")):
+            fixed[key] = lambda shape=shape: np.zeros(shape, dtype=np.float32)
+    p = f"blk.{n_layer}."
+    eh = np.zeros((n_embd, 2 * n_embd), dtype=np.float32)  # (out, in): in = [enorm(emb), hnorm(h)]
+    eh[:, :n_embd] = np.eye(n_embd, dtype=np.float32)
+    head = {p + "nextn.eh_proj.weight": eh}
+    head[p + "attn_output.weight"] = np.zeros(shapes[p + "attn_output.weight"], dtype=np.float32)
+    head[p + "ffn_down.weight"] = np.zeros(shapes[p + "ffn_down.weight"], dtype=np.float32)
+    if perturb > 0:
+        nrng = np.random.default_rng([seed, 2])
+        for key in (p + "nextn.eh_proj.weight", p + "attn_output.weight", p + "ffn_down.weight"):
+            arr = head[key]
+            head[key] = arr + _normal(nrng, arr.shape, perturb / np.sqrt(arr.shape[1]))
+    for key, arr in head.items():
+        fixed[key] = lambda arr=arr: arr
+    return fixed
 
 
 def make_shape_true_qwen35(
@@ -633,12 +679,15 @@ def make_shape_true_qwen35(
     *,
     dtype: str = "q8_0",
     nextn: bool = False,
+    right_head: bool = False,
+    perturb: float = 0.0,
+    tied: bool = True,
     seed: int = 0,
     name: str | None = None,
 ) -> Path:
     """Write a ``qwen35`` GGUF with a real Qwen3.5's dimensions and random weights, for cost
     measurements (c(n) with and without recurrent snapshots, their memory, reuse costs); its
-    output is noise. Returns the path.
+    output is noise (but see ``right_head``). Returns the path.
 
     ``size="0.8b"`` (the only one so far) is Qwen3.5-0.8B's text model: n_embd 1024, 24 layers
     (``full_attention_interval`` 4: layers 3, 7, ..., 23 full attention, the other 18 Gated
@@ -659,9 +708,32 @@ def make_shape_true_qwen35(
     Seeded and deterministic; written tensor by tensor (~10 s here, ~0.6 GB of memory).
     The vocabulary is the tiny ``base`` one padded with ``<extra_i>`` tokens to 248,320, so
     text tokenizes to the same short ids as on the tiny models.
+
+    ``right_head=True`` (with ``nextn``): the MTP head right by construction, as
+    ``make_tiny_qwen35``'s (issue 45), for measuring ``--draft mtp`` at a chosen acceptance
+    with real costs (the zeros are multiplied all the same): every block's output projection
+    (``attn_output``, ``ssm_out``, ``ffn_down``, the MTP block's too) is zero, the MTP
+    block's ``eh_proj`` is the identity on the token-embedding half and zero on the hidden
+    half; then ``perturb`` adds Gaussian noise of that many unit-gain stds (1/sqrt(fan-in))
+    to the MTP block's ``eh_proj``, ``attn_output`` and ``ffn_down`` (from a generator of
+    its own: the other tensors are the bytes of the same seed's ``nextn=True`` file). These
+    matrices are quantized from floats (``_quantize_q8_0``, llama.cpp's reference Q8_0).
+    The target then predicts f(x_t) = argmax(output · norm(emb(x_t))) and the head, from
+    (x_(t+1), h_t), f(x_(t+1)): the target's next token. With tied embeddings (output =
+    emb) f(x) is x itself, so greedy output repeats the prompt's last token, and a perturbed
+    head is right or wrong on that one token for good: per prompt, its acceptance is all or
+    nothing. ``tied=False`` adds a random ``output.weight`` (logits of std 6, as the tiny
+    models'; the rows of the control tokens zero, so that none is ever emitted): f is a
+    random map, greedy output a path through the vocabulary that does not repeat within
+    hundreds of tokens, and a perturbed head misses on some tokens and not others, so
+    ``perturb`` sets the acceptance smoothly. The LM head's matmul is the same size either
+    way (the tied file multiplies by ``token_embd``): the costs are the same, the file
+    258 MiB larger (in Q8_0).
     """
     import gguf
 
+    if right_head and not nextn:
+        raise ValueError("right_head needs nextn=True")
     if size not in _SHAPE_TRUE_QWEN35:
         raise ValueError(f"size: one of {sorted(_SHAPE_TRUE_QWEN35)}")
     if dtype not in ("q8_0", "f16"):
@@ -726,12 +798,20 @@ def make_shape_true_qwen35(
         mat(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd)
         for k in ("enorm", "hnorm", "shared_head_norm"):
             vecs.append((p + f"nextn.{k}.weight", _ones(n_embd)))
+    if not tied:  # drawn last: the other tensors keep the tied file's bytes
+        mats.append(("output.weight", (n_vocab, n_embd), 6.0 / np.sqrt(n_embd)))
+    # matrices written from floats instead of their random draws (which are still drawn, so
+    # the others keep their bytes): name -> a function giving the float (rows, cols) matrix
+    fixed = _shape_true_right_head(mats, n_layer, n_embd, perturb, seed) if right_head else {}
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     v = build_vocab("base")
     w = gguf.GGUFWriter(str(path), "qwen35")
-    w.add_name(name or f"edgespec-shape-true-qwen3.5-{size}-{dtype}-s{seed}" + ("-mtp" if nextn else ""))
+    label = f"edgespec-shape-true-qwen3.5-{size}-{dtype}-s{seed}" + ("-mtp" if nextn else "")
+    label += ("-right" if right_head else "") + (f"-perturb{perturb:g}" if right_head and perturb else "")
+    label += "" if tied else "-untied"
+    w.add_name(name or label)
     _add_kv(
         w,
         "qwen35",
@@ -773,8 +853,14 @@ def make_shape_true_qwen35(
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     draw = _random_q8_0 if q8 else _random_f16
-    for _, (rows, cols), std in mats:
-        w.write_tensor_data(draw(rng, rows, cols, std))
+    for key, (rows, cols), std in mats:
+        data = draw(rng, rows, cols, std)
+        if key in fixed:
+            x = fixed[key]()
+            data = _quantize_q8_0(x) if q8 else x.astype(np.float16)
+        elif key == "output.weight":
+            data[list(v.special_ids)] = 0  # zero rows (a zero Q8_0 scale): logit 0, never the largest
+        w.write_tensor_data(data)
     for _, arr in vecs:
         w.write_tensor_data(np.ascontiguousarray(arr, dtype=np.float32))
     w.close()
