@@ -204,6 +204,7 @@ def main() -> None:
         print(first_use, file=sys.stderr)
     load_before = os.getloadavg()
     t_start = time.time()
+    git = git_info()  # the code imported now, whatever is committed while it runs
     configs = (*CONFIGS, WHOLE_MATCH) if args.whole_match else CONFIGS
     runs: dict = {(t.id, c): [] for t in tasks for c in configs}
     try:
@@ -241,7 +242,7 @@ def main() -> None:
                 "configs": list(configs),
                 "EDGESPEC_FIRST_USE": os.environ.get("EDGESPEC_FIRST_USE"),
             },
-            "git": git_info(),
+            "git": git,
             "machine": {**machine_info(), "load_before": [round(x, 2) for x in load_before]},
             "minutes": round((time.time() - t_start) / 60, 1),
             "learned_cost_table": table,
