@@ -31,36 +31,20 @@ from typing import Sequence
 import numpy as np
 
 from ..llama import AssistantContext
-from .drafters import BaseDrafter, KeepDrafting, Pick, Proposal
+from .drafters import KeepDrafting, Pick, Proposal
 from .model_drafter import draft_tokens
-from .mtp import KEEP_BEHIND, HiddenStore
-from .params import SamplingParams
+from .mtp import KEEP_BEHIND, HiddenReader
 
 
-class AssistantDrafter(BaseDrafter):
+class AssistantDrafter(HiddenReader):
     """Drafts with a Gemma 4 assistant (its ``AssistantContext`` on the target's context)."""
 
     name = "assistant"
-    reads_hidden = True
+    ctx: AssistantContext
 
     def __init__(self, ctx: AssistantContext, *, p_min: float = 0.0) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, p_min=p_min)
         self.model = ctx.model
-        self.p_min = p_min
-        self.store = HiddenStore(ctx.n_embd)
-        self._params = SamplingParams()
-        self._rng = np.random.default_rng(0)
-
-    @property
-    def t_decode(self) -> float:
-        return self.ctx.t_decode
-
-    def begin(self, tokens: Sequence[int], params: SamplingParams, rng: np.random.Generator) -> None:
-        self._params, self._rng = params, rng
-
-    def observe_verify(self, tokens: Sequence[int], rows: np.ndarray) -> None:
-        if len(rows):
-            self.store.add(tokens, rows)
 
     def propose(
         self,
@@ -96,6 +80,3 @@ class AssistantDrafter(BaseDrafter):
             p_min=self.p_min,
             source="assistant",
         )
-
-    def close(self) -> None:
-        self.ctx.close()

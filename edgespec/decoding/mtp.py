@@ -80,13 +80,15 @@ class HiddenStore:
             del self._rows[p]
 
 
-class MtpDrafter(BaseDrafter):
-    """Drafts with the MTP head of the target's model (its own ``MtpContext``)."""
+class HiddenReader(BaseDrafter):
+    """A drafter that reads the target's hidden rows (the protocol's one door,
+    ``observe_verify``) into a ``HiddenStore``, on a context of its own ``ctx`` (an
+    ``MtpContext`` or an ``AssistantContext``): what the MTP head and a Gemma 4 assistant
+    share."""
 
-    name = "mtp"
     reads_hidden = True
 
-    def __init__(self, ctx: MtpContext, *, p_min: float = 0.0) -> None:
+    def __init__(self, ctx, *, p_min: float = 0.0) -> None:
         self.ctx = ctx
         self.p_min = p_min
         self.store = HiddenStore(ctx.n_embd)
@@ -103,6 +105,16 @@ class MtpDrafter(BaseDrafter):
     def observe_verify(self, tokens: Sequence[int], rows: np.ndarray) -> None:
         if len(rows):
             self.store.add(tokens, rows)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+class MtpDrafter(HiddenReader):
+    """Drafts with the MTP head of the target's model (its own ``MtpContext``)."""
+
+    name = "mtp"
+    ctx: MtpContext
 
     def propose(
         self,
@@ -141,6 +153,3 @@ class MtpDrafter(BaseDrafter):
             )
         finally:
             ctx.rollback(L)  # the drafts paired with the head's own rows go; x_(L-1)'s stays
-
-    def close(self) -> None:
-        self.ctx.close()
